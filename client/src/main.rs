@@ -1,0 +1,32 @@
+//! `borbaman`: play in a terminal, run bots, benchmarks and fault-injection
+//! runs. `borbaman server` runs a game server (the same as `borbaman-server`),
+//! so one binary is enough to start a local cluster.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "borbaman", version, about = "Fault-tolerant four-player bomb game in a terminal")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Play a game in this terminal. Without --servers, starts a local
+    /// cluster (PostgreSQL, 3 servers) and 3 bots to play against.
+    Play(borbaman::play::PlayArgs),
+    /// Run headless AI players.
+    Bot(borbaman::bot::BotArgs),
+    /// Run a game server (same as the `borbaman-server` binary).
+    Server(borbaman_server::cli::ServerArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Play(args) => borbaman::play::run(args),
+        Command::Bot(args) => borbaman::bot::run(args),
+        Command::Server(args) => borbaman_server::cli::run(args),
+    }
+}

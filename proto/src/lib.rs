@@ -1,0 +1,15 @@
+//! The Borbaman wire contract, generated from `proto/borbaman.proto`.
+//!
+//! `pb` holds the messages and the `game` / `registry` client and server
+//! stubs. Both the server and the client crates speak only these types on
+//! the wire.
+
+pub mod pb {
+    tonic::include_proto!("borbaman.v1");
+}
+
+pub use pb::*;
+
+/// Largest request a server accepts, in bytes. Every legal request is far
+/// smaller; anything bigger is refused before it is decoded.
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024;
