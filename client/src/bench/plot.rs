@@ -1,0 +1,269 @@
+//! The two charts of a run, as SVG: `ecdf.svg`, the empirical CDF of RTT on a
+//! log x-axis (tail latency at a glance, with the floors marked), and
+//! `rtt.svg`, RTT against invocation number with faults marked — the chart
+//! the original project drew by hand.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::record::Invocation;
+use super::report::{ecdf, effective_rtt_us};
+
+/// A fault to mark on `rtt.svg`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultMark {
+    /// When the fault was injected, since the start of the run.
+    pub at_us: u64,
+    pub label: String,
+}
+
+/// A vertical reference line on `ecdf.svg`, such as a floor's p50.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reference {
+    pub value_us: u64,
+    pub label: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot draw {path}: {message}")]
+pub struct PlotError {
+    path: String,
+    message: String,
+}
+
+const SIZE: (u32, u32) = (1000, 600);
+/// Enough points for a smooth curve; a 60 s run has ~20 000 invocations.
+const ECDF_POINTS: usize = 2000;
+
+/// Draws the ECDF of the successful measured calls' RTT.
+pub fn write_ecdf_svg(
+    path: &Path,
+    records: &[Invocation],
+    references: &[Reference],
+) -> Result<(), PlotError> {
+    let rtts: Vec<u64> = measured_ok(records).map(effective_rtt_us).collect();
+    draw(path, |root| {
+        let points = ecdf(&rtts, ECDF_POINTS);
+        let lowest = points
+            .first()
+            .map(|p| p.0)
+            .into_iter()
+            .chain(references.iter().map(|r| r.value_us))
+            .min()
+            .unwrap_or(100);
+        let highest = points
+            .last()
+            .map(|p| p.0)
+            .into_iter()
+            .chain(references.iter().map(|r| r.value_us))
+            .max()
+            .unwrap_or(10_000);
+        let x_from = (lowest.max(1) as f64 * 0.8).max(1.0);
+        let x_to = (highest as f64 * 1.25).max(x_from * 10.0);
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!("ECDF of RTT ({} calls)", rtts.len()),
+                ("sans-serif", 22),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d((x_from..x_to).log_scale(), 0f64..1.0)?;
+        chart
+            .configure_mesh()
+            .x_desc("RTT (µs, log scale)")
+            .y_desc("fraction of calls ≤ RTT")
+            .draw()?;
+        // A step function: each value holds its fraction until the next one.
+        let mut steps = Vec::with_capacity(points.len() * 2);
+        let mut previous = 0.0;
+        for (value, fraction) in &points {
+            steps.push((*value as f64, previous));
+            steps.push((*value as f64, *fraction));
+            previous = *fraction;
+        }
+        chart
+            .draw_series(LineSeries::new(steps, BLUE.stroke_width(2)))?
+            .label("RTT")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+        for (i, reference) in references.iter().enumerate() {
+            let color = Palette99::pick(i + 1).to_rgba();
+            let x = reference.value_us.max(1) as f64;
+            chart
+                .draw_series(LineSeries::new([(x, 0.0), (x, 1.0)], color.stroke_width(1)))?
+                .label(reference.label.clone())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Draws RTT (ms) against invocation number, faults as red vertical lines.
+pub fn write_rtt_svg(
+    path: &Path,
+    records: &[Invocation],
+    faults: &[FaultMark],
+) -> Result<(), PlotError> {
+    let mut calls: Vec<&Invocation> = records.iter().filter(|r| !r.warmup).collect();
+    calls.sort_by_key(|r| r.start_us);
+    draw(path, |root| {
+        let y_max_ms = calls
+            .iter()
+            .map(|r| effective_rtt_us(r) as f64 / 1000.0)
+            .fold(1.0, f64::max)
+            * 1.05;
+        let n = calls.len().max(1);
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "RTT per invocation ({} calls, {} faults)",
+                    calls.len(),
+                    faults.len()
+                ),
+                ("sans-serif", 22),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0..n, 0f64..y_max_ms)?;
+        chart
+            .configure_mesh()
+            .x_desc("invocation number")
+            .y_desc("RTT (ms)")
+            .draw()?;
+        for (i, fault) in faults.iter().enumerate() {
+            let at = calls.partition_point(|r| r.start_us < fault.at_us);
+            let series = chart.draw_series(LineSeries::new(
+                [(at, 0.0), (at, y_max_ms)],
+                RED.mix(0.6).stroke_width(1),
+            ))?;
+            if i == 0 {
+                series
+                    .label(format!("fault ({})", fault.label))
+                    .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
+            }
+        }
+        chart
+            .draw_series(
+                calls
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|(i, r)| {
+                        Circle::new((i, effective_rtt_us(r) as f64 / 1000.0), 1, BLUE.filled())
+                    }),
+            )?
+            .label("successful call")
+            .legend(|(x, y)| Circle::new((x + 10, y), 3, BLUE.filled()));
+        chart
+            .draw_series(
+                calls
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| !r.is_ok())
+                    .map(|(i, r)| Cross::new((i, r.rtt_us as f64 / 1000.0), 3, RED)),
+            )?
+            .label("failed call")
+            .legend(|(x, y)| Cross::new((x + 10, y), 3, RED));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+fn measured_ok(records: &[Invocation]) -> impl Iterator<Item = &Invocation> {
+    records.iter().filter(|r| !r.warmup && r.is_ok())
+}
+
+type Root<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn draw(
+    path: &Path,
+    body: impl FnOnce(&Root<'_>) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), PlotError> {
+    let fail = |message: String| PlotError {
+        path: path.display().to_string(),
+        message,
+    };
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    body(&root).map_err(|e| fail(e.to_string()))?;
+    root.present().map_err(|e| fail(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::tests::act;
+    use super::*;
+
+    fn run() -> Vec<Invocation> {
+        (0..500u64)
+            .map(|i| {
+                let mut r = act((i % 8) as u32, i * 6_250, 300 + (i * 37) % 900);
+                if i == 250 {
+                    r.failed_over = true;
+                    r.rtt_us = 4_000;
+                }
+                if i == 260 {
+                    r.status = "unavailable".into();
+                }
+                r.warmup = i < 10;
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ecdf_svg_is_written_with_its_curve_and_references() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ecdf.svg");
+        let floors = [Reference {
+            value_us: 150,
+            label: "ping p50".into(),
+        }];
+        write_ecdf_svg(&path, &run(), &floors).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..40.min(svg.len())]);
+        assert!(svg.contains("ECDF of RTT (489 calls)"));
+        assert!(svg.contains("ping p50"));
+        assert!(svg.contains("<polyline"), "the curve is drawn");
+    }
+
+    #[test]
+    fn rtt_svg_marks_faults_and_failed_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rtt.svg");
+        let faults = [FaultMark {
+            at_us: 250 * 6_250,
+            label: "kill".into(),
+        }];
+        write_rtt_svg(&path, &run(), &faults).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("RTT per invocation (490 calls, 1 faults)"));
+        assert!(svg.contains("fault (kill)"));
+        assert!(
+            svg.matches("<circle").count() >= 489,
+            "one dot per successful call"
+        );
+    }
+
+    #[test]
+    fn empty_runs_still_draw() {
+        let dir = tempfile::tempdir().unwrap();
+        write_ecdf_svg(&dir.path().join("e.svg"), &[], &[]).unwrap();
+        write_rtt_svg(&dir.path().join("r.svg"), &[], &[]).unwrap();
+        assert!(std::fs::metadata(dir.path().join("e.svg")).unwrap().len() > 100);
+        assert!(std::fs::metadata(dir.path().join("r.svg")).unwrap().len() > 100);
+    }
+}

@@ -1,0 +1,256 @@
+//! Per-invocation records: one row per call a headless client made, kept in
+//! memory during a run and written to `invocations.csv` at the end.
+//!
+//! Times are microseconds since the start of the run (a single [`Instant`]
+//! shared by every client), so rows from different clients line up and the
+//! CSV can be replotted without the process that wrote it.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Which RPC an invocation was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallKind {
+    Join,
+    Act,
+    State,
+    Leave,
+}
+
+/// One call made by one client, as the client saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Invocation {
+    /// When the call started, since the start of the run.
+    pub start_us: u64,
+    /// When the first try of this logical request started: equal to
+    /// `start_us` unless the client had to repeat the request (same sequence
+    /// number) after an earlier call failed outright.
+    pub first_try_us: u64,
+    /// Headless client number (0-based).
+    pub client: u32,
+    /// Game the client was in (0 before its first join succeeded).
+    pub game: u64,
+    pub seat: u32,
+    pub call: CallKind,
+    /// Sequence number sent (0 for calls that carry none).
+    pub seq: u64,
+    /// Address of the server that answered (or was last tried).
+    pub server: String,
+    /// From the start of the call to its reply (or its final failure).
+    pub rtt_us: u64,
+    /// Tries the pool made, 1 when the first server answered.
+    pub attempts: u32,
+    /// The pool moved to another server during this call.
+    pub failed_over: bool,
+    /// When the first try failed, relative to the start of the call.
+    pub first_failure_us: Option<u64>,
+    /// `ok`, or the error the call ended with.
+    pub status: String,
+    /// State version in the reply (0 when there was none).
+    pub version: u64,
+    /// The reply was a stored reply of an earlier identical request.
+    pub replayed: bool,
+    /// Made during the warm-up: written to the CSV, left out of statistics.
+    pub warmup: bool,
+}
+
+impl Invocation {
+    pub fn is_ok(&self) -> bool {
+        self.status == STATUS_OK
+    }
+
+    /// End of the call, since the start of the run.
+    pub fn end_us(&self) -> u64 {
+        self.start_us + self.rtt_us
+    }
+
+    /// Time from the start of the first failed try to this successful reply,
+    /// when this call recovered from a failure; `None` otherwise.
+    pub fn failover_gap_us(&self) -> Option<u64> {
+        let recovered = self.failed_over || self.first_try_us < self.start_us;
+        (self.is_ok() && recovered).then(|| self.end_us() - self.first_try_us)
+    }
+}
+
+/// The `status` of a call that succeeded.
+pub const STATUS_OK: &str = "ok";
+
+/// The clock of a run: converts [`Instant`]s to microseconds since its start.
+#[derive(Clone, Copy, Debug)]
+pub struct RunClock {
+    started: Instant,
+}
+
+impl RunClock {
+    pub fn start() -> Self {
+        RunClock {
+            started: Instant::now(),
+        }
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Microseconds from the start of the run to `at` (0 if `at` is earlier).
+    pub fn us(&self, at: Instant) -> u64 {
+        duration_us(at.saturating_duration_since(self.started))
+    }
+
+    pub fn now_us(&self) -> u64 {
+        self.us(Instant::now())
+    }
+}
+
+pub fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Where clients put their records: a cheap-to-clone handle to one shared
+/// list. A std `Mutex` is enough: a push holds it for nanoseconds, never
+/// across an `.await`.
+#[derive(Clone, Debug, Default)]
+pub struct Recorder {
+    records: Arc<Mutex<Vec<Invocation>>>,
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&self, record: Invocation) {
+        self.records.lock().unwrap().push(record);
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// All records so far, ordered by start time.
+    pub fn snapshot(&self) -> Vec<Invocation> {
+        let mut records = self.records.lock().unwrap().clone();
+        records.sort_by_key(|r| (r.start_us, r.client));
+        records
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CsvError {
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: csv::Error },
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: csv::Error },
+}
+
+/// Writes `records` to `path` as CSV with a header row.
+pub fn write_csv<T: Serialize>(path: &Path, records: &[T]) -> Result<(), CsvError> {
+    let wrap = |source| CsvError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut writer = csv::Writer::from_path(path).map_err(wrap)?;
+    for record in records {
+        writer.serialize(record).map_err(wrap)?;
+    }
+    writer.flush().map_err(|e| wrap(e.into()))
+}
+
+/// Reads back a CSV written by [`write_csv`].
+pub fn read_csv<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>, CsvError> {
+    let wrap = |source| CsvError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut reader = csv::Reader::from_path(path).map_err(wrap)?;
+    reader.deserialize().collect::<Result<_, _>>().map_err(wrap)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A successful act of `client` starting at `start_us` and taking `rtt_us`.
+    pub(crate) fn act(client: u32, start_us: u64, rtt_us: u64) -> Invocation {
+        Invocation {
+            start_us,
+            first_try_us: start_us,
+            client,
+            game: 1,
+            seat: client % 4,
+            call: CallKind::Act,
+            seq: start_us,
+            server: "127.0.0.1:1".into(),
+            rtt_us,
+            attempts: 1,
+            failed_over: false,
+            first_failure_us: None,
+            status: STATUS_OK.into(),
+            version: start_us,
+            replayed: false,
+            warmup: false,
+        }
+    }
+
+    #[test]
+    fn csv_round_trips_every_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("invocations.csv");
+        let mut failed = act(3, 1_000, 4_000);
+        failed.failed_over = true;
+        failed.attempts = 2;
+        failed.first_failure_us = Some(1_500);
+        failed.call = CallKind::Join;
+        let mut error = act(2, 10, 20);
+        error.status = "unavailable: no live server".into();
+        error.warmup = true;
+        let records = vec![act(1, 0, 100), failed, error];
+        write_csv(&path, &records).unwrap();
+        let back: Vec<Invocation> = read_csv(&path).unwrap();
+        assert_eq!(back, records);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("start_us,first_try_us,client,"), "{text}");
+    }
+
+    #[test]
+    fn failover_gap_runs_from_the_first_failed_try_to_the_reply() {
+        let plain = act(0, 100, 50);
+        assert_eq!(plain.failover_gap_us(), None);
+
+        let mut over = act(0, 100, 3_000);
+        over.failed_over = true;
+        assert_eq!(over.failover_gap_us(), Some(3_000));
+
+        // The request failed outright at 100 and was repeated at 5_000.
+        let mut repeated = act(0, 5_000, 400);
+        repeated.first_try_us = 100;
+        assert_eq!(repeated.failover_gap_us(), Some(5_300));
+
+        over.status = "unavailable".into();
+        assert_eq!(
+            over.failover_gap_us(),
+            None,
+            "a failed call recovers nothing"
+        );
+    }
+
+    #[test]
+    fn recorder_snapshot_is_ordered_by_start() {
+        let recorder = Recorder::new();
+        let clone = recorder.clone();
+        recorder.push(act(0, 300, 1));
+        clone.push(act(1, 100, 1));
+        recorder.push(act(2, 200, 1));
+        let starts: Vec<u64> = recorder.snapshot().iter().map(|r| r.start_us).collect();
+        assert_eq!(starts, [100, 200, 300]);
+        assert_eq!(recorder.len(), 3);
+    }
+}

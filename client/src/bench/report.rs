@@ -1,0 +1,440 @@
+//! Turns per-invocation records into the figures of `summary.json`:
+//! percentiles (HdrHistogram), jitter, failover gaps and the time breakdown.
+//!
+//! Everything here is pure: records in, numbers out, so every figure is
+//! unit-tested against hand-computed values.
+//!
+//! Definitions, stated once:
+//! - an *invocation* is one call a client made after the warm-up;
+//! - the RTT of a successful call runs from the first try of its request to
+//!   the reply, so a request a client had to repeat after an outright failure
+//!   counts with its whole wait (what the player felt);
+//! - jitter is |RTT_i − RTT_(i−1)| between consecutive successful calls of
+//!   the same client;
+//! - a failover gap runs from the start of the failed try to the successful
+//!   reply;
+//! - time breakdown, like the original's pie chart: `normal_ms` is time in
+//!   calls that went through at once, `retry_ms` is time from the detected
+//!   failure to the reply on another server (or in repeated requests),
+//!   `other_ms` is time lost before a failure was detected and in calls that
+//!   failed outright.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::record::Invocation;
+
+/// Percentiles of RTT, in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RttStats {
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub mean: f64,
+    /// How many values these figures were computed from.
+    pub samples: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JitterStats {
+    pub mean: f64,
+    pub max: u64,
+    pub p99: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GapStats {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub samples: u64,
+}
+
+/// A floor measured in the same run, in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FloorStats {
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+    pub mean: f64,
+    pub samples: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeBreakdown {
+    pub normal_ms: f64,
+    pub retry_ms: f64,
+    pub other_ms: f64,
+}
+
+/// What the client-side records say, before floors and invariants are added.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Measurements {
+    pub invocations: u64,
+    pub errors: u64,
+    pub warmup_invocations: u64,
+    pub rtt_us: RttStats,
+    /// RTT of `Act` calls only: the calls the game makes on every tick.
+    pub act_rtt_us: RttStats,
+    pub jitter_us: JitterStats,
+    pub failovers: u64,
+    pub failover_gap_ms: GapStats,
+    pub time_breakdown: TimeBreakdown,
+    /// Invocations per second over the measured span.
+    pub throughput_per_s: f64,
+    /// Invocations per server address (load balancing at a glance).
+    pub per_server: BTreeMap<String, u64>,
+    /// Errors by status text.
+    pub errors_by_status: BTreeMap<String, u64>,
+}
+
+/// A latency histogram from 1 µs to an hour at three significant figures.
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Percentiles come from the histogram (three significant figures); max and
+/// mean are exact.
+pub fn rtt_stats(values: impl IntoIterator<Item = u64>) -> RttStats {
+    let Some(d) = Distribution::of(values) else {
+        return RttStats::default();
+    };
+    RttStats {
+        p50: d.quantile(0.50),
+        p90: d.quantile(0.90),
+        p99: d.quantile(0.99),
+        p999: d.quantile(0.999),
+        max: d.max,
+        mean: d.mean(),
+        samples: d.histogram.len(),
+    }
+}
+
+pub fn floor_stats(values: impl IntoIterator<Item = u64>) -> FloorStats {
+    let Some(d) = Distribution::of(values) else {
+        return FloorStats::default();
+    };
+    FloorStats {
+        p50: d.quantile(0.50),
+        p99: d.quantile(0.99),
+        max: d.max,
+        mean: d.mean(),
+        samples: d.histogram.len(),
+    }
+}
+
+/// A histogram plus the exact max and sum, which it only approximates.
+struct Distribution {
+    histogram: Histogram<u64>,
+    max: u64,
+    sum: u128,
+}
+
+impl Distribution {
+    /// `None` when there are no values.
+    fn of(values: impl IntoIterator<Item = u64>) -> Option<Distribution> {
+        let mut d = Distribution {
+            histogram: histogram(),
+            max: 0,
+            sum: 0,
+        };
+        for v in values {
+            // HdrHistogram's lowest value is 1: sub-microsecond counts as 1.
+            d.histogram.saturating_record(v.max(1));
+            d.max = d.max.max(v);
+            d.sum += u128::from(v);
+        }
+        (!d.histogram.is_empty()).then_some(d)
+    }
+
+    /// The value at quantile `q`, never above the exact max.
+    fn quantile(&self, q: f64) -> u64 {
+        self.histogram.value_at_quantile(q).min(self.max)
+    }
+
+    fn mean(&self) -> f64 {
+        round2(self.sum as f64 / self.histogram.len() as f64)
+    }
+}
+
+/// The RTT a player felt for a successful call: from the first try of its
+/// request to the reply.
+pub fn effective_rtt_us(r: &Invocation) -> u64 {
+    r.end_us() - r.first_try_us.min(r.start_us)
+}
+
+/// |RTT_i − RTT_(i−1)| between consecutive successful calls of each client.
+pub fn jitters_us(records: &[Invocation]) -> Vec<u64> {
+    let mut by_client: BTreeMap<u32, Vec<&Invocation>> = BTreeMap::new();
+    for r in records.iter().filter(|r| !r.warmup && r.is_ok()) {
+        by_client.entry(r.client).or_default().push(r);
+    }
+    let mut jitters = Vec::new();
+    for calls in by_client.values_mut() {
+        calls.sort_by_key(|r| r.start_us);
+        jitters.extend(
+            calls
+                .windows(2)
+                .map(|w| effective_rtt_us(w[1]).abs_diff(effective_rtt_us(w[0]))),
+        );
+    }
+    jitters
+}
+
+pub fn time_breakdown(records: &[Invocation]) -> TimeBreakdown {
+    let (mut normal_us, mut retry_us, mut other_us) = (0u64, 0u64, 0u64);
+    for r in records.iter().filter(|r| !r.warmup) {
+        if let Some(detected_us) = r.first_failure_us.filter(|_| r.failed_over) {
+            let detected_us = detected_us.min(r.rtt_us);
+            other_us += detected_us;
+            retry_us += r.rtt_us - detected_us;
+        } else if !r.is_ok() {
+            other_us += r.rtt_us;
+        } else if r.first_try_us < r.start_us {
+            retry_us += r.rtt_us;
+        } else {
+            normal_us += r.rtt_us;
+        }
+    }
+    TimeBreakdown {
+        normal_ms: us_to_ms(normal_us),
+        retry_ms: us_to_ms(retry_us),
+        other_ms: us_to_ms(other_us),
+    }
+}
+
+pub fn measure(records: &[Invocation]) -> Measurements {
+    let measured: Vec<&Invocation> = records.iter().filter(|r| !r.warmup).collect();
+    let ok = || measured.iter().copied().filter(|r| r.is_ok());
+
+    let jitter_us = match Distribution::of(jitters_us(records)) {
+        None => JitterStats::default(),
+        Some(d) => JitterStats {
+            mean: d.mean(),
+            max: d.max,
+            p99: d.quantile(0.99),
+        },
+    };
+
+    let gaps_us = measured.iter().filter_map(|r| r.failover_gap_us());
+    let failover_gap_ms = match Distribution::of(gaps_us) {
+        None => GapStats::default(),
+        Some(d) => GapStats {
+            p50: us_to_ms(d.quantile(0.50)),
+            p99: us_to_ms(d.quantile(0.99)),
+            max: us_to_ms(d.max),
+            samples: d.histogram.len(),
+        },
+    };
+
+    let span_us = match (
+        measured.iter().map(|r| r.start_us).min(),
+        measured.iter().map(|r| r.end_us()).max(),
+    ) {
+        (Some(first), Some(last)) if last > first => last - first,
+        _ => 0,
+    };
+    let mut per_server = BTreeMap::new();
+    let mut errors_by_status = BTreeMap::new();
+    for r in &measured {
+        *per_server.entry(r.server.clone()).or_default() += 1;
+        if !r.is_ok() {
+            *errors_by_status.entry(r.status.clone()).or_default() += 1;
+        }
+    }
+
+    Measurements {
+        invocations: measured.len() as u64,
+        errors: measured.iter().filter(|r| !r.is_ok()).count() as u64,
+        warmup_invocations: (records.len() - measured.len()) as u64,
+        rtt_us: rtt_stats(ok().map(effective_rtt_us)),
+        act_rtt_us: rtt_stats(
+            ok().filter(|r| r.call == super::record::CallKind::Act)
+                .map(effective_rtt_us),
+        ),
+        jitter_us,
+        failovers: measured.iter().filter(|r| r.failed_over).count() as u64,
+        failover_gap_ms,
+        time_breakdown: time_breakdown(records),
+        throughput_per_s: if span_us == 0 {
+            0.0
+        } else {
+            round2(measured.len() as f64 * 1e6 / span_us as f64)
+        },
+        per_server,
+        errors_by_status,
+    }
+}
+
+/// Points of the empirical CDF of `values`: (value, fraction of values ≤ it),
+/// one point per distinct value, at most `max_points` of them (thinned evenly,
+/// always keeping the last, so the curve still reaches 1).
+pub fn ecdf(values: &[u64], max_points: usize) -> Vec<(u64, f64)> {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let n = sorted.len() as f64;
+    let mut points: Vec<(u64, f64)> = Vec::new();
+    for (i, v) in sorted.iter().enumerate() {
+        let fraction = (i + 1) as f64 / n;
+        match points.last_mut() {
+            Some(last) if last.0 == *v => last.1 = fraction,
+            _ => points.push((*v, fraction)),
+        }
+    }
+    if points.len() > max_points.max(2) {
+        let step = points.len() as f64 / max_points.max(2) as f64;
+        let last = *points.last().unwrap();
+        let mut thinned: Vec<(u64, f64)> = (0..max_points.max(2) - 1)
+            .map(|k| points[(k as f64 * step) as usize])
+            .collect();
+        thinned.push(last);
+        thinned.dedup_by_key(|p| p.0);
+        points = thinned;
+    }
+    points
+}
+
+pub fn us_to_ms(us: u64) -> f64 {
+    round3(us as f64 / 1000.0)
+}
+
+/// `a / b` rounded to two decimals, or 0 when `b` is 0.
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b <= 0.0 { 0.0 } else { round2(a / b) }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::record::tests::act;
+    use super::*;
+
+    #[test]
+    fn percentiles_of_one_to_a_thousand() {
+        let stats = rtt_stats(1..=1000);
+        // HdrHistogram at three significant figures is exact below 2048.
+        assert_eq!(stats.p50, 500);
+        assert_eq!(stats.p90, 900);
+        assert_eq!(stats.p99, 990);
+        assert_eq!(stats.p999, 999);
+        assert_eq!(stats.max, 1000);
+        assert_eq!(stats.mean, 500.5);
+        assert_eq!(stats.samples, 1000);
+    }
+
+    #[test]
+    fn large_values_keep_three_significant_figures() {
+        let stats = rtt_stats([1_234_567u64]);
+        assert!(stats.max.abs_diff(1_234_567) <= 1_235, "{}", stats.max);
+        assert_eq!(rtt_stats(std::iter::empty()), RttStats::default());
+    }
+
+    #[test]
+    fn jitter_is_per_client_and_in_start_order() {
+        // Client 0: 100, 300, 200 -> jitters 200, 100.
+        // Client 1: 1000, 1000 -> jitter 0. Interleaving must not mix them.
+        let records = vec![
+            act(0, 0, 100),
+            act(1, 5, 1000),
+            act(0, 50_000, 300),
+            act(1, 50_005, 1000),
+            act(0, 100_000, 200),
+        ];
+        let mut j = jitters_us(&records);
+        j.sort_unstable();
+        assert_eq!(j, [0, 100, 200]);
+        let m = measure(&records);
+        assert_eq!(m.jitter_us.max, 200);
+        assert_eq!(m.jitter_us.mean, 100.0);
+    }
+
+    #[test]
+    fn warmup_and_errors_are_left_out_of_latency() {
+        let mut warm = act(0, 0, 9_000);
+        warm.warmup = true;
+        let mut failed = act(0, 20, 7_000);
+        failed.status = "unavailable".into();
+        let records = vec![warm, failed, act(0, 10_000, 100), act(0, 20_000, 300)];
+        let m = measure(&records);
+        assert_eq!(m.invocations, 3);
+        assert_eq!(m.warmup_invocations, 1);
+        assert_eq!(m.errors, 1);
+        assert_eq!(m.errors_by_status["unavailable"], 1);
+        assert_eq!(m.rtt_us.max, 300);
+        assert_eq!(m.rtt_us.samples, 2);
+        assert_eq!(m.jitter_us.max, 200, "only successful calls count");
+    }
+
+    #[test]
+    fn failover_gaps_and_time_breakdown() {
+        // A call that failed over: 2 ms to notice, 1 ms on the next server.
+        let mut over = act(0, 0, 3_000);
+        over.failed_over = true;
+        over.attempts = 2;
+        over.first_failure_us = Some(2_000);
+        // A call that failed outright (5 ms), then its repeat (1 ms) succeeded.
+        let mut failed = act(1, 0, 5_000);
+        failed.status = "unavailable".into();
+        let mut repeat = act(1, 6_000, 1_000);
+        repeat.first_try_us = 0;
+        let records = vec![over, failed, repeat, act(2, 0, 4_000)];
+        let m = measure(&records);
+
+        assert_eq!(m.failovers, 1);
+        assert_eq!(m.failover_gap_ms.samples, 2);
+        assert_eq!(
+            m.failover_gap_ms.max, 7.0,
+            "from the first try at 0 to 7 ms"
+        );
+        assert!(
+            (m.failover_gap_ms.p50 - 3.0).abs() < 0.01,
+            "{:?}",
+            m.failover_gap_ms
+        );
+        assert_eq!(
+            m.time_breakdown,
+            TimeBreakdown {
+                normal_ms: 4.0,
+                retry_ms: 2.0,
+                other_ms: 7.0,
+            }
+        );
+        // The repeated request counts with its whole wait.
+        assert_eq!(m.rtt_us.max, 7_000);
+    }
+
+    #[test]
+    fn ecdf_is_monotone_and_ends_at_one() {
+        let values: Vec<u64> = (0..10_000u64).map(|i| (i * 7919) % 5000 + 1).collect();
+        for max_points in [3, 100, 100_000] {
+            let points = ecdf(&values, max_points);
+            assert!(points.len() <= max_points.max(5000));
+            assert!(
+                points
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+            );
+            assert_eq!(points.last().unwrap(), &(5000, 1.0));
+            assert!(points[0].1 > 0.0);
+        }
+        assert_eq!(ecdf(&[5, 1, 5, 3], 10), vec![(1, 0.25), (3, 0.5), (5, 1.0)]);
+        assert!(ecdf(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn ratios_guard_against_a_missing_floor() {
+        assert_eq!(ratio(3.0, 2.0), 1.5);
+        assert_eq!(ratio(3.0, 0.0), 0.0);
+    }
+}
