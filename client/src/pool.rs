@@ -1,0 +1,645 @@
+//! `ServerPool`: discovery, health and failover, all in one place.
+//!
+//! Every game server is stateless and serves every game, so a client may send
+//! any call to any live server. The pool keeps a warm, health-checked HTTP/2
+//! connection to each live server and sends calls to one of them (the
+//! *current* server, first picked at random). When a call fails because of
+//! the server (transport error, `UNAVAILABLE`, `CANCELLED`, or no answer
+//! within the per-call deadline), the pool retries the *same request* at once
+//! on another live server picked at random: mutating requests carry a
+//! sequence number, so a retry is applied at most once.
+//!
+//! A background task (one per pool, woken every [`PoolConfig::refresh`],
+//! never a busy loop) health-checks the connections, drops dead servers, asks
+//! any live server's registry for the list of live servers and connects to
+//! new ones, so the next failover finds a connection already open.
+//!
+//! Two failures are *not* a server's fault and do not mark it down: the
+//! database being unavailable (every server says so; the pool backs off and
+//! retries, bounded by [`PoolConfig::give_up_after`]) and any other status
+//! (`INVALID_ARGUMENT`, ...), which is returned to the caller at once.
+//!
+//! tonic's `balance_list` is not used: with a dead endpoint it keeps failing
+//! calls instead of moving on.
+
+mod choice;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use borbaman_proto::pb::game_client::GameClient;
+use borbaman_proto::pb::registry_client::RegistryClient;
+use borbaman_proto::pb::{ListServersRequest, ServerInfo};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+pub use choice::{FailureKind, classify, pick};
+
+/// How the pool behaves. `PoolConfig::default()` suits a player on a LAN.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// How often the background task refreshes the server list and
+    /// health-checks the connections.
+    pub refresh: Duration,
+    /// A call attempt without an answer after this long is abandoned and
+    /// retried on another server. Long enough for a loaded server's p99.9,
+    /// short enough to leave a hung (SIGSTOPped) server fast.
+    pub call_deadline: Duration,
+    /// Most servers to keep a connection open to.
+    pub max_connections: usize,
+    /// A call gives up (with an error) after retrying this long: when no
+    /// server is reachable, or the database stays unavailable.
+    pub give_up_after: Duration,
+    /// Runs the background refresh task. Off only to measure what it costs:
+    /// without it the pool still fails over, but only to the servers it
+    /// connected to at start-up.
+    pub background: bool,
+    /// Deadline of a TCP + HTTP/2 connection set-up to a server.
+    pub connect_timeout: Duration,
+    /// Deadline of a `grpc.health.v1` check or a registry call.
+    pub health_timeout: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            refresh: Duration::from_millis(500),
+            call_deadline: Duration::from_millis(150),
+            max_connections: 8,
+            give_up_after: Duration::from_secs(15),
+            background: true,
+            connect_timeout: Duration::from_millis(500),
+            health_timeout: Duration::from_millis(250),
+        }
+    }
+}
+
+/// What happened during one [`ServerPool::call`].
+#[derive(Clone, Debug)]
+pub struct CallInfo {
+    /// Address of the server that answered.
+    pub server: String,
+    /// Attempts made, 1 when the first server answered.
+    pub attempts: u32,
+    /// True when at least one attempt failed because of its server and the
+    /// call was retried on another.
+    pub failed_over: bool,
+    /// When the call started.
+    pub started: Instant,
+    /// When the first failed attempt started (the failover gap runs from
+    /// here to the reply).
+    pub first_failure: Option<Instant>,
+    /// From the start of the call to the reply, retries included.
+    pub rtt: Duration,
+}
+
+/// A snapshot of the pool, for a HUD or a report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// The server calls go to now.
+    pub current: Option<String>,
+    /// Servers with an open, healthy connection.
+    pub live: Vec<String>,
+    /// Times the current server was abandoned because it failed.
+    pub failovers: u64,
+    /// True while a call waits for the background task to find a server.
+    pub waiting_for_server: bool,
+    /// True while calls are told the database is unavailable.
+    pub database_unavailable: bool,
+}
+
+/// Why a call or the start-up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(
+        "no Borbaman server reachable at {addresses}: check --servers, or start one \
+         with `borbaman server --database-url URL`"
+    )]
+    NoServerReachable { addresses: String },
+    #[error("invalid server address {address:?}: {reason}")]
+    InvalidAddress { address: String, reason: String },
+    /// The server refused the request; retrying elsewhere would not help.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(tonic::Status),
+    #[error("gave up after {} ms: {last}", after.as_millis())]
+    GaveUp {
+        after: Duration,
+        /// The last failure seen.
+        last: String,
+        /// True when the database was the trouble, not the servers.
+        database: bool,
+    },
+}
+
+impl PoolError {
+    /// The status the server answered with, if it answered.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match self {
+            PoolError::Status(status) => Some(status),
+            _ => None,
+        }
+    }
+}
+
+/// A cheap-to-clone handle to the pool. The background task stops when the
+/// last handle is dropped.
+#[derive(Clone)]
+pub struct ServerPool {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: PoolConfig,
+    /// Every address ever heard of: bootstrap, then the registry's. Tried
+    /// again when no server is live.
+    state: Mutex<State>,
+    /// Number of live servers; waiters watch it.
+    live_count: watch::Sender<usize>,
+    /// Wakes the background task early (a server failed, a call waits).
+    wake: Notify,
+    /// Stops the background task; notified when `Shared` is dropped.
+    shutdown: Arc<Notify>,
+}
+
+/// Guarded by a std `Mutex`: every critical section is a few field updates,
+/// never held across an `.await`.
+#[derive(Default)]
+struct State {
+    servers: Vec<Server>,
+    current: Option<String>,
+    known: Vec<String>,
+    failovers: u64,
+    waiting: u32,
+    database_unavailable: bool,
+}
+
+#[derive(Clone)]
+struct Server {
+    address: String,
+    channel: Channel,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.shutdown.notify_one();
+    }
+}
+
+impl ServerPool {
+    /// Connects to every reachable bootstrap server (at least one must
+    /// answer its health check), picks the current server at random and
+    /// starts the background task. Addresses are `host:port`.
+    pub async fn connect(
+        bootstrap: &[String],
+        config: PoolConfig,
+    ) -> Result<ServerPool, PoolError> {
+        let mut known = Vec::new();
+        for address in bootstrap {
+            let address = address.trim();
+            if address.is_empty() {
+                continue;
+            }
+            endpoint(address, &config)?;
+            if !known.iter().any(|k| k == address) {
+                known.push(address.to_string());
+            }
+        }
+        if known.is_empty() {
+            return Err(PoolError::InvalidAddress {
+                address: String::new(),
+                reason: "no server address given".into(),
+            });
+        }
+        let shutdown = Arc::new(Notify::new());
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State {
+                known: known.clone(),
+                ..State::default()
+            }),
+            live_count: watch::Sender::new(0),
+            wake: Notify::new(),
+            shutdown: shutdown.clone(),
+        });
+        let pool = ServerPool { shared };
+        pool.connect_new(known.clone()).await;
+        // The registry of the first server tells us about the others.
+        pool.discover().await;
+        if pool.shared.live_count.borrow().eq(&0) {
+            return Err(PoolError::NoServerReachable {
+                addresses: known.join(","),
+            });
+        }
+        if pool.shared.config.background {
+            let weak = Arc::downgrade(&pool.shared);
+            tokio::spawn(background(weak, shutdown));
+        }
+        Ok(pool)
+    }
+
+    /// Sends one request, failing over as described in the module docs.
+    /// `f` builds and sends the request on the client it is given; it is
+    /// called again, with the same request, for every retry.
+    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<(T, CallInfo), PoolError>
+    where
+        F: FnMut(GameClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let config = &self.shared.config;
+        let started = Instant::now();
+        let give_up_at = started + config.give_up_after;
+        let mut attempts = 0u32;
+        let mut first_failure = None;
+        let mut failed_over = false;
+        // Servers that timed out during this call: avoided until every live
+        // server has been tried.
+        let mut avoid: HashSet<String> = HashSet::new();
+        let mut backoff = Duration::from_millis(10);
+        let mut last_failure = String::new();
+        let mut database_trouble = false;
+        loop {
+            let server = match self.current_server(&avoid) {
+                Some(server) => server,
+                None if !avoid.is_empty() && self.shared.live_count.borrow().gt(&0) => {
+                    // Every live server timed out once: they are alive but
+                    // slow (or the database is). Back off, then try all again.
+                    avoid.clear();
+                    if !sleep_until_before(backoff, give_up_at).await {
+                        return Err(self.give_up(started, last_failure, database_trouble));
+                    }
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    continue;
+                }
+                None => {
+                    if !self.wait_for_server(give_up_at).await {
+                        return Err(self.give_up(started, last_failure, database_trouble));
+                    }
+                    continue;
+                }
+            };
+            attempts += 1;
+            let attempt_started = Instant::now();
+            let client = GameClient::new(server.channel.clone());
+            let outcome = tokio::time::timeout(config.call_deadline, f(client)).await;
+            let failure = match outcome {
+                Ok(Ok(response)) => {
+                    self.set_database_unavailable(false);
+                    let info = CallInfo {
+                        server: server.address,
+                        attempts,
+                        failed_over,
+                        started,
+                        first_failure,
+                        rtt: started.elapsed(),
+                    };
+                    return Ok((response.into_inner(), info));
+                }
+                Ok(Err(status)) => {
+                    let kind = classify(&status);
+                    last_failure = format!(
+                        "{} from {}: {}",
+                        status.code(),
+                        server.address,
+                        status.message()
+                    );
+                    match kind {
+                        FailureKind::Refused => return Err(PoolError::Status(status)),
+                        other => other,
+                    }
+                }
+                Err(_elapsed) => {
+                    last_failure = format!(
+                        "no answer from {} within {} ms",
+                        server.address,
+                        config.call_deadline.as_millis()
+                    );
+                    FailureKind::Timeout
+                }
+            };
+            match failure {
+                FailureKind::ServerDown => {
+                    first_failure.get_or_insert(attempt_started);
+                    failed_over = true;
+                    self.mark_down(&server.address);
+                }
+                FailureKind::Timeout => {
+                    first_failure.get_or_insert(attempt_started);
+                    failed_over = true;
+                    avoid.insert(server.address.clone());
+                    self.suspect(&server);
+                }
+                FailureKind::DatabaseUnavailable => {
+                    database_trouble = true;
+                    self.set_database_unavailable(true);
+                    if !sleep_until_before(backoff, give_up_at).await {
+                        return Err(self.give_up(started, last_failure, database_trouble));
+                    }
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                FailureKind::Refused => unreachable!("returned above"),
+            }
+            if Instant::now() >= give_up_at {
+                return Err(self.give_up(started, last_failure, database_trouble));
+            }
+        }
+    }
+
+    /// A snapshot for a HUD or a report.
+    pub fn status(&self) -> PoolStatus {
+        let state = self.shared.state.lock().unwrap();
+        PoolStatus {
+            current: state.current.clone(),
+            live: state.servers.iter().map(|s| s.address.clone()).collect(),
+            failovers: state.failovers,
+            waiting_for_server: state.waiting > 0,
+            database_unavailable: state.database_unavailable,
+        }
+    }
+
+    /// The open connections, by address: for measurements that must reach
+    /// one server directly (a bare ping floor).
+    pub fn live_channels(&self) -> Vec<(String, Channel)> {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .servers
+            .iter()
+            .map(|s| (s.address.clone(), s.channel.clone()))
+            .collect()
+    }
+
+    /// The pool's settings.
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.config
+    }
+
+    /// The current server, or a random live one not in `avoid` (which then
+    /// becomes current). `None` when no such server is live.
+    fn current_server(&self, avoid: &HashSet<String>) -> Option<Server> {
+        let mut state = self.shared.state.lock().unwrap();
+        if let Some(current) = &state.current
+            && !avoid.contains(current)
+            && let Some(server) = state.servers.iter().find(|s| &s.address == current)
+        {
+            return Some(server.clone());
+        }
+        let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
+        let i = pick(&addresses, avoid, &mut rand::rng())?;
+        let server = state.servers[i].clone();
+        if state.current.is_some() && state.current.as_deref() != Some(&server.address) {
+            // Moving away from a server that failed us.
+            state.failovers += 1;
+        }
+        state.current = Some(server.address.clone());
+        Some(server)
+    }
+
+    /// Drops a failed server's connection; the next call picks another.
+    fn mark_down(&self, address: &str) {
+        let remaining = {
+            let mut state = self.shared.state.lock().unwrap();
+            let before = state.servers.len();
+            state.servers.retain(|s| s.address != address);
+            if state.servers.len() == before {
+                return;
+            }
+            tracing::info!(server = address, "server down, failing over");
+            if state.current.as_deref() == Some(address) {
+                state.failovers += 1;
+                state.current = None;
+            }
+            state.servers.len()
+        };
+        self.shared.live_count.send_replace(remaining);
+        self.shared.wake.notify_one();
+    }
+
+    /// A server that did not answer in time: calls move away from it now; a
+    /// health check in the background decides whether it is down.
+    fn suspect(&self, server: &Server) {
+        {
+            let mut state = self.shared.state.lock().unwrap();
+            if state.current.as_deref() == Some(&server.address) {
+                state.current = None;
+                state.failovers += 1;
+            }
+        }
+        let pool = self.clone();
+        let server = server.clone();
+        tokio::spawn(async move {
+            if !healthy(&server.channel, pool.shared.config.health_timeout).await {
+                pool.mark_down(&server.address);
+            }
+        });
+    }
+
+    fn set_database_unavailable(&self, unavailable: bool) {
+        let mut state = self.shared.state.lock().unwrap();
+        state.database_unavailable = unavailable;
+    }
+
+    fn give_up(&self, started: Instant, last: String, database: bool) -> PoolError {
+        PoolError::GaveUp {
+            after: started.elapsed(),
+            last: if last.is_empty() {
+                "no server reachable".into()
+            } else {
+                last
+            },
+            database,
+        }
+    }
+
+    /// Waits until the background task finds a live server, or `deadline`.
+    /// Returns false on the deadline.
+    async fn wait_for_server(&self, deadline: Instant) -> bool {
+        self.shared.state.lock().unwrap().waiting += 1;
+        self.shared.wake.notify_one();
+        let mut live = self.shared.live_count.subscribe();
+        let found = tokio::time::timeout_at(deadline.into(), live.wait_for(|n| *n > 0))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        self.shared.state.lock().unwrap().waiting -= 1;
+        found
+    }
+
+    /// One round of the background work.
+    async fn refresh(&self) {
+        self.check_health().await;
+        let waiting = self.shared.state.lock().unwrap().servers.is_empty();
+        if waiting {
+            // Nobody to ask: try every address we ever knew.
+            let known = self.shared.state.lock().unwrap().known.clone();
+            self.connect_new(known).await;
+        }
+        self.discover().await;
+    }
+
+    /// Health-checks every open connection; drops those that fail.
+    async fn check_health(&self) {
+        let servers = self.shared.state.lock().unwrap().servers.clone();
+        let timeout = self.shared.config.health_timeout;
+        let mut checks = JoinSet::new();
+        for server in servers {
+            checks.spawn(async move { (healthy(&server.channel, timeout).await, server.address) });
+        }
+        while let Some(Ok((ok, address))) = checks.join_next().await {
+            if !ok {
+                self.mark_down(&address);
+            }
+        }
+    }
+
+    /// Asks a live server's registry for the live servers; connects to the
+    /// ones we have no connection to, up to the cap.
+    async fn discover(&self) {
+        let asked = {
+            let state = self.shared.state.lock().unwrap();
+            let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
+            pick(&addresses, &HashSet::new(), &mut rand::rng()).map(|i| state.servers[i].clone())
+        };
+        let Some(asked) = asked else { return };
+        let listed = match list_servers(&asked.channel, self.shared.config.health_timeout).await {
+            Ok(listed) => listed,
+            Err(status) => {
+                tracing::debug!(server = asked.address, %status, "registry call failed");
+                return;
+            }
+        };
+        let new: Vec<String> = {
+            let mut state = self.shared.state.lock().unwrap();
+            for info in &listed {
+                if !state.known.contains(&info.address) {
+                    state.known.push(info.address.clone());
+                }
+            }
+            let room = self
+                .shared
+                .config
+                .max_connections
+                .saturating_sub(state.servers.len());
+            listed
+                .into_iter()
+                .map(|info| info.address)
+                .filter(|a| !state.servers.iter().any(|s| &s.address == a))
+                .take(room)
+                .collect()
+        };
+        self.connect_new(new).await;
+    }
+
+    /// Connects to and health-checks each address at once; adds the healthy
+    /// ones to the live set.
+    async fn connect_new(&self, addresses: Vec<String>) {
+        let config = self.shared.config.clone();
+        let mut connecting = JoinSet::new();
+        for address in addresses {
+            let config = config.clone();
+            connecting.spawn(async move {
+                let endpoint = endpoint(&address, &config).ok()?;
+                let channel = endpoint.connect().await.ok()?;
+                healthy(&channel, config.health_timeout)
+                    .await
+                    .then_some(Server { address, channel })
+            });
+        }
+        while let Some(joined) = connecting.join_next().await {
+            let Ok(Some(server)) = joined else { continue };
+            let count = {
+                let mut state = self.shared.state.lock().unwrap();
+                if state.servers.iter().any(|s| s.address == server.address)
+                    || state.servers.len() >= config.max_connections
+                {
+                    continue;
+                }
+                tracing::debug!(server = server.address, "connected");
+                state.servers.push(server);
+                state.servers.len()
+            };
+            self.shared.live_count.send_replace(count);
+        }
+    }
+}
+
+/// The background task: refreshes every `config.refresh` (or at once when
+/// woken) until the pool is dropped.
+async fn background(shared: Weak<Shared>, shutdown: Arc<Notify>) {
+    loop {
+        let refresh = match shared.upgrade() {
+            Some(shared) => shared.config.refresh,
+            None => return,
+        };
+        // Hold no strong reference while sleeping, so dropping the last
+        // handle ends the task.
+        let woken = {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            let wake = async move { strong.wake.notified().await };
+            tokio::select! {
+                _ = shutdown.notified() => return,
+                _ = tokio::time::sleep(refresh) => false,
+                _ = wake => true,
+            }
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let pool = ServerPool { shared };
+        pool.refresh().await;
+        if woken {
+            // A failure woke us: do not spin if it keeps failing.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn endpoint(address: &str, config: &PoolConfig) -> Result<Endpoint, PoolError> {
+    let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| {
+        PoolError::InvalidAddress {
+            address: address.to_string(),
+            reason: e.to_string(),
+        }
+    })?;
+    Ok(endpoint
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true))
+}
+
+/// True when the server answers its `grpc.health.v1` check as serving.
+async fn healthy(channel: &Channel, timeout: Duration) -> bool {
+    let mut client = HealthClient::new(channel.clone());
+    let check = client.check(HealthCheckRequest {
+        service: String::new(),
+    });
+    match tokio::time::timeout(timeout, check).await {
+        Ok(Ok(reply)) => reply.into_inner().status == ServingStatus::Serving as i32,
+        _ => false,
+    }
+}
+
+async fn list_servers(
+    channel: &Channel,
+    timeout: Duration,
+) -> Result<Vec<ServerInfo>, tonic::Status> {
+    let mut client = RegistryClient::new(channel.clone());
+    match tokio::time::timeout(timeout, client.list_servers(ListServersRequest {})).await {
+        Ok(reply) => Ok(reply?.into_inner().servers),
+        Err(_) => Err(tonic::Status::deadline_exceeded("registry did not answer")),
+    }
+}
+
+/// Sleeps `duration` unless that would pass `deadline`; false then.
+async fn sleep_until_before(duration: Duration, deadline: Instant) -> bool {
+    let wake = Instant::now() + duration;
+    if wake >= deadline {
+        return false;
+    }
+    tokio::time::sleep(duration).await;
+    true
+}

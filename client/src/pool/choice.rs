@@ -1,0 +1,125 @@
+//! The pool's decisions, free of I/O so they can be tested alone: what a
+//! failed call's status means, and which server to try next.
+
+use std::collections::HashSet;
+
+use rand::Rng;
+use tonic::Code;
+
+/// What a failed attempt says about the server that answered (or did not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The server is gone or unusable: mark it down, retry elsewhere at once.
+    ServerDown,
+    /// No answer within the deadline: retry elsewhere at once; a health
+    /// check decides whether the server is down.
+    Timeout,
+    /// Every server would say the same: the database is down. Back off and
+    /// retry, bounded; servers stay up.
+    DatabaseUnavailable,
+    /// The server refused the request itself: retrying elsewhere would not
+    /// help. Returned to the caller.
+    Refused,
+}
+
+/// Classifies a status returned by a server or by the transport.
+///
+/// The first failure after a server is killed surfaces as `UNKNOWN`
+/// "transport error" (the connection broke mid-call); later ones as
+/// `UNAVAILABLE`. Servers answer `UNAVAILABLE` with a message naming the
+/// database when PostgreSQL is unreachable.
+pub fn classify(status: &tonic::Status) -> FailureKind {
+    let message = status.message().to_ascii_lowercase();
+    match status.code() {
+        Code::Unavailable if message.contains("database") => FailureKind::DatabaseUnavailable,
+        Code::Unavailable | Code::Cancelled => FailureKind::ServerDown,
+        Code::Unknown if is_transport_message(&message) => FailureKind::ServerDown,
+        Code::DeadlineExceeded => FailureKind::Timeout,
+        _ => FailureKind::Refused,
+    }
+}
+
+fn is_transport_message(message: &str) -> bool {
+    [
+        "transport",
+        "connection",
+        "broken pipe",
+        "h2 protocol",
+        "reset",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
+/// Index of a server picked at random among `live`, preferring those not in
+/// `avoid`. `None` when every live server is to be avoided, or none is live.
+pub fn pick<R: Rng + ?Sized>(live: &[&str], avoid: &HashSet<String>, rng: &mut R) -> Option<usize> {
+    let candidates: Vec<usize> = (0..live.len())
+        .filter(|&i| !avoid.contains(live[i]))
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    Some(candidates[rng.random_range(0..candidates.len())])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    #[test]
+    fn a_killed_server_is_down_whatever_the_first_status_says() {
+        let first = tonic::Status::unknown("transport error");
+        let later = tonic::Status::unavailable("tcp connect error: Connection refused");
+        assert_eq!(classify(&first), FailureKind::ServerDown);
+        assert_eq!(classify(&later), FailureKind::ServerDown);
+        assert_eq!(
+            classify(&tonic::Status::cancelled("")),
+            FailureKind::ServerDown
+        );
+    }
+
+    #[test]
+    fn the_database_being_down_does_not_mark_servers_down() {
+        let status = tonic::Status::unavailable("database unavailable: connection refused");
+        assert_eq!(classify(&status), FailureKind::DatabaseUnavailable);
+    }
+
+    #[test]
+    fn refusals_are_returned_not_retried() {
+        for status in [
+            tonic::Status::invalid_argument("name too long"),
+            tonic::Status::unauthenticated("bad token"),
+            tonic::Status::failed_precondition("old seq"),
+            tonic::Status::unknown("something the server made up"),
+        ] {
+            assert_eq!(classify(&status), FailureKind::Refused, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn pick_avoids_failed_servers_and_spreads_the_rest() {
+        let live = ["a:1", "b:2", "c:3"];
+        let avoid: HashSet<String> = ["b:2".to_string()].into();
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut seen = [0u32; 3];
+        for _ in 0..300 {
+            seen[pick(&live, &avoid, &mut rng).unwrap()] += 1;
+        }
+        assert_eq!(seen[1], 0, "an avoided server is never picked");
+        assert!(
+            seen[0] > 100 && seen[2] > 100,
+            "random among the rest: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn pick_gives_none_when_nothing_is_left() {
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(pick(&[], &HashSet::new(), &mut rng), None);
+        let avoid: HashSet<String> = ["a:1".to_string()].into();
+        assert_eq!(pick(&["a:1"], &avoid, &mut rng), None);
+    }
+}

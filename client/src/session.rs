@@ -1,0 +1,202 @@
+//! `GameSession`: one player's seat in one game, spoken through a
+//! [`ServerPool`].
+//!
+//! The session owns what makes retries safe: the client-chosen token (16
+//! random bytes, so a `Join` can be retried on any server), and the next
+//! sequence number (each `Act`/`Leave` gets one, kept across the pool's
+//! retries, so a request is applied at most once). It also guards the
+//! player's view: it remembers the highest state version seen and never
+//! hands out an older state; a server that answers with one is counted as a
+//! regression (bench and chaos report them).
+
+use borbaman_proto::pb::{
+    self, ActReply, ActRequest, GameState, GetStateRequest, JoinRequest, LeaveRequest, Ranking,
+    RankingsRequest,
+};
+
+use crate::pool::{CallInfo, PoolError, ServerPool};
+
+/// Bytes in a session token.
+pub const TOKEN_BYTES: usize = 16;
+
+/// A fresh random session token.
+pub fn new_token() -> Vec<u8> {
+    rand::random::<[u8; TOKEN_BYTES]>().to_vec()
+}
+
+/// A player's seat in a game.
+pub struct GameSession {
+    pool: ServerPool,
+    token: Vec<u8>,
+    game_id: u64,
+    seat: u32,
+    next_seq: u64,
+    rejoined: bool,
+    latest: Option<GameState>,
+    regressions: u64,
+}
+
+impl GameSession {
+    /// Joins (or, with the token of a running session, rejoins) a game.
+    /// Retrying with the same token is safe: the server seats a token once.
+    pub async fn join(
+        pool: &ServerPool,
+        name: &str,
+        token: Vec<u8>,
+    ) -> Result<(GameSession, CallInfo), PoolError> {
+        let request = JoinRequest {
+            name: name.to_string(),
+            token: token.clone(),
+        };
+        let (reply, info) = pool
+            .call(|mut client| {
+                let request = request.clone();
+                async move { client.join(request).await }
+            })
+            .await?;
+        let token = if reply.token.is_empty() {
+            token
+        } else {
+            reply.token
+        };
+        let mut session = GameSession {
+            pool: pool.clone(),
+            token,
+            game_id: reply.game_id,
+            seat: reply.seat,
+            next_seq: reply.last_seq + 1,
+            rejoined: reply.rejoined,
+            latest: None,
+            regressions: 0,
+        };
+        if let Some(state) = reply.state {
+            session.observe(state, false);
+        }
+        Ok((session, info))
+    }
+
+    /// Sends one action with the next sequence number. The reply's state is
+    /// never older than one this session already handed out.
+    pub async fn act(&mut self, action: pb::Action) -> Result<(ActReply, CallInfo), PoolError> {
+        let request = ActRequest {
+            token: self.token.clone(),
+            game_id: self.game_id,
+            seat: self.seat,
+            seq: self.next_seq,
+            action: action as i32,
+        };
+        let result = self
+            .pool
+            .call(|mut client| {
+                let request = request.clone();
+                async move { client.act(request).await }
+            })
+            .await;
+        // The number is used up whatever happened: a request that may have
+        // been applied must not be re-sent with a different action.
+        self.next_seq += 1;
+        let (mut reply, info) = result?;
+        if let Some(state) = reply.state.take() {
+            reply.state = Some(self.observe(state, reply.replayed));
+        }
+        Ok((reply, info))
+    }
+
+    /// The game's state, advanced to the current tick by the server.
+    pub async fn state(&mut self) -> Result<(GameState, CallInfo), PoolError> {
+        let request = GetStateRequest {
+            token: self.token.clone(),
+            game_id: self.game_id,
+        };
+        let (reply, info) = self
+            .pool
+            .call(|mut client| {
+                let request = request.clone();
+                async move { client.get_state(request).await }
+            })
+            .await?;
+        let state = reply
+            .state
+            .ok_or_else(|| PoolError::Status(tonic::Status::internal("server sent no state")))?;
+        Ok((self.observe(state, false), info))
+    }
+
+    /// Leaves the game (forfeiting it if it is running).
+    pub async fn leave(&mut self) -> Result<CallInfo, PoolError> {
+        let request = LeaveRequest {
+            token: self.token.clone(),
+            game_id: self.game_id,
+            seat: self.seat,
+            seq: self.next_seq,
+        };
+        let info = self
+            .pool
+            .call(|mut client| {
+                let request = request.clone();
+                async move { client.leave(request).await }
+            })
+            .await;
+        self.next_seq += 1;
+        Ok(info?.1)
+    }
+
+    /// Keeps the newest state: returns `state` if it is not older than the
+    /// newest seen, else that newest one. A stored reply replayed for a
+    /// retried request legitimately carries an old state and is not counted.
+    fn observe(&mut self, state: GameState, replayed: bool) -> GameState {
+        match &self.latest {
+            Some(latest) if latest.version > state.version => {
+                if !replayed {
+                    self.regressions += 1;
+                    tracing::warn!(
+                        seen = latest.version,
+                        got = state.version,
+                        "server sent an older state"
+                    );
+                }
+                latest.clone()
+            }
+            _ => {
+                self.latest = Some(state.clone());
+                state
+            }
+        }
+    }
+
+    pub fn token(&self) -> &[u8] {
+        &self.token
+    }
+    pub fn game_id(&self) -> u64 {
+        self.game_id
+    }
+    pub fn seat(&self) -> u32 {
+        self.seat
+    }
+    /// The sequence number the next `act` or `leave` will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+    /// True when the join put the player back in a game it was already in.
+    pub fn rejoined(&self) -> bool {
+        self.rejoined
+    }
+    /// The newest state seen.
+    pub fn latest(&self) -> Option<&GameState> {
+        self.latest.as_ref()
+    }
+    /// Times a server answered with a state older than one already seen.
+    pub fn regressions(&self) -> u64 {
+        self.regressions
+    }
+    pub fn pool(&self) -> &ServerPool {
+        &self.pool
+    }
+}
+
+/// The top `limit` players across all finished games.
+pub async fn rankings(pool: &ServerPool, limit: u32) -> Result<Vec<Ranking>, PoolError> {
+    let (reply, _) = pool
+        .call(|mut client| async move { client.rankings(RankingsRequest { limit }).await })
+        .await?;
+    Ok(reply.rankings)
+}

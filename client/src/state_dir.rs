@@ -1,0 +1,152 @@
+//! The saved session: what a restarted `borbaman play` needs to rejoin.
+//!
+//! After every join the client writes its token, game and seat to
+//! `<state dir>/borbaman/session-<name>.json` (the state dir is
+//! `dirs::state_dir()`, else `dirs::data_local_dir()`). A client that crashed
+//! or lost its network reads it back and joins with the same token: the
+//! server puts it back in its running game (`rejoined = true`). The file is
+//! private to the user (mode 0600): the token is the player's credential.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// What is kept between runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedSession {
+    pub name: String,
+    /// The session token, hex.
+    pub token_hex: String,
+    pub game_id: u64,
+    pub seat: u32,
+    /// The servers the game was played on, comma-separated ("" for a local
+    /// cluster).
+    pub servers: String,
+}
+
+impl SavedSession {
+    pub fn token(&self) -> Option<Vec<u8>> {
+        hex::decode(&self.token_hex).ok().filter(|t| !t.is_empty())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    #[error("no state or data directory for this user (is HOME set?)")]
+    NoDirectory,
+    #[error("{context} {path}: {source}")]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Where saved sessions live.
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    /// The user's `borbaman/` state directory.
+    pub fn for_user() -> Result<StateDir, StateDirError> {
+        let base = dirs::state_dir()
+            .or_else(dirs::data_local_dir)
+            .ok_or(StateDirError::NoDirectory)?;
+        Ok(StateDir::at(base.join("borbaman")))
+    }
+
+    /// A state directory at `dir` (tests use a temporary one).
+    pub fn at(dir: impl Into<PathBuf>) -> StateDir {
+        StateDir { dir: dir.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        // Names are printable but may hold '/' or spaces: hex keeps the file
+        // name safe and unique per player name.
+        self.dir.join(format!("session-{}.json", hex::encode(name)))
+    }
+
+    /// The session saved for `name`, if any (a corrupt file counts as none).
+    pub fn load(&self, name: &str) -> Option<SavedSession> {
+        let text = fs::read_to_string(self.file(name)).ok()?;
+        let saved: SavedSession = serde_json::from_str(&text).ok()?;
+        (saved.name == name && saved.token().is_some()).then_some(saved)
+    }
+
+    /// Saves `session` atomically (write a temporary file, then rename).
+    pub fn save(&self, session: &SavedSession) -> Result<(), StateDirError> {
+        let io = |context, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateDirError::Io {
+                context,
+                path,
+                source,
+            }
+        };
+        fs::create_dir_all(&self.dir).map_err(io("creating", &self.dir))?;
+        let path = self.file(&session.name);
+        let temp = path.with_extension("json.tmp");
+        let json = serde_json::to_string_pretty(session).expect("a SavedSession serializes");
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(io("writing", &temp))?;
+        file.write_all(json.as_bytes())
+            .map_err(io("writing", &temp))?;
+        file.sync_all().map_err(io("writing", &temp))?;
+        fs::rename(&temp, &path).map_err(io("renaming", &temp))?;
+        Ok(())
+    }
+
+    /// Forgets the session saved for `name` (its game is over).
+    pub fn clear(&self, name: &str) {
+        let _ = fs::remove_file(self.file(name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_session_comes_back_per_name_and_is_private() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = StateDir::at(temp.path().join("borbaman"));
+        assert_eq!(dir.load("ann"), None);
+        let saved = SavedSession {
+            name: "ann/b c".into(),
+            token_hex: hex::encode([7u8; 16]),
+            game_id: 42,
+            seat: 3,
+            servers: "127.0.0.1:1".into(),
+        };
+        dir.save(&saved).unwrap();
+        assert_eq!(dir.load("ann/b c"), Some(saved.clone()));
+        assert_eq!(dir.load("ann"), None);
+        assert_eq!(dir.load("ann/b c").unwrap().token(), Some(vec![7u8; 16]));
+        let mode = fs::metadata(dir.file("ann/b c")).unwrap().permissions();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0);
+        dir.clear("ann/b c");
+        assert_eq!(dir.load("ann/b c"), None);
+    }
+
+    #[test]
+    fn a_corrupt_file_counts_as_no_session() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = StateDir::at(temp.path());
+        fs::write(dir.file("bob"), "{not json").unwrap();
+        assert_eq!(dir.load("bob"), None);
+    }
+}
