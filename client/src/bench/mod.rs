@@ -5,7 +5,9 @@
 //! - [`record`]: per-invocation records and CSV.
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
 //! - [`plot`]: `ecdf.svg` and `rtt.svg`.
+//! - [`workload`]: the headless clients.
 
 pub mod plot;
 pub mod record;
 pub mod report;
+pub mod workload;

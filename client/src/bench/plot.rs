@@ -213,6 +213,7 @@ mod tests {
                 let mut r = act((i % 8) as u32, i * 6_250, 300 + (i * 37) % 900);
                 if i == 250 {
                     r.failed_over = true;
+                    r.first_failure_us = Some(0);
                     r.rtt_us = 4_000;
                 }
                 if i == 260 {

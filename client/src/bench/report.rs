@@ -6,18 +6,17 @@
 //!
 //! Definitions, stated once:
 //! - an *invocation* is one call a client made after the warm-up;
-//! - the RTT of a successful call runs from the first try of its request to
-//!   the reply, so a request a client had to repeat after an outright failure
-//!   counts with its whole wait (what the player felt);
+//! - the RTT of a call runs from its start to the reply, retries on other
+//!   servers included (what the player felt);
 //! - jitter is |RTT_i − RTT_(i−1)| between consecutive successful calls of
 //!   the same client;
 //! - a failover gap runs from the start of the failed try to the successful
 //!   reply;
 //! - time breakdown, like the original's pie chart: `normal_ms` is time in
-//!   calls that went through at once, `retry_ms` is time from the detected
-//!   failure to the reply on another server (or in repeated requests),
-//!   `other_ms` is time lost before a failure was detected and in calls that
-//!   failed outright.
+//!   calls that went through at once, `retry_ms` is time in failed-over calls
+//!   from the start of the failed attempt to the reply, `other_ms` is the
+//!   rest: calls that failed outright, and time a failed-over call spent
+//!   before its failed attempt (backing off while the database was away).
 
 use std::collections::BTreeMap;
 
@@ -161,10 +160,10 @@ impl Distribution {
     }
 }
 
-/// The RTT a player felt for a successful call: from the first try of its
-/// request to the reply.
+/// The RTT a player felt for a call: from its start to the reply, the pool's
+/// retries on other servers included.
 pub fn effective_rtt_us(r: &Invocation) -> u64 {
-    r.end_us() - r.first_try_us.min(r.start_us)
+    r.rtt_us
 }
 
 /// |RTT_i − RTT_(i−1)| between consecutive successful calls of each client.
@@ -188,16 +187,13 @@ pub fn jitters_us(records: &[Invocation]) -> Vec<u64> {
 pub fn time_breakdown(records: &[Invocation]) -> TimeBreakdown {
     let (mut normal_us, mut retry_us, mut other_us) = (0u64, 0u64, 0u64);
     for r in records.iter().filter(|r| !r.warmup) {
-        if let Some(detected_us) = r.first_failure_us.filter(|_| r.failed_over) {
-            let detected_us = detected_us.min(r.rtt_us);
-            other_us += detected_us;
-            retry_us += r.rtt_us - detected_us;
-        } else if !r.is_ok() {
-            other_us += r.rtt_us;
-        } else if r.first_try_us < r.start_us {
-            retry_us += r.rtt_us;
-        } else {
+        if let Some(gap_us) = r.failover_gap_us() {
+            retry_us += gap_us;
+            other_us += r.rtt_us - gap_us;
+        } else if r.is_ok() {
             normal_us += r.rtt_us;
+        } else {
+            other_us += r.rtt_us;
         }
     }
     TimeBreakdown {
@@ -378,25 +374,30 @@ mod tests {
 
     #[test]
     fn failover_gaps_and_time_breakdown() {
-        // A call that failed over: 2 ms to notice, 1 ms on the next server.
+        // A call that failed over at once: 3 ms from the failed attempt to
+        // the reply on another server.
         let mut over = act(0, 0, 3_000);
         over.failed_over = true;
         over.attempts = 2;
-        over.first_failure_us = Some(2_000);
-        // A call that failed outright (5 ms), then its repeat (1 ms) succeeded.
-        let mut failed = act(1, 0, 5_000);
+        over.first_failure_us = Some(0);
+        // One that backed off 2 ms (database away) before its failed attempt.
+        let mut late = act(1, 0, 9_000);
+        late.failed_over = true;
+        late.attempts = 3;
+        late.first_failure_us = Some(2_000);
+        // A call that failed outright after 5 ms.
+        let mut failed = act(2, 0, 5_000);
         failed.status = "unavailable".into();
-        let mut repeat = act(1, 6_000, 1_000);
-        repeat.first_try_us = 0;
-        let records = vec![over, failed, repeat, act(2, 0, 4_000)];
+        failed.failed_over = true;
+        let records = vec![over, late, failed, act(3, 0, 4_000)];
         let m = measure(&records);
 
-        assert_eq!(m.failovers, 1);
-        assert_eq!(m.failover_gap_ms.samples, 2);
+        assert_eq!(m.failovers, 3);
         assert_eq!(
-            m.failover_gap_ms.max, 7.0,
-            "from the first try at 0 to 7 ms"
+            m.failover_gap_ms.samples, 2,
+            "only recovered calls have a gap"
         );
+        assert_eq!(m.failover_gap_ms.max, 7.0);
         assert!(
             (m.failover_gap_ms.p50 - 3.0).abs() < 0.01,
             "{:?}",
@@ -406,12 +407,12 @@ mod tests {
             m.time_breakdown,
             TimeBreakdown {
                 normal_ms: 4.0,
-                retry_ms: 2.0,
+                retry_ms: 10.0,
                 other_ms: 7.0,
             }
         );
-        // The repeated request counts with its whole wait.
-        assert_eq!(m.rtt_us.max, 7_000);
+        assert_eq!(m.rtt_us.max, 9_000);
+        assert_eq!(m.errors, 1);
     }
 
     #[test]

@@ -1,0 +1,355 @@
+//! The workload of a bench or chaos run: headless clients, each a bot brain
+//! playing a real game through its own [`GameSession`] on a shared
+//! [`ServerPool`], making one invocation every interval like the original's
+//! `update()` calls. A client in a game that is running sends the brain's
+//! action (`Act`); in a lobby that is still filling it polls the state
+//! (`GetState`); when its game ends it joins the next one at once, so the
+//! load stays steady for the whole run. At the end every client leaves its
+//! game.
+//!
+//! Each client records every call ([`Recorder`]) and keeps the proof the
+//! invariant checker needs: every session token it used, every `(token,
+//! seq)` the servers acknowledged and the highest sequence number it sent.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use borbaman_proto::pb;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::sync::watch;
+
+use super::record::{CallKind, Invocation, Recorder, RunClock, STATUS_OK, duration_us};
+use crate::brain;
+use crate::pool::{CallInfo, PoolError, ServerPool};
+use crate::session::{GameSession, new_token};
+
+/// What the clients do and for how long.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    pub clients: u32,
+    /// Time between two invocations of one client.
+    pub interval: Duration,
+    /// Calls started before this much time has passed are warm-up.
+    pub warmup: Duration,
+    /// Total run time, warm-up included.
+    pub total: Duration,
+    /// Players are named `<prefix><n>`.
+    pub name_prefix: String,
+}
+
+/// An `Act` or `Leave` the servers acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ack {
+    pub token: Vec<u8>,
+    pub seq: u64,
+    pub game_id: u64,
+}
+
+/// One session (one game) of one client.
+#[derive(Clone, Debug, Default)]
+pub struct SessionLog {
+    pub token: Vec<u8>,
+    pub game_id: u64,
+    pub seat: u32,
+    /// Highest sequence number sent, acknowledged or not (0 if none).
+    pub last_seq_sent: u64,
+    /// Replies carrying a state older than one already seen.
+    pub regressions: u64,
+    /// The game was seen to finish (winner or draw).
+    pub finished: bool,
+}
+
+/// What a client proves about its run.
+#[derive(Clone, Debug, Default)]
+pub struct ClientLog {
+    pub client: u32,
+    pub sessions: Vec<SessionLog>,
+    pub acknowledged: Vec<Ack>,
+}
+
+/// Live counters for the progress bar.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    pub failovers: AtomicU64,
+    pub games_finished: AtomicU64,
+}
+
+/// Runs `config.clients` clients until `config.total` has passed (or `stop`
+/// turns true) and returns their logs, ordered by client.
+pub async fn run(
+    config: &WorkloadConfig,
+    pool: &ServerPool,
+    clock: RunClock,
+    recorder: &Recorder,
+    progress: &Arc<Progress>,
+    stop: watch::Receiver<bool>,
+) -> Vec<ClientLog> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..config.clients {
+        let client_run = ClientRun {
+            client,
+            name: format!("{}{client}", config.name_prefix),
+            config: config.clone(),
+            pool: pool.clone(),
+            clock,
+            recorder: recorder.clone(),
+            progress: progress.clone(),
+            stop: stop.clone(),
+            log: ClientLog {
+                client,
+                ..ClientLog::default()
+            },
+        };
+        tasks.spawn(client_run.run());
+    }
+    let mut logs: Vec<ClientLog> = tasks.join_all().await;
+    logs.sort_by_key(|l| l.client);
+    logs
+}
+
+struct ClientRun {
+    client: u32,
+    name: String,
+    config: WorkloadConfig,
+    pool: ServerPool,
+    clock: RunClock,
+    recorder: Recorder,
+    progress: Arc<Progress>,
+    stop: watch::Receiver<bool>,
+    log: ClientLog,
+}
+
+impl ClientRun {
+    async fn run(mut self) -> ClientLog {
+        let deadline = self.clock.started() + self.config.total;
+        let mut rng = StdRng::seed_from_u64(u64::from(self.client));
+        // Spread the clients' calls over the interval instead of all at once.
+        let offset = self.config.interval * self.client / self.config.clients.max(1);
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::from_std(self.clock.started() + offset),
+            self.config.interval,
+        );
+        // After a stall, carry on at the normal pace rather than in a burst.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut session: Option<GameSession> = None;
+        loop {
+            ticker.tick().await;
+            if Instant::now() >= deadline || *self.stop.borrow() {
+                break;
+            }
+            let Some(current) = session.as_mut() else {
+                session = self.join().await;
+                continue;
+            };
+            let phase = current.latest().map(|s| s.phase).unwrap_or_default();
+            if phase == pb::Phase::Finished as i32 {
+                self.close(current, true);
+                session = self.join().await;
+            } else if phase == pb::Phase::Playing as i32 {
+                let action = brain::decide(current.latest().unwrap(), current.seat(), &mut rng);
+                self.act(current, action).await;
+            } else {
+                self.poll(current).await;
+            }
+        }
+        if let Some(mut current) = session {
+            self.leave(&mut current).await;
+            let finished = current.latest().map(|s| s.phase) == Some(pb::Phase::Finished as i32);
+            self.close(&current, finished);
+        }
+        self.log
+    }
+
+    async fn join(&mut self) -> Option<GameSession> {
+        let started = Instant::now();
+        let result = GameSession::join(&self.pool, &self.name, new_token()).await;
+        match result {
+            Ok((session, info)) => {
+                let version = session.latest().map(|s| s.version).unwrap_or(0);
+                self.record(CallKind::Join, &session, 0, &info, started, version, false);
+                Some(session)
+            }
+            Err(e) => {
+                self.record_error(CallKind::Join, 0, 0, 0, started, &e);
+                None
+            }
+        }
+    }
+
+    async fn act(&mut self, session: &mut GameSession, action: pb::Action) {
+        let seq = session.next_seq();
+        let started = Instant::now();
+        match session.act(action).await {
+            Ok((reply, info)) => {
+                let version = reply.state.as_ref().map(|s| s.version).unwrap_or(0);
+                self.acknowledge(session, reply.seq.max(seq));
+                self.record(
+                    CallKind::Act,
+                    session,
+                    seq,
+                    &info,
+                    started,
+                    version,
+                    reply.replayed,
+                );
+            }
+            Err(e) => self.record_error(
+                CallKind::Act,
+                session.game_id(),
+                session.seat(),
+                seq,
+                started,
+                &e,
+            ),
+        }
+    }
+
+    async fn poll(&mut self, session: &mut GameSession) {
+        let started = Instant::now();
+        match session.state().await {
+            Ok((state, info)) => self.record(
+                CallKind::State,
+                session,
+                0,
+                &info,
+                started,
+                state.version,
+                false,
+            ),
+            Err(e) => self.record_error(
+                CallKind::State,
+                session.game_id(),
+                session.seat(),
+                0,
+                started,
+                &e,
+            ),
+        }
+    }
+
+    async fn leave(&mut self, session: &mut GameSession) {
+        let seq = session.next_seq();
+        let started = Instant::now();
+        match session.leave().await {
+            Ok(info) => {
+                self.acknowledge(session, seq);
+                self.record(CallKind::Leave, session, seq, &info, started, 0, false);
+            }
+            Err(e) => self.record_error(
+                CallKind::Leave,
+                session.game_id(),
+                session.seat(),
+                seq,
+                started,
+                &e,
+            ),
+        }
+    }
+
+    fn acknowledge(&mut self, session: &GameSession, seq: u64) {
+        self.log.acknowledged.push(Ack {
+            token: session.token().to_vec(),
+            seq,
+            game_id: session.game_id(),
+        });
+    }
+
+    /// Files the proof of a session that is over.
+    fn close(&mut self, session: &GameSession, finished: bool) {
+        if finished {
+            self.progress.games_finished.fetch_add(1, Ordering::Relaxed);
+        }
+        self.log.sessions.push(SessionLog {
+            token: session.token().to_vec(),
+            game_id: session.game_id(),
+            seat: session.seat(),
+            last_seq_sent: session.next_seq() - 1,
+            regressions: session.regressions(),
+            finished,
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        call: CallKind,
+        session: &GameSession,
+        seq: u64,
+        info: &CallInfo,
+        started: Instant,
+        version: u64,
+        replayed: bool,
+    ) {
+        let start_us = self.clock.us(info.started.min(started));
+        self.progress.calls.fetch_add(1, Ordering::Relaxed);
+        if info.failed_over {
+            self.progress.failovers.fetch_add(1, Ordering::Relaxed);
+        }
+        self.recorder.push(Invocation {
+            start_us,
+            client: self.client,
+            game: session.game_id(),
+            seat: session.seat(),
+            call,
+            seq,
+            server: info.server.clone(),
+            rtt_us: duration_us(info.rtt),
+            attempts: info.attempts,
+            failed_over: info.failed_over,
+            first_failure_us: info
+                .first_failure
+                .map(|at| duration_us(at.saturating_duration_since(info.started))),
+            status: STATUS_OK.into(),
+            version,
+            replayed,
+            warmup: start_us < duration_us(self.config.warmup),
+        });
+    }
+
+    fn record_error(
+        &self,
+        call: CallKind,
+        game: u64,
+        seat: u32,
+        seq: u64,
+        started: Instant,
+        error: &PoolError,
+    ) {
+        let start_us = self.clock.us(started);
+        self.progress.calls.fetch_add(1, Ordering::Relaxed);
+        self.progress.errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(client = self.client, ?call, seq, "call failed: {error}");
+        self.recorder.push(Invocation {
+            start_us,
+            client: self.client,
+            game,
+            seat,
+            call,
+            seq,
+            server: self.pool.status().current.unwrap_or_default(),
+            rtt_us: duration_us(started.elapsed()),
+            attempts: 0,
+            failed_over: matches!(error, PoolError::GaveUp { .. }),
+            first_failure_us: None,
+            status: status_text(error),
+            version: 0,
+            replayed: false,
+            warmup: start_us < duration_us(self.config.warmup),
+        });
+    }
+}
+
+/// A short status for the CSV: the gRPC code, or what the pool gave up on.
+fn status_text(error: &PoolError) -> String {
+    match error {
+        PoolError::Status(status) => format!("{:?}", status.code()),
+        PoolError::GaveUp { database: true, .. } => "gave_up_database".into(),
+        PoolError::GaveUp { .. } => "gave_up".into(),
+        PoolError::NoServerReachable { .. } => "no_server".into(),
+        PoolError::InvalidAddress { .. } => "invalid_address".into(),
+    }
+}
