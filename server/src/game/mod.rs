@@ -1,15 +1,140 @@
 //! The game core: the rules of Borbaman as a pure, deterministic state
-//! machine. (Placeholder API; the rules are being filled in.)
+//! machine.
+//!
+//! Nothing here reads a clock, touches the network or draws unseeded random
+//! numbers. A [`GameState`] plus the ticks and actions fed to it decide
+//! everything, so every server replica that loads the same bytes and applies
+//! the same calls computes byte-identical results.
+//!
+//! # The rules
+//!
+//! **Arena.** 15×13 cells. The outer ring, and every cell whose x and y are
+//! both even, are indestructible pillars; that leaves 113 open cells. The
+//! seed stored in the state fills about 65% of the open cells with soft
+//! blocks, and about 30% of soft blocks hide a power-up (extra bomb 40%,
+//! longer blast 40%, speed 20%). Each spawn corner and its two open
+//! neighbours (an L of three cells) are always clear: plant a bomb on one arm
+//! of the L, step back around the pillar onto the other arm, and the blast
+//! misses you.
+//!
+//! **Lobby.** A game waits ([`Phase::Waiting`]) until four players are
+//! seated. Seats 0-3 spawn in the top-left, top-right, bottom-left and
+//! bottom-right corners. The fourth seat starts play ([`Phase::Playing`])
+//! and the round timer.
+//!
+//! **Time.** The game runs in ticks of [`TICK_MS`] = 50 ms. Server replicas
+//! agree on the current tick; [`GameState::advance`] catches the state up to
+//! it before every action.
+//!
+//! **Moving.** A move goes one cell up, down, left or right, into a floor or
+//! power-up cell. Pillars, soft blocks, bombs and closed cells block. Players
+//! do not block each other: several may share a cell. A player standing on
+//! a bomb (usually the one just planted) may walk off it. After a move the
+//! player waits out a cooldown of 4 ticks (200 ms), one tick shorter per
+//! speed power-up, never below 2 ticks. A move requested during the
+//! cooldown goes into a one-move buffer (a newer request replaces it) and is
+//! made on the tick the cooldown ends. So holding a key or flooding the
+//! server with requests cannot make anyone faster. A move into a blocked
+//! cell has no effect and empties the buffer. Walking into a burning cell
+//! kills.
+//!
+//! **Bombs.** A player starts with 1 bomb (at most 8 with power-ups) on the
+//! board at a time, and a blast range of 2 (at most 8). Planting needs a
+//! bomb left and no bomb already in the cell. A bomb's range is fixed when
+//! it is planted. Its fuse burns 50 ticks (2.5 s).
+//!
+//! **Blasts.** An exploding bomb sets its own cell on fire, and the fire
+//! runs up to its range in each of the four directions. An arm stops before
+//! a pillar or closed cell. It stops *on* the first soft block it meets,
+//! which is destroyed and reveals whatever it hid. It also stops on another
+//! bomb, which explodes in the same tick (chain reaction). The arm passes
+//! over players and exposed power-ups; those power-ups burn. A power-up that
+//! the blast just uncovered survives it. Every cell reached burns for 10
+//! ticks (0.5 s). A player in a burning cell dies. A kill counts for the
+//! owner of the bomb whose fire reached that cell first, unless it was the
+//! victim's own bomb. Walking into fire that is already burning counts for
+//! no one.
+//!
+//! **Power-ups.** Walking onto one takes it: extra bomb (+1 bomb, up to 8),
+//! longer blast (+1 range, up to 8) or speed (−1 tick of move cooldown, up
+//! to 2 taken). One taken at its cap is used up with no effect.
+//!
+//! **Sudden death.** After a 3-minute round ([`ROUND_TICKS`]), the arena
+//! closes in. Every [`CLOSE_EVERY_TICKS`] ticks the next open cell along a
+//! clockwise spiral (outer ring first, starting top-left) becomes a closed
+//! wall. Whoever stands there dies, and any bomb or fire there is gone. In
+//! the end the whole arena is closed, so every game finishes.
+//!
+//! **End.** When at most one player is alive the game is
+//! [`Phase::Finished`]. The last player alive wins. If the last players all
+//! die in the same tick, it is a draw. A player who leaves a running game
+//! forfeits: they die at once, credited to no one.
+//!
+//! **Order within a tick.** Each tick runs these steps, in this order:
+//! 1. fires age, and fire that has burned 10 ticks goes out;
+//! 2. move cooldowns count down, and buffered moves whose cooldown ends are
+//!    made, in seat order;
+//! 3. fuses count down, and the bombs that reach zero explode together with
+//!    every bomb their fire reaches. All arms are traced on the board as it
+//!    was before this step. Then soft blocks are destroyed, power-ups burn
+//!    and the new fire is lit;
+//! 4. every player in a burning cell dies;
+//! 5. in sudden death, the next cell closes (killing anyone there);
+//! 6. the game ends if at most one player is alive.
+//!
+//! An action requested at tick `t` runs after tick `t` is done. The result
+//! is [`Outcome::Applied`] (it happened), [`Outcome::Queued`] (a move was
+//! buffered) or [`Outcome::NoEffect`] (it was blocked, no bomb was left, the
+//! player is dead, the game is not running, or it was [`Action::Idle`], which
+//! only advances time).
+//!
+//! # Modules
+//!
+//! - `map`: geometry, pillars, spawns, the sudden-death spiral and map
+//!   generation;
+//! - `rng`: the seeded generator the map is drawn from;
+//! - `rules`: the tick loop and the actions;
+//! - `codec`: the packed binary storage format (at most 256 bytes);
+//! - `proto`: conversion to the wire message.
 
-#![allow(unused_variables)]
+mod codec;
+mod map;
+mod proto;
+mod rng;
+mod rules;
 
-use borbaman_proto::pb;
+#[cfg(test)]
+mod props;
+
+pub use codec::{CODEC_VERSION, DecodeError, MAX_ENCODED_BYTES};
+pub use map::{Cell, PowerUp};
 
 pub const WIDTH: u8 = 15;
 pub const HEIGHT: u8 = 13;
 pub const SEATS: usize = 4;
 pub const TICK_MS: u32 = 50;
+
+/// Game-relative ticks since the game was created.
 pub type Tick = u32;
+
+/// Ticks a bomb's fuse burns (2.5 s).
+pub const FUSE_TICKS: u8 = 50;
+/// Ticks a cell keeps burning after a blast reaches it (0.5 s).
+pub const BLAST_TICKS: u8 = 10;
+/// Ticks of normal play before sudden death (3 minutes).
+pub const ROUND_TICKS: u32 = 3 * 60 * 1000 / TICK_MS;
+/// In sudden death, one more cell closes every this many ticks.
+pub const CLOSE_EVERY_TICKS: u32 = 3;
+/// Move cooldown without speed power-ups (200 ms).
+pub const BASE_MOVE_COOLDOWN_TICKS: u8 = 4;
+/// Bombs on the board at once, at the start and at most.
+pub const START_BOMBS: u8 = 1;
+pub const MAX_BOMBS: u8 = 8;
+/// Blast range in cells, at the start and at most.
+pub const START_RANGE: u8 = 2;
+pub const MAX_RANGE: u8 = 8;
+/// Speed power-ups that count; each takes one tick off the move cooldown.
+pub const MAX_SPEED: u8 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dir {
@@ -17,6 +142,10 @@ pub enum Dir {
     Down,
     Left,
     Right,
+}
+
+impl Dir {
+    pub const ALL: [Dir; 4] = [Dir::Up, Dir::Down, Dir::Left, Dir::Right];
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,64 +175,272 @@ pub enum Ending {
     Draw,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GameState {
-    tick: Tick,
+/// One seat. Read-only outside the core: only the rules change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Player {
+    pub x: u8,
+    pub y: u8,
+    pub seated: bool,
+    pub alive: bool,
+    pub bombs_max: u8,
+    pub range: u8,
+    /// Speed power-ups taken (0..=MAX_SPEED).
+    pub speed: u8,
+    /// Other players this one killed in this game.
+    pub kills: u8,
+    /// Ticks until the next move may be made.
+    pub move_cooldown: u8,
+    /// The move to make when the cooldown ends.
+    pub buffered_move: Option<Dir>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum DecodeError {
-    #[error("state encoding is corrupt")]
-    Corrupt,
+impl Player {
+    /// An empty seat: canonical values, so equal states encode equally.
+    fn empty(seat: u8) -> Self {
+        let (x, y) = map::SPAWNS[seat as usize];
+        Player {
+            x,
+            y,
+            seated: false,
+            alive: false,
+            bombs_max: START_BOMBS,
+            range: START_RANGE,
+            speed: 0,
+            kills: 0,
+            move_cooldown: 0,
+            buffered_move: None,
+        }
+    }
+
+    /// A freshly seated player in its spawn corner.
+    fn fresh(seat: u8) -> Self {
+        Player {
+            seated: true,
+            alive: true,
+            ..Player::empty(seat)
+        }
+    }
+
+    /// Ticks this player waits after a move.
+    pub fn move_cooldown_ticks(&self) -> u8 {
+        BASE_MOVE_COOLDOWN_TICKS - self.speed.min(MAX_SPEED)
+    }
+}
+
+/// A bomb on the board.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bomb {
+    pub x: u8,
+    pub y: u8,
+    pub owner: u8,
+    pub range: u8,
+    /// Ticks until it explodes (1..=FUSE_TICKS).
+    pub fuse_ticks: u8,
+}
+
+/// A burning cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blast {
+    pub x: u8,
+    pub y: u8,
+    /// Ticks it keeps burning (1..=BLAST_TICKS).
+    pub ticks_left: u8,
+}
+
+/// What sits in a cell with a bomb, besides its position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BombSlot {
+    owner: u8,
+    range: u8,
+    fuse_ticks: u8,
+}
+
+/// A whole game. Per-cell arrays (rather than lists) keep the in-memory
+/// form canonical, so `decode(encode(s)) == s` holds field by field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GameState {
+    /// Drew the map; kept for reference and for validating waiting games.
+    seed: u64,
+    tick: Tick,
+    /// The tick play started (0 while waiting).
+    start_tick: Tick,
+    phase: Phase,
+    ending: Option<Ending>,
+    /// Cells closed by sudden death so far (a prefix of the spiral).
+    closed: u8,
+    players: [Player; SEATS],
+    cells: [Cell; map::CELLS],
+    bombs: [Option<BombSlot>; map::CELLS],
+    /// Ticks each cell keeps burning; 0 = not burning.
+    burn: [u8; map::CELLS],
 }
 
 impl GameState {
+    /// A waiting game with nobody seated and the map drawn from `seed`.
     pub fn new(seed: u64, created_tick: Tick) -> Self {
-        todo!()
+        GameState {
+            seed,
+            tick: created_tick,
+            start_tick: 0,
+            phase: Phase::Waiting,
+            ending: None,
+            closed: 0,
+            players: [0, 1, 2, 3].map(Player::empty),
+            cells: map::generate(seed),
+            bombs: [None; map::CELLS],
+            burn: [0; map::CELLS],
+        }
     }
+
+    /// Seats a player in the lowest free seat. Returns `None` when the game
+    /// is full or no longer waiting. The fourth seat starts play at
+    /// `at_tick` (or at the current tick, if that is later).
     pub fn seat_player(&mut self, at_tick: Tick) -> Option<u8> {
-        todo!()
+        self.advance(at_tick);
+        if self.phase != Phase::Waiting {
+            return None;
+        }
+        let seat = self.players.iter().position(|p| !p.seated)? as u8;
+        self.players[seat as usize] = Player::fresh(seat);
+        if self.seated() as usize == SEATS {
+            self.phase = Phase::Playing;
+            self.start_tick = self.tick;
+        }
+        Some(seat)
     }
+
+    /// Frees a seat while the game is waiting; does nothing otherwise.
     pub fn unseat_player(&mut self, seat: u8) {
-        todo!()
+        if self.phase == Phase::Waiting && (seat as usize) < SEATS {
+            self.players[seat as usize] = Player::empty(seat);
+        }
     }
+
+    /// A player leaves a running game: they die at `at_tick`, credited to
+    /// no one. This may end the game.
     pub fn forfeit(&mut self, seat: u8, at_tick: Tick) {
-        todo!()
+        self.advance(at_tick);
+        if self.phase == Phase::Playing && self.is_alive(seat) {
+            self.kill(seat);
+            self.check_ending();
+        }
     }
+
+    /// Runs every tick up to `to_tick`. It does nothing if `to_tick` is not
+    /// ahead. Waiting and finished games jump straight there. A running game
+    /// steps tick by tick, at most a few thousand ticks, since sudden death
+    /// always ends it.
     pub fn advance(&mut self, to_tick: Tick) {
-        todo!()
+        self.run_ticks(to_tick);
     }
+
+    /// Advances to `at_tick`, then applies one action of `seat`. Never
+    /// panics; a bad seat has no effect.
     pub fn apply(&mut self, seat: u8, action: Action, at_tick: Tick) -> Outcome {
-        todo!()
+        self.advance(at_tick);
+        self.act(seat, action)
     }
+
     pub fn tick(&self) -> Tick {
         self.tick
     }
+
     pub fn phase(&self) -> Phase {
-        todo!()
+        self.phase
     }
+
     pub fn ending(&self) -> Option<Ending> {
-        todo!()
+        self.ending
     }
+
     pub fn seated(&self) -> u8 {
-        todo!()
+        self.players.iter().filter(|p| p.seated).count() as u8
     }
+
     pub fn is_alive(&self, seat: u8) -> bool {
-        todo!()
+        self.players
+            .get(seat as usize)
+            .is_some_and(|p| p.seated && p.alive)
     }
-    pub fn encode(&self) -> Vec<u8> {
-        todo!()
+
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
-    pub fn decode(bytes: &[u8]) -> Result<GameState, DecodeError> {
-        todo!()
+
+    /// The tick play started (0 while waiting).
+    pub fn start_tick(&self) -> Tick {
+        self.start_tick
     }
-    pub fn to_proto(
-        &self,
-        game_id: u64,
-        version: u64,
-        names: &[String; 4],
-        connected: [bool; 4],
-    ) -> pb::GameState {
-        todo!()
+
+    /// Ticks left before sudden death (the full round while waiting).
+    pub fn round_ticks_left(&self) -> u32 {
+        match self.phase {
+            Phase::Waiting => ROUND_TICKS,
+            _ => self.sudden_death_tick().saturating_sub(self.tick as u64) as u32,
+        }
+    }
+
+    /// True once the round timer has run out in a started game.
+    pub fn sudden_death(&self) -> bool {
+        self.phase != Phase::Waiting && self.tick as u64 >= self.sudden_death_tick()
+    }
+
+    pub fn player(&self, seat: u8) -> Option<&Player> {
+        self.players.get(seat as usize)
+    }
+
+    /// The cell at (x, y); out of range reads as a pillar.
+    pub fn cell(&self, x: u8, y: u8) -> Cell {
+        if x < WIDTH && y < HEIGHT {
+            self.cells[map::index(x, y)]
+        } else {
+            Cell::Pillar
+        }
+    }
+
+    /// Bombs on the board, row-major.
+    pub fn bombs(&self) -> impl Iterator<Item = Bomb> + '_ {
+        self.bombs.iter().enumerate().filter_map(|(i, b)| {
+            let b = (*b)?;
+            let (x, y) = map::coords(i);
+            Some(Bomb {
+                x,
+                y,
+                owner: b.owner,
+                range: b.range,
+                fuse_ticks: b.fuse_ticks,
+            })
+        })
+    }
+
+    /// Bombs `seat` has on the board.
+    pub fn bombs_placed(&self, seat: u8) -> u8 {
+        self.bombs
+            .iter()
+            .flatten()
+            .filter(|b| b.owner == seat)
+            .count() as u8
+    }
+
+    /// Burning cells, row-major.
+    pub fn blasts(&self) -> impl Iterator<Item = Blast> + '_ {
+        self.burn
+            .iter()
+            .enumerate()
+            .filter(|&(_, &t)| t > 0)
+            .map(|(i, &ticks_left)| {
+                let (x, y) = map::coords(i);
+                Blast { x, y, ticks_left }
+            })
+    }
+
+    /// Whether (x, y) is burning.
+    pub fn is_burning(&self, x: u8, y: u8) -> bool {
+        x < WIDTH && y < HEIGHT && self.burn[map::index(x, y)] > 0
+    }
+
+    /// The tick sudden death starts (u64: a game may start near u32::MAX).
+    fn sudden_death_tick(&self) -> u64 {
+        self.start_tick as u64 + ROUND_TICKS as u64
     }
 }
