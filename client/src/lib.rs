@@ -14,7 +14,9 @@
 pub mod bench;
 pub mod bot;
 pub mod brain;
+pub mod cluster;
 pub mod play;
 pub mod pool;
 pub mod session;
 pub mod state_dir;
+pub mod ui;

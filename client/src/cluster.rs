@@ -1,0 +1,540 @@
+//! `LocalCluster`: a PostgreSQL and N real game-server processes on this
+//! machine, for `borbaman play` without `--servers`, for tests, bench and
+//! chaos runs.
+//!
+//! The database is `DATABASE_URL` when set, else a private PostgreSQL
+//! ([`LocalPostgres`]) in a given data directory or a throwaway one. Servers
+//! are processes of this very binary (`borbaman server …`, via
+//! `current_exe()`) or of a given binary, on OS-chosen ports; each one's
+//! readiness is its single stdout line `borbaman-server listening on <addr>
+//! id=<id>`. Their logs go to files in the log directory, never to the
+//! terminal (the UI owns it). Everything started here is stopped by PID when
+//! the cluster is dropped.
+//!
+//! Fault injection for chaos runs acts on single servers by index: `kill`
+//! (SIGKILL), `hang`/`resume` (SIGSTOP/SIGCONT), `terminate` (SIGTERM, then
+//! wait), `replace`, and `restart_database`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use borbaman_server::postgres::{LocalPostgres, PgError, PgOptions};
+
+/// Prefix of the line a server prints on stdout when it is ready.
+pub const READY_PREFIX: &str = "borbaman-server listening on ";
+
+/// How long a server may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a SIGTERMed server may take to drain and exit before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(5);
+
+/// Where the database comes from.
+#[derive(Clone, Debug)]
+pub enum Database {
+    /// An existing database.
+    Url(String),
+    /// A private PostgreSQL kept in this directory across runs.
+    Persistent(PathBuf),
+    /// A throwaway PostgreSQL, deleted on drop.
+    Temporary,
+}
+
+impl Database {
+    /// `DATABASE_URL` if set, else `fallback`.
+    pub fn from_env_or(fallback: Database) -> Database {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.trim().is_empty() => Database::Url(url),
+            _ => fallback,
+        }
+    }
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub servers: usize,
+    pub database: Database,
+    /// fsync on for a kept database, off for throwaway ones by default.
+    pub fsync: bool,
+    /// The binary to run servers from, with the arguments that precede the
+    /// server flags: `current_exe() server` by default.
+    pub server_command: Option<(PathBuf, Vec<String>)>,
+    /// Extra flags for every server (e.g. a shorter round for tests).
+    pub server_args: Vec<String>,
+    /// Where server logs go; a temporary directory when `None`.
+    pub log_dir: Option<PathBuf>,
+}
+
+impl ClusterConfig {
+    /// `servers` servers of this binary on a throwaway database (or
+    /// `DATABASE_URL`).
+    pub fn temporary(servers: usize) -> ClusterConfig {
+        ClusterConfig {
+            servers,
+            database: Database::from_env_or(Database::Temporary),
+            fsync: false,
+            server_command: None,
+            server_args: Vec::new(),
+            log_dir: None,
+        }
+    }
+
+    /// Runs servers from `binary` (a `borbaman` binary: the `server`
+    /// subcommand is added).
+    pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> ClusterConfig {
+        self.server_command = Some((binary.into(), vec!["server".into()]));
+        self
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Postgres(#[from] PgError),
+    #[error("cannot start a server ({command}): {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("server {index} did not become ready: {reason}; see its log {log}")]
+    NotReady {
+        index: usize,
+        reason: String,
+        log: PathBuf,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("no server at index {0}")]
+    NoSuchServer(usize),
+    #[error("the database is not ours to restart (DATABASE_URL is set)")]
+    ExternalDatabase,
+}
+
+/// One server process.
+struct ServerProcess {
+    child: Child,
+    address: String,
+    id: String,
+    log: PathBuf,
+    /// `false` once killed, terminated or exited.
+    running: bool,
+}
+
+/// A running local cluster. Dropping it stops every process it started.
+pub struct LocalCluster {
+    postgres: Option<LocalPostgres>,
+    database_url: String,
+    servers: Vec<ServerProcess>,
+    program: PathBuf,
+    program_args: Vec<String>,
+    server_args: Vec<String>,
+    log_dir: PathBuf,
+    _temp_logs: Option<tempfile::TempDir>,
+    started_servers: usize,
+}
+
+impl LocalCluster {
+    /// Starts the database (unless given a URL) and `config.servers`
+    /// servers, calling `progress` before each step ("starting database…").
+    /// Blocking: call it from `spawn_blocking` in async code.
+    pub fn start(
+        config: ClusterConfig,
+        mut progress: impl FnMut(&str),
+    ) -> Result<LocalCluster, ClusterError> {
+        let (temp_logs, log_dir) = match &config.log_dir {
+            Some(dir) => (None, dir.clone()),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("borbaman-logs-")
+                    .tempdir()
+                    .map_err(|source| ClusterError::Io {
+                        context: "creating a log directory".into(),
+                        source,
+                    })?;
+                let path = temp.path().to_path_buf();
+                (Some(temp), path)
+            }
+        };
+        std::fs::create_dir_all(&log_dir).map_err(|source| ClusterError::Io {
+            context: format!("creating {}", log_dir.display()),
+            source,
+        })?;
+        let opts = PgOptions {
+            fsync: config.fsync,
+            port: None,
+        };
+        let (postgres, database_url) = match &config.database {
+            Database::Url(url) => (None, url.clone()),
+            Database::Persistent(dir) => {
+                progress("starting database…");
+                let pg = LocalPostgres::start_in(dir, opts)?;
+                let url = pg.url();
+                (Some(pg), url)
+            }
+            Database::Temporary => {
+                progress("starting database…");
+                let pg = LocalPostgres::start_temp(opts)?;
+                let url = pg.url();
+                (Some(pg), url)
+            }
+        };
+        let (program, program_args) = match config.server_command {
+            Some(command) => command,
+            None => {
+                let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
+                    context: "finding this program's path".into(),
+                    source,
+                })?;
+                (exe, vec!["server".to_string()])
+            }
+        };
+        let mut cluster = LocalCluster {
+            postgres,
+            database_url,
+            servers: Vec::new(),
+            program,
+            program_args,
+            server_args: config.server_args,
+            log_dir,
+            _temp_logs: temp_logs,
+            started_servers: 0,
+        };
+        progress(&format!("starting {} servers…", config.servers));
+        // Start them all, then wait for each: migrations run once, the
+        // others find them applied.
+        let pending: Vec<_> = (0..config.servers)
+            .map(|_| cluster.spawn())
+            .collect::<Result<_, _>>()?;
+        for (child, log, index, ready) in pending {
+            let server = cluster.await_ready(child, log, index, ready)?;
+            cluster.servers.push(server);
+        }
+        Ok(cluster)
+    }
+
+    /// Starts one more server; returns its index.
+    pub fn start_server(&mut self) -> Result<usize, ClusterError> {
+        let (child, log, index, ready) = self.spawn()?;
+        let server = self.await_ready(child, log, index, ready)?;
+        self.servers.push(server);
+        Ok(self.servers.len() - 1)
+    }
+
+    /// Stops server `i` (SIGKILL if still running) and starts a new one in
+    /// its place (a new port and id).
+    pub fn replace(&mut self, i: usize) -> Result<(), ClusterError> {
+        self.kill(i)?;
+        let (child, log, index, ready) = self.spawn()?;
+        let server = self.await_ready(child, log, index, ready)?;
+        self.servers[i] = server;
+        Ok(())
+    }
+
+    /// SIGKILL: the server dies mid-call, as in a crash.
+    pub fn kill(&mut self, i: usize) -> Result<(), ClusterError> {
+        let server = self.server_mut(i)?;
+        if server.running {
+            signal(&server.child, libc::SIGKILL);
+            // Resume it too, in case it was stopped: a stopped process dies
+            // on SIGKILL anyway, this only makes `wait` prompt.
+            signal(&server.child, libc::SIGCONT);
+            let _ = server.child.wait();
+            server.running = false;
+        }
+        Ok(())
+    }
+
+    /// SIGSTOP: the server hangs, its connections stay open.
+    pub fn hang(&mut self, i: usize) -> Result<(), ClusterError> {
+        let server = self.server_mut(i)?;
+        if server.running {
+            signal(&server.child, libc::SIGSTOP);
+        }
+        Ok(())
+    }
+
+    /// SIGCONT: a hung server carries on.
+    pub fn resume(&mut self, i: usize) -> Result<(), ClusterError> {
+        let server = self.server_mut(i)?;
+        if server.running {
+            signal(&server.child, libc::SIGCONT);
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then waits for the server to drain and exit (SIGKILL after a
+    /// grace period).
+    pub fn terminate(&mut self, i: usize) -> Result<(), ClusterError> {
+        let server = self.server_mut(i)?;
+        if server.running {
+            signal(&server.child, libc::SIGCONT);
+            signal(&server.child, libc::SIGTERM);
+            wait_or_kill(&mut server.child, TERM_GRACE);
+            server.running = false;
+        }
+        Ok(())
+    }
+
+    /// Stops the private PostgreSQL (fast shutdown: clients are cut off,
+    /// committed data kept) and starts it again on the same port.
+    pub fn restart_database(&mut self) -> Result<(), ClusterError> {
+        let pg = self
+            .postgres
+            .as_mut()
+            .ok_or(ClusterError::ExternalDatabase)?;
+        pg.stop()?;
+        pg.start()?;
+        Ok(())
+    }
+
+    /// Stops the private PostgreSQL (for a fault that lasts a while).
+    pub fn stop_database(&mut self) -> Result<(), ClusterError> {
+        let pg = self
+            .postgres
+            .as_mut()
+            .ok_or(ClusterError::ExternalDatabase)?;
+        pg.stop()?;
+        Ok(())
+    }
+
+    /// Starts the private PostgreSQL again after [`Self::stop_database`].
+    pub fn start_database(&mut self) -> Result<(), ClusterError> {
+        let pg = self
+            .postgres
+            .as_mut()
+            .ok_or(ClusterError::ExternalDatabase)?;
+        pg.start()?;
+        Ok(())
+    }
+
+    /// `host:port` of every server slot, running or not.
+    pub fn addresses(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.address.clone()).collect()
+    }
+
+    /// `host:port` of the running servers only.
+    pub fn running_addresses(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter(|s| s.running)
+            .map(|s| s.address.clone())
+            .collect()
+    }
+
+    /// Process ids, by server index.
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers.iter().map(|s| s.child.id()).collect()
+    }
+
+    /// Server ids (as printed in their ready lines), by index.
+    pub fn server_ids(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.id.clone()).collect()
+    }
+
+    /// Index of the server at `address`.
+    pub fn index_of(&self, address: &str) -> Option<usize> {
+        self.servers.iter().position(|s| s.address == address)
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.servers.get(i).is_some_and(|s| s.running)
+    }
+
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    pub fn database_url(&self) -> &str {
+        &self.database_url
+    }
+
+    /// Where server logs are written.
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+
+    /// Server `i`'s log file.
+    pub fn log_file(&self, i: usize) -> Option<&Path> {
+        self.servers.get(i).map(|s| s.log.as_path())
+    }
+
+    fn server_mut(&mut self, i: usize) -> Result<&mut ServerProcess, ClusterError> {
+        self.servers.get_mut(i).ok_or(ClusterError::NoSuchServer(i))
+    }
+
+    /// Spawns a server process; a reader thread passes on its ready line.
+    #[allow(clippy::type_complexity)]
+    fn spawn(
+        &mut self,
+    ) -> Result<
+        (
+            Child,
+            PathBuf,
+            usize,
+            mpsc::Receiver<Result<String, String>>,
+        ),
+        ClusterError,
+    > {
+        let index = self.started_servers;
+        self.started_servers += 1;
+        let log = self.log_dir.join(format!("server-{index}.log"));
+        let log_file = File::create(&log).map_err(|source| ClusterError::Io {
+            context: format!("creating {}", log.display()),
+            source,
+        })?;
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.program_args)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--database-url",
+                &self.database_url,
+            ])
+            .args(&self.server_args)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file));
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "info");
+        }
+        let mut child = command.spawn().map_err(|source| ClusterError::Spawn {
+            command: self.program.display().to_string(),
+            source,
+        })?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (ready_tx, ready_rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("server-{index}-stdout"))
+            .spawn(move || {
+                let mut lines = BufReader::new(stdout).lines();
+                let first = match lines.next() {
+                    Some(Ok(line)) => Ok(line),
+                    Some(Err(e)) => Err(e.to_string()),
+                    None => Err("it exited before printing its ready line".to_string()),
+                };
+                let _ = ready_tx.send(first);
+                // Keep draining so the server never blocks on a full pipe.
+                for _ in lines {}
+            })
+            .map_err(|source| ClusterError::Io {
+                context: "starting a reader thread".into(),
+                source,
+            })?;
+        Ok((child, log, index, ready_rx))
+    }
+
+    fn await_ready(
+        &self,
+        mut child: Child,
+        log: PathBuf,
+        index: usize,
+        ready: mpsc::Receiver<Result<String, String>>,
+    ) -> Result<ServerProcess, ClusterError> {
+        let fail = |child: &mut Child, reason: String| {
+            signal(child, libc::SIGKILL);
+            let _ = child.wait();
+            ClusterError::NotReady {
+                index,
+                reason,
+                log: log.clone(),
+            }
+        };
+        let line = match ready.recv_timeout(READY_TIMEOUT) {
+            Ok(Ok(line)) => line,
+            Ok(Err(reason)) => return Err(fail(&mut child, reason)),
+            Err(_) => {
+                return Err(fail(
+                    &mut child,
+                    format!("no ready line within {READY_TIMEOUT:?}"),
+                ));
+            }
+        };
+        match parse_ready_line(&line) {
+            Some((address, id)) => Ok(ServerProcess {
+                child,
+                address,
+                id,
+                log,
+                running: true,
+            }),
+            None => Err(fail(&mut child, format!("unexpected first line {line:?}"))),
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // SIGTERM all at once, then wait for each (they drain in parallel).
+        for server in self.servers.iter().filter(|s| s.running) {
+            signal(&server.child, libc::SIGCONT);
+            signal(&server.child, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + TERM_GRACE;
+        for server in self.servers.iter_mut().filter(|s| s.running) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            wait_or_kill(&mut server.child, left);
+            server.running = false;
+        }
+        // `postgres` drops after this: it stops the database.
+    }
+}
+
+/// `(address, id)` from `borbaman-server listening on <addr> id=<id>`.
+pub fn parse_ready_line(line: &str) -> Option<(String, String)> {
+    let rest = line.trim().strip_prefix(READY_PREFIX)?;
+    let mut parts = rest.split_whitespace();
+    let address = parts.next()?.to_string();
+    let id = parts
+        .find_map(|p| p.strip_prefix("id="))
+        .unwrap_or_default()
+        .to_string();
+    Some((address, id))
+}
+
+fn signal(child: &Child, signal: libc::c_int) {
+    // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, signal);
+    }
+}
+
+/// Waits up to `grace` for `child` to exit, then SIGKILLs it.
+fn wait_or_kill(child: &mut Child, grace: Duration) {
+    let deadline = Instant::now() + grace;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) if Instant::now() >= deadline => break,
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    signal(child, libc::SIGKILL);
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_lines_are_parsed() {
+        assert_eq!(
+            parse_ready_line("borbaman-server listening on 127.0.0.1:4242 id=abc-1\n"),
+            Some(("127.0.0.1:4242".into(), "abc-1".into()))
+        );
+        assert_eq!(parse_ready_line("some log line"), None);
+    }
+}

@@ -1,0 +1,426 @@
+//! Renders a [`View`]: lobby, game (grid and HUD), game over, start-up
+//! progress and errors. Reads the view, writes the frame, nothing else.
+//!
+//! The grid takes two terminal columns per cell, drawn with single-codepoint
+//! glyphs only (no emoji or combining sequences, whose width terminals
+//! disagree on). Each player has a colour; players are drawn as their
+//! initial and seat number on that colour.
+
+use std::time::Duration;
+
+use borbaman_proto::pb::{Cell, GameState, Player};
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style, Stylize};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Paragraph, Row, Table, Wrap};
+
+use super::{ColorMode, NetStats, Screen, View};
+
+/// Smallest terminal the game screen fits in.
+pub const MIN_WIDTH: u16 = 66;
+pub const MIN_HEIGHT: u16 = 17;
+/// Width of the HUD panel, borders included.
+const HUD_WIDTH: u16 = 32;
+
+pub const GLYPH_FLOOR: &str = "  ";
+pub const GLYPH_PILLAR: &str = "██";
+pub const GLYPH_SOFT: &str = "▒▒";
+pub const GLYPH_CLOSED: &str = "▓▓";
+pub const GLYPH_BLAST: &str = "░░";
+pub const GLYPH_POWER_BOMB: &str = "+b";
+pub const GLYPH_POWER_RANGE: &str = "+r";
+pub const GLYPH_POWER_SPEED: &str = "+s";
+/// A bomb is this glyph followed by its fuse in whole seconds.
+pub const GLYPH_BOMB: char = '●';
+
+/// Draws `view` into the whole frame.
+pub fn draw(frame: &mut Frame, view: &View, colors: ColorMode) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let text = format!(
+            "Terminal too small: {}×{}.\nBorbaman needs at least {MIN_WIDTH}×{MIN_HEIGHT}; \
+             enlarge the window (q quits).",
+            area.width, area.height
+        );
+        frame.render_widget(Paragraph::new(text).wrap(Wrap { trim: true }), area);
+        return;
+    }
+    let palette = Palette::new(colors);
+    match view.screen() {
+        Screen::Starting => draw_starting(frame, view, area),
+        Screen::Failed => draw_failed(frame, view, area),
+        Screen::Lobby => draw_lobby(frame, view, area, &palette),
+        Screen::Game => draw_game(frame, view, area, &palette),
+        Screen::GameOver => draw_game_over(frame, view, area, &palette),
+    }
+}
+
+fn draw_starting(frame: &mut Frame, view: &View, area: Rect) {
+    let mut lines: Vec<Line> = vec![Line::from("Borbaman").bold(), Line::from("")];
+    lines.extend(view.progress.iter().map(|step| Line::from(step.as_str())));
+    lines.extend(net_warning(&view.net));
+    lines.push(Line::from(""));
+    lines.push(Line::from("q quits").dim());
+    let block = Block::bordered().title(" Borbaman ");
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn draw_failed(frame: &mut Frame, view: &View, area: Rect) {
+    let message = view.error.as_deref().unwrap_or_default();
+    let lines = vec![
+        Line::from("Something went wrong").bold().fg(Color::Red),
+        Line::from(""),
+        Line::from(message),
+        Line::from(""),
+        Line::from("q quits").dim(),
+    ];
+    let block = Block::bordered().title(" Borbaman ");
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        area,
+    );
+}
+
+fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
+    let state = view.state.as_ref().expect("lobby has a state");
+    let mut lines = vec![
+        Line::from(format!("Waiting for players {}/4", state.seated)).bold(),
+        Line::from(""),
+    ];
+    for player in state.players.iter().filter(|p| p.seated) {
+        let you = if Some(player.seat) == view.seat {
+            "  (you)"
+        } else {
+            ""
+        };
+        lines.push(Line::from(vec![
+            player_span(player, palette),
+            Span::raw(format!(" {}{you}", player.name)),
+        ]));
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from(format!("game {}", state.game_id)).dim());
+    lines.extend(net_lines(&view.net));
+    lines.push(Line::from(""));
+    lines.push(Line::from("q quits").dim());
+    let block = Block::bordered().title(" Borbaman · lobby ");
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+fn draw_game(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
+    let state = view.state.as_ref().expect("game has a state");
+    let board_width = (state.width as u16) * 2 + 2;
+    let [board_area, hud_area] = Layout::horizontal([
+        Constraint::Length(board_width),
+        Constraint::Length(HUD_WIDTH),
+    ])
+    .areas(area);
+    let board_area = Rect {
+        height: board_area.height.min(state.height as u16 + 2),
+        ..board_area
+    };
+    let block = Block::bordered().title(format!(" game {} ", state.game_id));
+    frame.render_widget(
+        Paragraph::new(grid_lines(state, view.seat, palette)).block(block),
+        board_area,
+    );
+    frame.render_widget(
+        Paragraph::new(hud_lines(view, state, palette)).block(Block::bordered().title(" HUD ")),
+        hud_area,
+    );
+}
+
+fn draw_game_over(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
+    let state = view.state.as_ref().expect("game over has a state");
+    let [head, table_area, foot] = Layout::vertical([
+        Constraint::Length(state.players.len() as u16 + 4),
+        Constraint::Min(3),
+        Constraint::Length(3),
+    ])
+    .areas(area);
+    let verdict = match state.winner {
+        _ if state.draw => Line::from("Draw: nobody survived").bold(),
+        Some(seat) => {
+            let name = state
+                .players
+                .iter()
+                .find(|p| p.seat == seat)
+                .map_or("?", |p| p.name.as_str());
+            let you = if Some(seat) == view.seat {
+                " (you!)"
+            } else {
+                ""
+            };
+            Line::from(format!("Winner: {name}{you}")).bold()
+        }
+        None => Line::from("Game over").bold(),
+    };
+    let mut lines = vec![verdict, Line::from("")];
+    for player in &state.players {
+        let fate = if player.alive { "survived" } else { "out" };
+        lines.push(Line::from(vec![
+            player_span(player, palette),
+            Span::raw(format!(" {:<16} {fate}", player.name)),
+        ]));
+    }
+    let block = Block::bordered().title(" Borbaman · game over ");
+    frame.render_widget(Paragraph::new(lines).block(block), head);
+
+    let rows = view.rankings.iter().enumerate().map(|(i, r)| {
+        Row::new(vec![
+            format!("{}", i + 1),
+            r.name.clone(),
+            r.games.to_string(),
+            r.wins.to_string(),
+            r.draws.to_string(),
+        ])
+    });
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(4),
+            Constraint::Length(18),
+            Constraint::Length(7),
+            Constraint::Length(6),
+            Constraint::Length(6),
+        ],
+    )
+    .header(Row::new(vec!["#", "player", "games", "wins", "draws"]).bold())
+    .block(Block::bordered().title(" Rankings "));
+    frame.render_widget(table, table_area);
+    let help = Paragraph::new("r plays again · q quits").block(Block::bordered());
+    frame.render_widget(help, foot);
+}
+
+/// The grid, two columns per cell. What is drawn on a cell, most visible
+/// first: a blast, a player, a bomb, the cell itself.
+pub fn grid_lines(state: &GameState, me: Option<u32>, palette: &Palette) -> Vec<Line<'static>> {
+    let (width, height) = (state.width as usize, state.height as usize);
+    let mut cells: Vec<Span<'static>> = (0..width * height)
+        .map(|i| {
+            let cell = state.cells.get(i).copied().unwrap_or(Cell::Pillar as u8);
+            palette.cell(Cell::try_from(cell as i32).unwrap_or(Cell::Pillar))
+        })
+        .collect();
+    let index = |x: u32, y: u32| {
+        let (x, y) = (x as usize, y as usize);
+        (x < width && y < height).then_some(y * width + x)
+    };
+    let tick_ms = if state.tick_ms == 0 {
+        50
+    } else {
+        state.tick_ms
+    };
+    for bomb in &state.bombs {
+        if let Some(i) = index(bomb.x, bomb.y) {
+            let seconds = (bomb.fuse_ticks * tick_ms).div_ceil(1000).min(9);
+            cells[i] = Span::styled(format!("{GLYPH_BOMB}{seconds}"), palette.bomb);
+        }
+    }
+    for player in state.players.iter().filter(|p| p.alive && p.seated) {
+        if let Some(i) = index(player.x, player.y) {
+            let mut span = player_span(player, palette);
+            if Some(player.seat) == me {
+                span = span.add_modifier(Modifier::UNDERLINED);
+            }
+            cells[i] = span;
+        }
+    }
+    for blast in state.blasts.iter().filter(|b| b.ticks_left > 0) {
+        if let Some(i) = index(blast.x, blast.y) {
+            cells[i] = Span::styled(GLYPH_BLAST, palette.blast);
+        }
+    }
+    let mut rows = Vec::with_capacity(height);
+    let mut cells = cells.into_iter();
+    for _ in 0..height {
+        rows.push(Line::from(cells.by_ref().take(width).collect::<Vec<_>>()));
+    }
+    rows
+}
+
+fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'static>> {
+    let alive = state.players.iter().filter(|p| p.alive && p.seated).count();
+    let me = view
+        .seat
+        .and_then(|seat| state.players.iter().find(|p| p.seat == seat));
+    let mut lines = vec![];
+    match me {
+        Some(me) => {
+            lines.push(Line::from(vec![
+                Span::raw("You    "),
+                player_span(me, palette),
+                Span::raw(format!(" {}", me.name)),
+                Span::raw(if me.alive { "" } else { "  (out)" }),
+            ]));
+            lines.push(Line::from(format!(
+                "Bombs  {}/{}  Range {}  Speed {}",
+                me.bombs_max.saturating_sub(me.bombs_placed),
+                me.bombs_max,
+                me.range,
+                me.speed
+            )));
+        }
+        None => lines.push(Line::from(format!("You    {}", view.name))),
+    }
+    lines.push(Line::from(format!(
+        "Alive  {alive}/{}",
+        state.seated.max(alive as u32)
+    )));
+    let tick_ms = if state.tick_ms == 0 {
+        50
+    } else {
+        state.tick_ms
+    };
+    let time = if state.sudden_death {
+        Line::from("Time   SUDDEN DEATH").bold().fg(Color::Red)
+    } else {
+        let left = Duration::from_millis(state.round_ticks_left as u64 * tick_ms as u64);
+        Line::from(format!(
+            "Time   {}:{:02}",
+            left.as_secs() / 60,
+            left.as_secs() % 60
+        ))
+    };
+    lines.push(time);
+    lines.push(Line::from(""));
+    for player in state.players.iter().filter(|p| p.seated) {
+        let status = match (player.alive, player.connected) {
+            (false, _) => "out",
+            (true, false) => "away",
+            (true, true) => "",
+        };
+        lines.push(Line::from(vec![
+            player_span(player, palette),
+            Span::raw(format!(" {:<16} {status}", player.name)),
+        ]));
+    }
+    lines.push(Line::from(""));
+    lines.extend(net_lines(&view.net));
+    lines.push(Line::from(""));
+    lines.push(Line::from("←↑↓→/WASD move").dim());
+    lines.push(Line::from("space bomb · q quit").dim());
+    lines
+}
+
+/// RTT, server and failover lines, plus any warning.
+fn net_lines(net: &NetStats) -> Vec<Line<'static>> {
+    let ms = |d: Option<Duration>| {
+        d.map_or("-".to_string(), |d| format!("{:.1}", d.as_secs_f64() * 1e3))
+    };
+    let mut lines = vec![
+        Line::from(format!(
+            "RTT    {} ms  p99 {} ms",
+            ms(net.rtt_last),
+            ms(net.rtt_p99)
+        )),
+        Line::from(format!("Server {}", net.server.as_deref().unwrap_or("-"))),
+        Line::from(format!(
+            "Failovers {}  live {}",
+            net.failovers, net.live_servers
+        )),
+    ];
+    lines.extend(net_warning(net));
+    lines
+}
+
+fn net_warning(net: &NetStats) -> Option<Line<'static>> {
+    let warn = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+    if net.waiting_for_server {
+        Some(Line::styled("no server reachable — waiting", warn))
+    } else if net.database_unavailable {
+        Some(Line::styled("database unavailable — retrying", warn))
+    } else {
+        net.last_error
+            .as_ref()
+            .map(|e| Line::styled(e.clone(), warn))
+    }
+}
+
+/// A player's two-column glyph: initial and seat number on its colour.
+fn player_span(player: &Player, palette: &Palette) -> Span<'static> {
+    let initial = player
+        .name
+        .chars()
+        .find(|c| c.is_alphanumeric())
+        .map_or('?', |c| c.to_ascii_uppercase());
+    let initial = if initial.is_ascii() { initial } else { '?' };
+    Span::styled(
+        format!("{initial}{}", player.seat + 1),
+        palette.player(player.seat),
+    )
+}
+
+/// Colours and styles, in the terminal's colour mode.
+pub struct Palette {
+    mode: ColorMode,
+    bomb: Style,
+    blast: Style,
+}
+
+impl Palette {
+    pub fn new(mode: ColorMode) -> Palette {
+        let mut palette = Palette {
+            mode,
+            bomb: Style::new(),
+            blast: Style::new(),
+        };
+        palette.bomb = Style::new()
+            .fg(palette.color((255, 255, 255), 15))
+            .bg(palette.color((60, 60, 60), 237))
+            .add_modifier(Modifier::BOLD);
+        palette.blast = Style::new()
+            .fg(palette.color((255, 220, 60), 220))
+            .bg(palette.color((200, 40, 20), 160));
+        palette
+    }
+
+    fn color(&self, rgb: (u8, u8, u8), indexed: u8) -> Color {
+        match self.mode {
+            ColorMode::TrueColor => Color::Rgb(rgb.0, rgb.1, rgb.2),
+            ColorMode::Indexed256 => Color::Indexed(indexed),
+        }
+    }
+
+    /// The colour of a seat.
+    pub fn seat_color(&self, seat: u32) -> Color {
+        match seat % 4 {
+            0 => self.color((230, 70, 70), 203),
+            1 => self.color((70, 140, 240), 75),
+            2 => self.color((80, 200, 100), 78),
+            _ => self.color((235, 200, 60), 221),
+        }
+    }
+
+    fn player(&self, seat: u32) -> Style {
+        Style::new()
+            .fg(Color::Black)
+            .bg(self.seat_color(seat))
+            .add_modifier(Modifier::BOLD)
+    }
+
+    fn cell(&self, cell: Cell) -> Span<'static> {
+        let power = Style::new()
+            .fg(self.color((80, 220, 230), 80))
+            .add_modifier(Modifier::BOLD);
+        match cell {
+            Cell::Floor => Span::raw(GLYPH_FLOOR),
+            Cell::Pillar => Span::styled(
+                GLYPH_PILLAR,
+                Style::new().fg(self.color((150, 150, 150), 246)),
+            ),
+            Cell::Soft => {
+                Span::styled(GLYPH_SOFT, Style::new().fg(self.color((170, 115, 60), 137)))
+            }
+            Cell::Closed => {
+                Span::styled(GLYPH_CLOSED, Style::new().fg(self.color((120, 40, 40), 88)))
+            }
+            Cell::PowerBomb => Span::styled(GLYPH_POWER_BOMB, power),
+            Cell::PowerRange => Span::styled(GLYPH_POWER_RANGE, power),
+            Cell::PowerSpeed => Span::styled(GLYPH_POWER_SPEED, power),
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Key presses to commands. Arrows or WASD move, space plants a bomb, `r`
+//! plays again after a game, `q`, Esc or Ctrl-C quits.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+/// What the player asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Up,
+    Down,
+    Left,
+    Right,
+    Bomb,
+    PlayAgain,
+    Quit,
+}
+
+impl Command {
+    /// The wire action of an in-game command.
+    pub fn action(self) -> Option<borbaman_proto::pb::Action> {
+        use borbaman_proto::pb::Action;
+        Some(match self {
+            Command::Up => Action::Up,
+            Command::Down => Action::Down,
+            Command::Left => Action::Left,
+            Command::Right => Action::Right,
+            Command::Bomb => Action::Bomb,
+            Command::PlayAgain | Command::Quit => return None,
+        })
+    }
+}
+
+/// The command a key press stands for, if any. Key releases are ignored.
+pub fn command_for(key: KeyEvent) -> Option<Command> {
+    if key.kind == KeyEventKind::Release {
+        return None;
+    }
+    if key.modifiers.contains(KeyModifiers::CONTROL) {
+        return matches!(key.code, KeyCode::Char('c' | 'C')).then_some(Command::Quit);
+    }
+    Some(match key.code {
+        KeyCode::Up | KeyCode::Char('w' | 'W') => Command::Up,
+        KeyCode::Down | KeyCode::Char('s' | 'S') => Command::Down,
+        KeyCode::Left | KeyCode::Char('a' | 'A') => Command::Left,
+        KeyCode::Right | KeyCode::Char('d' | 'D') => Command::Right,
+        KeyCode::Char(' ') => Command::Bomb,
+        KeyCode::Char('r' | 'R') => Command::PlayAgain,
+        KeyCode::Char('q' | 'Q') | KeyCode::Esc => Command::Quit,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn press(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    #[test]
+    fn arrows_and_wasd_move_space_bombs_q_and_ctrl_c_quit() {
+        assert_eq!(command_for(press(KeyCode::Up)), Some(Command::Up));
+        assert_eq!(command_for(press(KeyCode::Char('a'))), Some(Command::Left));
+        assert_eq!(command_for(press(KeyCode::Char('D'))), Some(Command::Right));
+        assert_eq!(command_for(press(KeyCode::Char(' '))), Some(Command::Bomb));
+        assert_eq!(command_for(press(KeyCode::Char('q'))), Some(Command::Quit));
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        assert_eq!(command_for(ctrl_c), Some(Command::Quit));
+        assert_eq!(command_for(press(KeyCode::Char('x'))), None);
+        let mut release = press(KeyCode::Up);
+        release.kind = KeyEventKind::Release;
+        assert_eq!(command_for(release), None);
+    }
+}

@@ -1,0 +1,94 @@
+//! The terminal screens of `borbaman play`, kept apart the ratatui way:
+//!
+//! - [`View`] (here) is everything a screen shows: the latest game state,
+//!   rankings, network figures, start-up progress. The network task fills it
+//!   and publishes it on a watch channel; nothing else changes it.
+//! - [`input`] turns key presses into [`input::Command`]s, which the UI thread
+//!   sends to the network task without waiting.
+//! - [`draw`] renders a `View` into a frame; it only reads, never does I/O.
+
+pub mod draw;
+pub mod input;
+
+use std::time::Duration;
+
+use borbaman_proto::pb::{GameState, Phase, Ranking};
+
+/// Everything the screens show.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// Start-up steps done so far ("starting database…"); shown until the
+    /// first game state arrives.
+    pub progress: Vec<String>,
+    /// A failure the player must read; shown instead of the game.
+    pub error: Option<String>,
+    /// The player's name and, once seated, seat.
+    pub name: String,
+    pub seat: Option<u32>,
+    /// The latest game state (never older than one shown before).
+    pub state: Option<GameState>,
+    /// Rankings, fetched when a game ends.
+    pub rankings: Vec<Ranking>,
+    pub net: NetStats,
+}
+
+/// What the HUD says about the network.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    pub rtt_last: Option<Duration>,
+    pub rtt_p99: Option<Duration>,
+    pub server: Option<String>,
+    pub live_servers: usize,
+    pub failovers: u64,
+    pub waiting_for_server: bool,
+    pub database_unavailable: bool,
+    /// The last call failure, if the latest call failed.
+    pub last_error: Option<String>,
+}
+
+/// Which screen a [`View`] calls for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Screen {
+    Starting,
+    Lobby,
+    Game,
+    GameOver,
+    Failed,
+}
+
+impl View {
+    pub fn screen(&self) -> Screen {
+        if self.error.is_some() {
+            return Screen::Failed;
+        }
+        match self.state.as_ref().map(|s| s.phase()) {
+            None => Screen::Starting,
+            Some(Phase::Playing) => Screen::Game,
+            Some(Phase::Finished) => Screen::GameOver,
+            Some(Phase::Waiting | Phase::Unspecified) => Screen::Lobby,
+        }
+    }
+}
+
+/// How colours are written: 24-bit where the terminal says it supports it
+/// (`COLORTERM=truecolor` or `24bit`), the 256-colour palette elsewhere.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ColorMode {
+    TrueColor,
+    #[default]
+    Indexed256,
+}
+
+impl ColorMode {
+    /// From the `COLORTERM` environment variable.
+    pub fn detect() -> ColorMode {
+        Self::from_colorterm(std::env::var("COLORTERM").ok().as_deref())
+    }
+
+    pub fn from_colorterm(value: Option<&str>) -> ColorMode {
+        match value.map(str::to_ascii_lowercase).as_deref() {
+            Some("truecolor" | "24bit") => ColorMode::TrueColor,
+            _ => ColorMode::Indexed256,
+        }
+    }
+}
