@@ -1,10 +1,111 @@
-//! Command-line entry point of the game server. (Placeholder.)
+//! The `borbaman-server` command line: flags, runtime, logging, signals.
+//!
+//! Shared by the `borbaman-server` binary and `borbaman server`. Once ready
+//! it prints exactly one line to stdout,
+//! `borbaman-server listening on <addr> id=<id>`, for launchers to wait on;
+//! all logs go to stderr.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::server::{self, ServerConfig};
+use crate::store::StoreOptions;
 
 /// Flags of `borbaman-server` (and `borbaman server`).
-#[derive(Debug, clap::Args)]
-pub struct ServerArgs {}
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArgs {
+    /// Address to listen on; port 0 picks a free port (printed when ready).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Address clients should dial, recorded in the registry (host:port).
+    /// Defaults to the actual listen address.
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// PostgreSQL URL, e.g. postgres://user@host:5432/borbaman.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// Id of this server in the registry (default: a random UUID).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Interval between registry heartbeats.
+    #[arg(long, default_value_t = 250)]
+    pub heartbeat_ms: u64,
+    /// A server without a heartbeat for this long is no longer listed.
+    #[arg(long, default_value_t = 1000)]
+    pub server_ttl_ms: u64,
+    /// Deadline of one database call (retries included); past it the call
+    /// fails with UNAVAILABLE.
+    #[arg(long, default_value_t = 500)]
+    pub db_timeout_ms: u64,
+    /// The database ends a transaction idle this long (a hung server's),
+    /// releasing the game it locked.
+    #[arg(long, default_value_t = 200)]
+    pub idle_txn_timeout_ms: u64,
+    /// Database connections in the pool.
+    #[arg(long, default_value_t = 16)]
+    pub db_connections: u32,
+    /// How long start-up waits for the database.
+    #[arg(long, default_value_t = 30)]
+    pub startup_timeout_s: u64,
+}
 
-/// Runs a server until SIGTERM or Ctrl-C.
-pub fn run(_args: ServerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+impl ServerArgs {
+    fn config(&self) -> ServerConfig {
+        ServerConfig {
+            listen: self.listen,
+            advertise: self.advertise.clone(),
+            database_url: self.database_url.clone(),
+            server_id: self.id.clone(),
+            store: StoreOptions {
+                db_timeout: Duration::from_millis(self.db_timeout_ms),
+                idle_txn_timeout: Duration::from_millis(self.idle_txn_timeout_ms),
+                max_connections: self.db_connections,
+            },
+            heartbeat: Duration::from_millis(self.heartbeat_ms),
+            server_ttl: Duration::from_millis(self.server_ttl_ms),
+            startup_timeout: Duration::from_secs(self.startup_timeout_s),
+        }
+    }
+}
+
+/// Runs a server until SIGTERM or Ctrl-C, then drains and returns.
+pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .try_init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let running = server::start(args.config()).await?;
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "borbaman-server listening on {} id={}",
+                running.addr, running.server_id
+            )?;
+            out.flush()?;
+        }
+        shutdown_signal().await?;
+        running.shutdown().await
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+    Ok(())
 }

@@ -1,0 +1,158 @@
+//! Every way a call can fail, and the one place where failures become gRPC
+//! statuses.
+//!
+//! Validation, the store and the service return [`Error`]; tonic sees only
+//! the [`tonic::Status`] built by `impl From<Error> for Status`.
+
+use tonic::{Code, Status};
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request is malformed; the message says which field and why.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The session token is unknown.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The token is valid, but the game or seat is not the caller's.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// The request is well formed but out of order (an older sequence
+    /// number, a call after leaving).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The database cannot be reached or did not answer in time.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A conflict worth retrying at once (serialization failure, deadlock,
+    /// lock timeout, a connection the database closed). Retried inside the
+    /// store; if retries run out it reaches the client as `UNAVAILABLE`.
+    #[error("database busy: {0}")]
+    Transient(String),
+    /// A stored game state could not be decoded.
+    #[error("stored game state is corrupt: {0}")]
+    Corrupt(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Whether the store should run the transaction again.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Transient(_))
+    }
+}
+
+/// SQLSTATEs for conflicts that a retry resolves: serialization failure,
+/// deadlock, lock not available, unique violation (two joins racing on one
+/// token: the retry finds the winner's session).
+const RETRY_STATES: &[&str] = &["40001", "40P01", "55P03", "23505"];
+
+/// SQLSTATE classes and codes that mean the database is going away or
+/// overloaded: connection exceptions (08), insufficient resources (53),
+/// operator intervention (57: shutdown, statement timeout).
+fn is_unavailable_state(code: &str) -> bool {
+    code.starts_with("08") || code.starts_with("53") || code.starts_with("57")
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::Database(db) => {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                if RETRY_STATES.contains(&code.as_str()) {
+                    Error::Transient(format!("{} ({code})", db.message()))
+                } else if code == "57014" {
+                    Error::Unavailable(format!("statement timed out ({code})"))
+                } else if is_unavailable_state(&code) {
+                    // The server is shutting down or restarting: a fresh
+                    // connection may already work.
+                    Error::Transient(format!("{} ({code})", db.message()))
+                } else {
+                    Error::Internal(format!("{} ({code})", db.message()))
+                }
+            }
+            // A pooled connection the database closed (restart, network):
+            // another connection may work.
+            sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => {
+                Error::Transient(err.to_string())
+            }
+            sqlx::Error::Tls(_) => Error::Unavailable(err.to_string()),
+            sqlx::Error::PoolTimedOut => {
+                Error::Unavailable("no database connection could be opened in time".into())
+            }
+            sqlx::Error::PoolClosed => Error::Unavailable("the server is shutting down".into()),
+            _ => Error::Internal(err.to_string()),
+        }
+    }
+}
+
+impl From<crate::game::DecodeError> for Error {
+    fn from(err: crate::game::DecodeError) -> Self {
+        Error::Corrupt(err.to_string())
+    }
+}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        let code = match &err {
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::Unavailable(_) => Code::Unavailable,
+            Error::Transient(_) => Code::Unavailable,
+            Error::Corrupt(_) | Error::Internal(_) => Code::Internal,
+        };
+        if code == Code::Internal {
+            tracing::error!(error = %err, "call failed");
+        }
+        let message = match err {
+            // Retries ran out: for the client it is the same as unreachable.
+            Error::Transient(m) => format!("database unavailable: retries ran out: {m}"),
+            other => other.to_string(),
+        };
+        Status::new(code, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_carry_the_right_code_and_message() {
+        let s = Status::from(Error::Unavailable("no answer within 500 ms".into()));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(s.message(), "database unavailable: no answer within 500 ms");
+        let s = Status::from(Error::Transient("deadlock detected (40P01)".into()));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().starts_with("database unavailable"));
+        let s = Status::from(Error::InvalidArgument("seq must be at least 1".into()));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "seq must be at least 1");
+        assert_eq!(
+            Status::from(Error::Unauthenticated("x".into())).code(),
+            Code::Unauthenticated
+        );
+        assert_eq!(
+            Status::from(Error::PermissionDenied("x".into())).code(),
+            Code::PermissionDenied
+        );
+    }
+
+    #[test]
+    fn pool_and_io_failures_are_unavailable_or_retried() {
+        assert!(matches!(
+            Error::from(sqlx::Error::PoolTimedOut),
+            Error::Unavailable(_)
+        ));
+        let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "closed");
+        assert!(Error::from(sqlx::Error::Io(io)).is_transient());
+        assert!(matches!(
+            Error::from(sqlx::Error::RowNotFound),
+            Error::Internal(_)
+        ));
+    }
+}

@@ -1,0 +1,172 @@
+//! Assembles and runs one game server: database, registry, gRPC services,
+//! health, and graceful shutdown.
+//!
+//! Start-up order matters to launchers: migrations are applied, the
+//! listener is bound (port 0 picks a free one), the server is registered,
+//! and only then is [`start`] done; the caller announces readiness.
+//! Shutdown is the reverse: health turns `NOT_SERVING`, the registry row is
+//! deleted, the listener closes and in-flight calls drain.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use borbaman_proto::{MAX_REQUEST_BYTES, pb};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+
+use crate::registry::{self, Registration, RegistryService};
+use crate::service::GameService;
+use crate::store::{Store, StoreOptions};
+
+/// Everything a server needs to run.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Address clients should dial; `None`: the actual listen address.
+    pub advertise: Option<String>,
+    pub database_url: String,
+    /// Server id in the registry; `None`: a random UUID.
+    pub server_id: Option<String>,
+    pub store: StoreOptions,
+    pub heartbeat: Duration,
+    pub server_ttl: Duration,
+    /// How long start-up waits for the database to accept migrations and
+    /// the first heartbeat.
+    pub startup_timeout: Duration,
+}
+
+/// A server that is ready: migrated, listening and registered.
+#[derive(Debug)]
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub server_id: Arc<str>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops gracefully: not serving, deregistered, drained.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.context("server task panicked")?
+    }
+}
+
+/// Starts a server and returns once it is ready to serve.
+pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let store = Store::connect(&config.database_url, &config.store)?;
+    let deadline = tokio::time::Instant::now() + config.startup_timeout;
+    retry_until(deadline, "applying migrations", || store.migrate()).await?;
+
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let server_id: Arc<str> = config
+        .server_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+        .into();
+    let me = Registration {
+        server_id: server_id.clone(),
+        address: config.advertise.clone().unwrap_or_else(|| addr.to_string()),
+    };
+    retry_until(deadline, "registering", || {
+        store.heartbeat(&me.server_id, &me.address)
+    })
+    .await?;
+
+    let (stop, stopped) = watch::channel(false);
+    let heartbeat = tokio::spawn(registry::heartbeat_task(
+        store.clone(),
+        me.clone(),
+        config.heartbeat,
+        stopped.clone(),
+    ));
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<pb::game_server::GameServer<GameService>>()
+        .await;
+    health.set_service_status("", ServingStatus::Serving).await;
+
+    let game = pb::game_server::GameServer::new(GameService::new(store.clone(), server_id.clone()))
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let registry = pb::registry_server::RegistryServer::new(RegistryService::new(
+        store.clone(),
+        config.server_ttl,
+    ))
+    .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+
+    let drain_store = store.clone();
+    let mut stopping = stopped;
+    let on_shutdown = async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+        tracing::info!("shutting down: not serving, deregistering, draining");
+        health
+            .set_not_serving::<pb::game_server::GameServer<GameService>>()
+            .await;
+        health
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+        // The heartbeat must not re-insert the row after it is deleted.
+        let _ = heartbeat.await;
+        if let Err(err) = drain_store.deregister(&me.server_id).await {
+            tracing::warn!(error = %err, "could not remove this server from the registry");
+        }
+    };
+    let task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(game)
+            .add_service(registry)
+            .serve_with_incoming_shutdown(incoming, on_shutdown)
+            .await
+            .context("gRPC server failed")?;
+        store.close().await;
+        tracing::info!("stopped");
+        Ok(())
+    });
+    tracing::info!(%addr, id = %server_id, "ready");
+    Ok(RunningServer {
+        addr,
+        server_id,
+        stop,
+        task,
+    })
+}
+
+/// Runs `op` until it succeeds or `deadline` passes (the database may still
+/// be starting).
+async fn retry_until<T, E, F, Fut>(
+    deadline: tokio::time::Instant,
+    what: &str,
+    mut op: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let mut warned = false;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(err) if tokio::time::Instant::now() >= deadline => {
+                anyhow::bail!("{what}: {err} (is the database running and DATABASE_URL right?)")
+            }
+            Err(err) => {
+                if !warned {
+                    tracing::warn!(error = %err, "{what} failed; retrying");
+                    warned = true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}

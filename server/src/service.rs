@@ -1,0 +1,219 @@
+//! The `Game` gRPC service: validates each request, delegates to the
+//! [`Store`], and turns the result into a reply.
+//!
+//! Methods are short on purpose: all game logic lives in the core, all SQL
+//! in the store, and all error mapping in [`crate::error`].
+
+use std::sync::Arc;
+
+use borbaman_proto::pb;
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+use crate::game::{self, Action, Dir, Outcome, SEATS};
+use crate::names;
+use crate::store::{ActCall, LeaveCall, Store};
+use crate::token;
+
+/// Rankings returned when the request asks for none in particular, and the
+/// most it may ask for.
+const DEFAULT_RANKINGS: u32 = 10;
+const MAX_RANKINGS: u32 = 100;
+
+/// The game service; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct GameService {
+    store: Store,
+    server_id: Arc<str>,
+}
+
+impl GameService {
+    pub fn new(store: Store, server_id: Arc<str>) -> Self {
+        GameService { store, server_id }
+    }
+
+    async fn join(&self, req: pb::JoinRequest) -> Result<pb::JoinReply, Error> {
+        let name = names::check(&req.name)?;
+        let token = if req.token.is_empty() {
+            token::draw()
+        } else {
+            req.token
+        };
+        let token_hash = token::check(&token)?;
+        let joined = self.store.join(&token_hash, name).await?;
+        Ok(pb::JoinReply {
+            token,
+            game_id: joined.game_id,
+            seat: u32::from(joined.seat),
+            rejoined: joined.rejoined,
+            last_seq: joined.last_seq,
+            state: Some(joined.snapshot.to_proto()),
+        })
+    }
+
+    async fn act(&self, req: pb::ActRequest) -> Result<pb::ActReply, Error> {
+        let call = ActCall {
+            token_hash: token::check(&req.token)?,
+            game_id: check_game_id(req.game_id)?,
+            seat: check_seat(req.seat)?,
+            seq: check_seq(req.seq)?,
+            action: check_action(req.action)?,
+        };
+        let acted = self.store.act(&call).await?;
+        Ok(pb::ActReply {
+            seq: acted.seq,
+            outcome: outcome_to_proto(acted.outcome) as i32,
+            applied_tick: acted.applied_tick,
+            replayed: acted.replayed,
+            state: Some(acted.snapshot.to_proto()),
+        })
+    }
+
+    async fn get_state(&self, req: pb::GetStateRequest) -> Result<pb::StateReply, Error> {
+        let token_hash = token::check(&req.token)?;
+        let game_id = check_game_id(req.game_id)?;
+        let snapshot = self.store.state(&token_hash, game_id).await?;
+        Ok(pb::StateReply {
+            state: Some(snapshot.to_proto()),
+        })
+    }
+
+    async fn leave(&self, req: pb::LeaveRequest) -> Result<pb::LeaveReply, Error> {
+        let call = LeaveCall {
+            token_hash: token::check(&req.token)?,
+            game_id: check_game_id(req.game_id)?,
+            seat: check_seat(req.seat)?,
+            seq: check_seq(req.seq)?,
+        };
+        let left = self.store.leave(&call).await?;
+        Ok(pb::LeaveReply { seq: left.seq })
+    }
+
+    async fn rankings(&self, req: pb::RankingsRequest) -> Result<pb::RankingsReply, Error> {
+        let limit = match req.limit {
+            0 => DEFAULT_RANKINGS,
+            n => n.min(MAX_RANKINGS),
+        };
+        let rankings = self.store.rankings(limit).await?;
+        Ok(pb::RankingsReply {
+            rankings: rankings
+                .into_iter()
+                .map(|r| pb::Ranking {
+                    name: r.name,
+                    games: r.games,
+                    wins: r.wins,
+                    draws: r.draws,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl pb::game_server::Game for GameService {
+    async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
+        Ok(Response::new(self.join(req.into_inner()).await?))
+    }
+
+    async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
+        Ok(Response::new(self.act(req.into_inner()).await?))
+    }
+
+    async fn get_state(
+        &self,
+        req: Request<pb::GetStateRequest>,
+    ) -> Result<Response<pb::StateReply>, Status> {
+        Ok(Response::new(self.get_state(req.into_inner()).await?))
+    }
+
+    async fn leave(
+        &self,
+        req: Request<pb::LeaveRequest>,
+    ) -> Result<Response<pb::LeaveReply>, Status> {
+        Ok(Response::new(self.leave(req.into_inner()).await?))
+    }
+
+    async fn rankings(
+        &self,
+        req: Request<pb::RankingsRequest>,
+    ) -> Result<Response<pb::RankingsReply>, Status> {
+        Ok(Response::new(self.rankings(req.into_inner()).await?))
+    }
+
+    /// No database: the network floor.
+    async fn ping(&self, req: Request<pb::PingRequest>) -> Result<Response<pb::PingReply>, Status> {
+        Ok(Response::new(pb::PingReply {
+            payload: req.into_inner().payload,
+            server_id: self.server_id.to_string(),
+        }))
+    }
+}
+
+fn check_game_id(game_id: u64) -> Result<u64, Error> {
+    if game_id == 0 {
+        return Err(Error::InvalidArgument(
+            "game_id is required (from the JoinReply)".into(),
+        ));
+    }
+    Ok(game_id)
+}
+
+fn check_seat(seat: u32) -> Result<u8, Error> {
+    u8::try_from(seat)
+        .ok()
+        .filter(|&s| usize::from(s) < SEATS)
+        .ok_or_else(|| Error::InvalidArgument(format!("seat must be 0-{}, got {seat}", SEATS - 1)))
+}
+
+fn check_seq(seq: u64) -> Result<u64, Error> {
+    if seq == 0 || seq > i64::MAX as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "seq must be 1-{}, got {seq} (sequence numbers start at 1)",
+            i64::MAX
+        )));
+    }
+    Ok(seq)
+}
+
+fn check_action(action: i32) -> Result<Action, Error> {
+    match pb::Action::try_from(action) {
+        Ok(pb::Action::Up) => Ok(Action::Move(Dir::Up)),
+        Ok(pb::Action::Down) => Ok(Action::Move(Dir::Down)),
+        Ok(pb::Action::Left) => Ok(Action::Move(Dir::Left)),
+        Ok(pb::Action::Right) => Ok(Action::Move(Dir::Right)),
+        Ok(pb::Action::Bomb) => Ok(Action::Bomb),
+        Ok(pb::Action::Idle) => Ok(Action::Idle),
+        Ok(pb::Action::Unspecified) | Err(_) => Err(Error::InvalidArgument(format!(
+            "action must be one of UP, DOWN, LEFT, RIGHT, BOMB, IDLE (1-6), got {action}"
+        ))),
+    }
+}
+
+fn outcome_to_proto(outcome: Outcome) -> pb::Outcome {
+    match outcome {
+        Outcome::Applied => pb::Outcome::Applied,
+        Outcome::Queued => pb::Outcome::Queued,
+        Outcome::NoEffect => pb::Outcome::NoEffect,
+    }
+}
+
+// Keeps the core's grid constants and the wire's in step.
+const _: () = assert!(game::SEATS == 4);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_fields_are_refused_with_a_reason() {
+        assert!(check_action(0).unwrap_err().to_string().contains("got 0"));
+        assert!(check_action(99).is_err());
+        assert_eq!(check_action(5).unwrap(), Action::Bomb);
+        assert!(check_seq(0).unwrap_err().to_string().contains("start at 1"));
+        assert!(check_seq(u64::MAX).is_err());
+        assert_eq!(check_seq(1).unwrap(), 1);
+        assert!(check_seat(4).unwrap_err().to_string().contains("0-3"));
+        assert_eq!(check_seat(3).unwrap(), 3);
+        assert!(check_game_id(0).is_err());
+    }
+}

@@ -1,0 +1,225 @@
+//! Audit queries for bench and chaos runs: what the database says was
+//! applied, so a checker can compare it with what clients saw acknowledged;
+//! whether game versions only grew; whether every game's stored state is
+//! consistent. Also the bare-transaction floor those runs measure against:
+//! the same shape as a game call (`SELECT … FOR UPDATE` + `UPDATE` +
+//! `COMMIT` of a game-sized row) on a table of its own.
+//!
+//! Read-only against the game tables; none of it is on the per-call path.
+
+use std::collections::HashMap;
+
+use sqlx::PgPool;
+
+use crate::game::{GameState, Phase};
+use crate::token::{self, TokenHash};
+
+/// One row of the action log, with its session's token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppliedAction {
+    pub token: Vec<u8>,
+    pub seq: i64,
+    pub game_id: i64,
+    pub seat: i16,
+    /// The proto Action number, or 7 for a Leave.
+    pub action: i16,
+    /// The game's version after this action's commit.
+    pub version: i64,
+}
+
+/// Every applied action of the sessions of `tokens` (the database knows
+/// only their hashes).
+pub async fn applied_actions(
+    db: &PgPool,
+    tokens: &[Vec<u8>],
+) -> Result<Vec<AppliedAction>, sqlx::Error> {
+    let by_hash: HashMap<TokenHash, &Vec<u8>> =
+        tokens.iter().map(|t| (token::hash(t), t)).collect();
+    let hashes: Vec<Vec<u8>> = by_hash.keys().map(|h| h.to_vec()).collect();
+    let rows: Vec<(Vec<u8>, i64, i64, i16, i16, i64)> = sqlx::query_as(
+        "SELECT s.token_hash, a.seq, a.game_id, a.seat, a.action, a.version \
+         FROM actions a JOIN sessions s ON s.id = a.session_id \
+         WHERE s.token_hash = ANY($1) \
+         ORDER BY a.session_id, a.seq",
+    )
+    .bind(&hashes)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(hash, seq, game_id, seat, action, version)| {
+            let token = by_hash.get(hash.as_slice())?;
+            Some(AppliedAction {
+                token: token.to_vec(),
+                seq,
+                game_id,
+                seat,
+                action,
+                version,
+            })
+        })
+        .collect())
+}
+
+/// Ways the action log could show a game's version not growing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionAudit {
+    /// Actions of one session whose version is not above the version of
+    /// that session's previous action (the log is ordered by seq).
+    pub out_of_order: i64,
+    /// Versions of one game claimed by more than one action: two commits
+    /// that both started from the same state (a lost update).
+    pub shared: i64,
+    /// Actions whose version is above their game's stored version: the game
+    /// went back after them.
+    pub ahead_of_game: i64,
+}
+
+impl VersionAudit {
+    pub fn is_clean(&self) -> bool {
+        *self == VersionAudit::default()
+    }
+}
+
+/// Checks the versions recorded in the action log of `game_ids`.
+pub async fn version_audit(db: &PgPool, game_ids: &[i64]) -> Result<VersionAudit, sqlx::Error> {
+    let out_of_order: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ( \
+           SELECT version, lag(version) OVER (PARTITION BY session_id ORDER BY seq) AS previous \
+           FROM actions WHERE game_id = ANY($1) \
+         ) t WHERE previous IS NOT NULL AND version <= previous",
+    )
+    .bind(game_ids)
+    .fetch_one(db)
+    .await?;
+    let shared: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM ( \
+           SELECT game_id, version FROM actions WHERE game_id = ANY($1) \
+           GROUP BY game_id, version HAVING count(*) > 1 \
+         ) t",
+    )
+    .bind(game_ids)
+    .fetch_one(db)
+    .await?;
+    let ahead_of_game: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM actions a JOIN games g ON g.id = a.game_id \
+         WHERE a.game_id = ANY($1) AND a.version > g.version",
+    )
+    .bind(game_ids)
+    .fetch_one(db)
+    .await?;
+    Ok(VersionAudit {
+        out_of_order,
+        shared,
+        ahead_of_game,
+    })
+}
+
+/// A stored game, as the audit sees it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct GameRow {
+    pub id: i64,
+    pub version: i64,
+    pub phase: i16,
+    pub state: Vec<u8>,
+}
+
+pub async fn games(db: &PgPool, game_ids: &[i64]) -> Result<Vec<GameRow>, sqlx::Error> {
+    sqlx::query_as("SELECT id, version, phase, state FROM games WHERE id = ANY($1) ORDER BY id")
+        .bind(game_ids)
+        .fetch_all(db)
+        .await
+}
+
+/// What is wrong with a stored game, if anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GameVerdict {
+    /// Finished with a winner or a draw.
+    Finished,
+    /// Waiting or running, and its state decodes and agrees with its row.
+    Consistent,
+    Inconsistent(String),
+}
+
+/// Decodes a stored game and checks it against its row: a game is finished
+/// with a winner or a draw, or it is still consistent.
+pub fn check_game(row: &GameRow) -> GameVerdict {
+    let state = match GameState::decode(&row.state) {
+        Ok(state) => state,
+        Err(e) => return GameVerdict::Inconsistent(format!("game {}: {e}", row.id)),
+    };
+    let phase = state.phase();
+    let stored_phase = match phase {
+        Phase::Waiting => 1,
+        Phase::Playing => 2,
+        Phase::Finished => 3,
+    };
+    if row.phase != stored_phase {
+        return GameVerdict::Inconsistent(format!(
+            "game {}: row says phase {}, state says {phase:?}",
+            row.id, row.phase
+        ));
+    }
+    match (phase, state.ending()) {
+        (Phase::Finished, Some(_)) => GameVerdict::Finished,
+        (Phase::Finished, None) => {
+            GameVerdict::Inconsistent(format!("game {}: finished without winner or draw", row.id))
+        }
+        (_, Some(ending)) => GameVerdict::Inconsistent(format!(
+            "game {}: {phase:?} but has an ending {ending:?}",
+            row.id
+        )),
+        (_, None) => GameVerdict::Consistent,
+    }
+}
+
+/// Creates (or refills) the floor table: `rows` rows of `state_bytes` bytes.
+pub async fn create_txn_floor(
+    db: &PgPool,
+    rows: i64,
+    state_bytes: usize,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_floor ( \
+           id BIGINT PRIMARY KEY, state BYTEA NOT NULL, \
+           version BIGINT NOT NULL DEFAULT 1, updated_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )
+    .execute(db)
+    .await?;
+    sqlx::query(
+        "INSERT INTO bench_floor (id, state) \
+         SELECT i, $2 FROM generate_series(1, $1::BIGINT) i \
+         ON CONFLICT (id) DO UPDATE SET state = EXCLUDED.state",
+    )
+    .bind(rows)
+    .bind(vec![0u8; state_bytes])
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// One bare transaction: lock the row, write a new state, commit.
+pub async fn bare_transaction(db: &PgPool, id: i64, state: &[u8]) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    let (_old, _version): (Vec<u8>, i64) =
+        sqlx::query_as("SELECT state, version FROM bench_floor WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+    sqlx::query(
+        "UPDATE bench_floor SET state = $2, version = version + 1, updated_at = now() \
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(state)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
+}
+
+pub async fn drop_txn_floor(db: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query("DROP TABLE IF EXISTS bench_floor")
+        .execute(db)
+        .await?;
+    Ok(())
+}

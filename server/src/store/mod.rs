@@ -1,0 +1,243 @@
+//! The store: the only module that speaks SQL.
+//!
+//! A game server holds nothing between calls; every call is one short
+//! transaction against PostgreSQL. [`Store`] is a cheap-to-clone handle on a
+//! connection pool that runs those transactions with a deadline: a call that
+//! cannot finish in time (database down, stalled, or locked) fails with
+//! [`Error::Unavailable`] instead of hanging, and conflicts (serialization
+//! failures, deadlocks, lock timeouts, connections closed by a database
+//! restart) are retried inside the deadline with a small backoff. Every
+//! mutating call is idempotent (sessions remember their last sequence
+//! number), so a retry after an unknown commit outcome is safe.
+//!
+//! - [`play`]: join, act, leave, state and rankings.
+//! - [`servers`]: the registry of live servers.
+//! - [`audit`]: invariant checks and the bare-transaction floor, for bench
+//!   and chaos runs.
+
+pub mod audit;
+pub mod play;
+pub mod servers;
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use tokio::time::Instant;
+
+use crate::error::Error;
+
+pub use play::{ActCall, Acted, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
+pub use servers::LiveServer;
+
+/// Schema migrations, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Most attempts of one call (first try included).
+const MAX_ATTEMPTS: u32 = 8;
+/// Backoff before the second attempt; doubles per attempt up to the cap.
+const FIRST_BACKOFF: Duration = Duration::from_millis(1);
+const MAX_BACKOFF: Duration = Duration::from_millis(25);
+
+/// How the store talks to the database.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Deadline of one call, retries included; also the connections'
+    /// `statement_timeout` and the pool's acquire timeout.
+    pub db_timeout: Duration,
+    /// A transaction left idle this long (its server hung or was stopped
+    /// while holding a game's lock) is ended by the database, releasing the
+    /// lock for the other servers.
+    pub idle_txn_timeout: Duration,
+    /// Connections in the pool.
+    pub max_connections: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            db_timeout: Duration::from_millis(500),
+            idle_txn_timeout: Duration::from_millis(200),
+            max_connections: 16,
+        }
+    }
+}
+
+/// Handle on the database; clones share the pool.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+    db_timeout: Duration,
+}
+
+impl Store {
+    /// Builds the pool. Connections open lazily, so this succeeds while the
+    /// database is down; the first call (or [`Store::migrate`]) finds out.
+    pub fn connect(url: &str, opts: &StoreOptions) -> Result<Store, Error> {
+        let timeout_ms = opts.db_timeout.as_millis().max(1);
+        let idle_ms = opts.idle_txn_timeout.as_millis().max(1);
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|e| Error::InvalidArgument(format!("bad database URL: {e}")))?
+            .application_name("borbaman-server")
+            .options([
+                ("statement_timeout", format!("{timeout_ms}ms")),
+                (
+                    "idle_in_transaction_session_timeout",
+                    format!("{idle_ms}ms"),
+                ),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .acquire_timeout(opts.db_timeout)
+            // A ping per acquire would add a round trip to every call; a
+            // dead connection fails its first statement instead, and the
+            // call is retried on another one.
+            .test_before_acquire(false)
+            .connect_lazy_with(connect);
+        Ok(Store {
+            pool,
+            db_timeout: opts.db_timeout,
+        })
+    }
+
+    /// Applies the embedded migrations. Safe when several servers start at
+    /// once (the migrator serialises them with an advisory lock; start-up
+    /// only, never on the per-call path).
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.pool).await
+    }
+
+    /// The underlying pool (for audits and benchmarks).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Runs `op` (one whole transaction) until it succeeds, fails for good,
+    /// runs out of attempts, or the deadline passes.
+    async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let deadline = Instant::now() + self.db_timeout;
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let outcome = tokio::time::timeout_at(deadline, op()).await;
+            match outcome {
+                Err(_elapsed) => return Err(self.timed_out()),
+                Ok(Err(err)) if err.is_transient() && attempt < MAX_ATTEMPTS => {
+                    tracing::debug!(attempt, error = %err, "retrying transaction");
+                    let jitter = rand::random_range(0..=backoff.as_micros() as u64);
+                    let pause = backoff / 2 + Duration::from_micros(jitter / 2);
+                    if Instant::now() + pause >= deadline {
+                        return Err(self.timed_out());
+                    }
+                    tokio::time::sleep(pause).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    attempt += 1;
+                }
+                Ok(result) => return result,
+            }
+        }
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Unavailable(format!(
+            "no answer within {} ms; try again",
+            self.db_timeout.as_millis()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn lazy_store(timeout_ms: u64) -> Store {
+        // Port 1 on loopback: nothing listens, connections are refused.
+        Store::connect(
+            "postgres://postgres@127.0.0.1:1/borbaman",
+            &StoreOptions {
+                db_timeout: Duration::from_millis(timeout_ms),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_retried_then_succeed() {
+        let store = lazy_store(500);
+        let calls = AtomicU32::new(0);
+        let got = store
+            .retrying(|| async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 3 {
+                    Err(Error::Transient("deadlock detected (40P01)".into()))
+                } else {
+                    Ok(7)
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(got, 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_are_not_retried_and_attempts_are_bounded() {
+        let store = lazy_store(2000);
+        let calls = AtomicU32::new(0);
+        let err = store
+            .retrying(|| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Error::PermissionDenied("no".into()))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::PermissionDenied(_)));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        calls.store(0, Ordering::SeqCst);
+        let err = store
+            .retrying(|| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Error::Transient("40001".into()))
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_transient());
+        assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_call_is_cut_at_the_deadline() {
+        let store = lazy_store(100);
+        let started = std::time::Instant::now();
+        let err = store
+            .retrying(|| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok(())
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Unavailable(_)));
+        assert!(started.elapsed() < Duration::from_millis(1000));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_database_fails_fast_with_unavailable() {
+        let store = lazy_store(300);
+        let started = std::time::Instant::now();
+        let err = store.rankings(10).await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(started.elapsed() < Duration::from_millis(1000));
+    }
+}

@@ -1,0 +1,899 @@
+//! The game transactions: join, act, leave, state and rankings.
+//!
+//! Every mutating call has the shape of the bare floor transaction:
+//! `BEGIN`; one `SELECT ... FOR UPDATE` that loads the caller's session and
+//! its game together; the game core computes the new state in memory; one
+//! statement (data-modifying CTEs) writes game + session + action log (and
+//! the rankings when this commit finishes the game); `COMMIT`. The game
+//! clock is the database's: tick = floor((clock - games.created_at) / tick),
+//! and the state's tick never goes backwards. Reading the state takes no
+//! lock and never waits for writers.
+
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+
+use super::Store;
+use crate::error::Error;
+use crate::game::{Action, Dir, Ending, GameState, Outcome, Phase, SEATS, TICK_MS, Tick};
+use crate::token::TokenHash;
+use borbaman_proto::pb;
+
+/// A session counts as connected if it acted this recently.
+pub const CONNECTED_WINDOW_MS: u32 = 3000;
+
+/// `actions.action` / `sessions.last_kind` of a Leave (Acts use the proto
+/// Action numbers 1-6).
+const KIND_LEAVE: i16 = 7;
+
+/// The game's clock at this moment, in ticks since the game row was created
+/// (`$tick_ms` is the tick length).
+macro_rules! now_tick {
+    ($tick_ms:literal) => {
+        concat!(
+            "floor(extract(epoch FROM clock_timestamp() - g.created_at) * 1000 / ",
+            $tick_ms,
+            "::bigint)::bigint"
+        )
+    };
+}
+
+/// A lateral subquery `r` with the seats, names and "connected" flags of
+/// game `g` (`$window_ms`: the connected window).
+macro_rules! roster {
+    ($window_ms:literal) => {
+        concat!(
+            "CROSS JOIN LATERAL ( \
+               SELECT array_agg(st.seat ORDER BY st.seat) AS seats, \
+                      array_agg(st.name ORDER BY st.seat) AS names, \
+                      array_agg(o.in_game AND o.game_id = st.game_id AND st.left_at IS NULL \
+                                AND o.last_active_at > now() - ",
+            $window_ms,
+            "::float8 * interval '1 millisecond' ORDER BY st.seat) AS connected \
+               FROM seats st JOIN sessions o ON o.id = st.session_id \
+               WHERE st.game_id = g.id) r"
+        )
+    };
+}
+
+/// Game update shared by every write: new state, version + 1, phase.
+macro_rules! update_game {
+    ($state:literal, $phase:literal, $game:literal) => {
+        concat!(
+            "g AS (UPDATE games SET state = ",
+            $state,
+            "::bytea, version = version + 1, phase = ",
+            $phase,
+            "::smallint, updated_at = now(), finished_at = CASE WHEN ",
+            $phase,
+            "::smallint = 3 THEN coalesce(finished_at, now()) END WHERE id = ",
+            $game,
+            "::bigint RETURNING id, version)"
+        )
+    };
+}
+
+/// Rankings upsert, run only by the commit that finishes the game
+/// (`$finishing`); grouped and ordered by name so two games finishing at
+/// once lock rankings rows in the same order.
+macro_rules! rankings {
+    ($game:literal, $winner:literal, $draw:literal, $finishing:literal) => {
+        concat!(
+            "rk AS (INSERT INTO rankings AS rk (name, games, wins, draws) \
+               SELECT name, count(*), count(*) FILTER (WHERE seat = ",
+            $winner,
+            "::smallint), CASE WHEN ",
+            $draw,
+            "::boolean THEN count(*) ELSE 0 END \
+               FROM seats WHERE ",
+            $finishing,
+            "::boolean AND game_id = ",
+            $game,
+            "::bigint GROUP BY name ORDER BY name \
+             ON CONFLICT (name) DO UPDATE SET games = rk.games + excluded.games, \
+               wins = rk.wins + excluded.wins, draws = rk.draws + excluded.draws)"
+        )
+    };
+}
+
+/// Loads and locks the caller's session and game.
+const LOAD_LOCKED: &str = concat!(
+    "SELECT s.id, s.game_id, s.seat, s.in_game, s.last_seq, s.last_kind, s.last_outcome, \
+            s.last_tick, g.state, g.version, ",
+    now_tick!("$2"),
+    ", r.seats, r.names, r.connected \
+     FROM sessions s JOIN games g ON g.id = s.game_id ",
+    roster!("$3"),
+    " WHERE s.token_hash = $1 FOR UPDATE OF s, g"
+);
+
+/// Reads the caller's game without locking anything.
+const READ_STATE: &str = concat!(
+    "SELECT s.game_id, s.seat, s.in_game, g.state, g.version, ",
+    now_tick!("$2"),
+    ", r.seats, r.names, r.connected \
+     FROM sessions s JOIN games g ON g.id = s.game_id ",
+    roster!("$3"),
+    " WHERE s.token_hash = $1"
+);
+
+/// Loads and locks one game (to commit an advance).
+const LOAD_GAME_LOCKED: &str = concat!(
+    "SELECT g.id, g.state, g.version, ",
+    now_tick!("$2"),
+    ", r.seats, r.names, r.connected FROM games g ",
+    roster!("$3"),
+    " WHERE g.id = $1 FOR UPDATE OF g"
+);
+
+/// Loads and locks the oldest waiting game.
+const LOAD_WAITING_LOCKED: &str = concat!(
+    "SELECT g.id, g.state, g.version, ",
+    now_tick!("$1"),
+    ", r.seats, r.names, r.connected FROM games g ",
+    roster!("$2"),
+    " WHERE g.phase = 1 ORDER BY g.id LIMIT 1 FOR UPDATE OF g"
+);
+
+/// Locks a joining token's session, if it has one.
+const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game, s.last_seq, g.phase \
+     FROM sessions s JOIN games g ON g.id = s.game_id \
+     WHERE s.token_hash = $1 FOR UPDATE OF s";
+
+/// Writes an applied Act: game, session, action log (and rankings).
+const WRITE_ACT: &str = concat!(
+    "WITH ",
+    update_game!("$1", "$2", "$3"),
+    ", s AS (UPDATE sessions SET last_seq = $5, last_kind = $6, last_outcome = $7, \
+             last_tick = $8, last_active_at = now() WHERE id = $4), \
+     a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+           SELECT $4, $5, id, $9, $8, $6, $7, version FROM g), ",
+    rankings!("$3", "$10", "$11", "$12"),
+    " SELECT version FROM g"
+);
+
+/// Writes an applied Leave: game, session, seat, action log (and rankings).
+const WRITE_LEAVE: &str = concat!(
+    "WITH ",
+    update_game!("$1", "$2", "$3"),
+    ", s AS (UPDATE sessions SET in_game = false, last_seq = $5, last_kind = 7, \
+             last_outcome = 1, last_tick = $6 WHERE id = $4), \
+     a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+           SELECT $4, $5, id, $7, $6, 7, 1, version FROM g), \
+     d AS (DELETE FROM seats WHERE $8 AND game_id = $3 AND seat = $7), \
+     l AS (UPDATE seats SET left_at = now() WHERE NOT $8 AND game_id = $3 AND seat = $7), ",
+    rankings!("$3", "$9", "$10", "$11"),
+    " SELECT version FROM g"
+);
+
+/// Writes a state advanced by the clock alone (a game that just finished).
+const WRITE_ADVANCE: &str = concat!(
+    "WITH ",
+    update_game!("$1", "$2", "$3"),
+    ", ",
+    rankings!("$3", "$4", "$5", "$6"),
+    " SELECT version FROM g"
+);
+
+/// Seats a session (new or existing) at `$3` of game `g`. With `$4` false
+/// a session for the token must not exist yet: a racing join that created
+/// one makes this return no row, and the call is retried.
+macro_rules! seat_session {
+    () => {
+        ", s AS (INSERT INTO sessions (token_hash, name, game_id, seat) \
+                 SELECT $1, $2, id, $3 FROM g \
+                 ON CONFLICT (token_hash) DO UPDATE SET name = excluded.name, \
+                   game_id = excluded.game_id, seat = excluded.seat, in_game = true, \
+                   last_active_at = now() WHERE $4 \
+                 RETURNING id, last_seq), \
+           st AS (INSERT INTO seats (game_id, seat, session_id, name) \
+                  SELECT g.id, $3, s.id, $2 FROM g, s) \
+         SELECT g.id, g.version, s.last_seq FROM g, s"
+    };
+}
+
+/// Seats a session in an existing waiting game.
+const WRITE_JOIN_WAITING: &str = concat!("WITH ", update_game!("$5", "$6", "$7"), seat_session!());
+
+/// Seats a session in a new game.
+const WRITE_JOIN_NEW: &str = concat!(
+    "WITH g AS (INSERT INTO games (state, phase) VALUES ($5, $6) RETURNING id, version)",
+    seat_session!()
+);
+
+/// Puts a rejoining session back in its game: marks it active and reads the
+/// game.
+const REJOIN: &str = concat!(
+    "WITH touch AS (UPDATE sessions SET last_active_at = now() WHERE id = $4) \
+     SELECT g.id, g.state, g.version, ",
+    now_tick!("$2"),
+    ", r.seats, r.names, r.connected FROM games g ",
+    roster!("$3"),
+    " WHERE g.id = $1"
+);
+
+const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
+     ORDER BY wins DESC, draws DESC, games ASC, name LIMIT $1";
+
+/// Names and "connected" flags of a game's seats (not part of the state).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Roster {
+    pub names: [String; SEATS],
+    pub connected: [bool; SEATS],
+}
+
+/// A game as the client sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub game_id: u64,
+    pub version: u64,
+    pub state: GameState,
+    pub roster: Roster,
+}
+
+impl Snapshot {
+    pub fn to_proto(&self) -> pb::GameState {
+        self.state.to_proto(
+            self.game_id,
+            self.version,
+            &self.roster.names,
+            self.roster.connected,
+        )
+    }
+}
+
+/// Result of a join.
+#[derive(Clone, Debug)]
+pub struct Joined {
+    pub game_id: u64,
+    pub seat: u8,
+    pub rejoined: bool,
+    pub last_seq: u64,
+    pub snapshot: Snapshot,
+}
+
+/// An Act request, validated.
+#[derive(Clone, Debug)]
+pub struct ActCall {
+    pub token_hash: TokenHash,
+    pub game_id: u64,
+    pub seat: u8,
+    pub seq: u64,
+    pub action: Action,
+}
+
+/// Result of an Act.
+#[derive(Clone, Debug)]
+pub struct Acted {
+    pub seq: u64,
+    pub outcome: Outcome,
+    pub applied_tick: Tick,
+    /// The stored reply of an earlier identical request.
+    pub replayed: bool,
+    pub snapshot: Snapshot,
+}
+
+/// A Leave request, validated.
+#[derive(Clone, Debug)]
+pub struct LeaveCall {
+    pub token_hash: TokenHash,
+    pub game_id: u64,
+    pub seat: u8,
+    pub seq: u64,
+}
+
+/// Result of a Leave.
+#[derive(Clone, Copy, Debug)]
+pub struct Left {
+    pub seq: u64,
+    pub replayed: bool,
+}
+
+/// One line of the rankings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ranking {
+    pub name: String,
+    pub games: u32,
+    pub wins: u32,
+    pub draws: u32,
+}
+
+/// The caller's session and game, locked.
+struct Locked {
+    session_id: i64,
+    game_id: i64,
+    seat: i16,
+    in_game: bool,
+    last_seq: i64,
+    last_kind: i16,
+    last_outcome: i16,
+    last_tick: i32,
+    state: GameState,
+    version: i64,
+    now_tick: Tick,
+    roster: Roster,
+}
+
+impl Store {
+    /// Seats the token's player: back in its running game (rejoin), else in
+    /// the oldest waiting game, else in a new one.
+    pub async fn join(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
+        self.retrying(|| self.join_once(token_hash, name)).await
+    }
+
+    /// Applies one action at the current tick, exactly once per sequence
+    /// number.
+    pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
+        self.retrying(|| self.act_once(call)).await
+    }
+
+    /// Leaves the game (a forfeit while it runs), exactly once per sequence
+    /// number.
+    pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
+        self.retrying(|| self.leave_once(call)).await
+    }
+
+    /// The caller's game advanced to the current tick. A plain read; only
+    /// when the clock alone finished the game is that committed (once,
+    /// through the write path) so the rankings are recorded.
+    pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
+        self.retrying(|| self.state_once(token_hash, game_id)).await
+    }
+
+    /// The best players, at most `limit`.
+    pub async fn rankings(&self, limit: u32) -> Result<Vec<Ranking>, Error> {
+        self.retrying(|| async {
+            let rows: Vec<(String, i32, i32, i32)> = sqlx::query_as(RANKINGS)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(name, games, wins, draws)| Ranking {
+                    name,
+                    games: games.max(0) as u32,
+                    wins: wins.max(0) as u32,
+                    draws: draws.max(0) as u32,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn join_once(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
+        let mut tx = self.pool.begin().await?;
+        let session: Option<(i64, i64, i16, bool, i64, i16)> = sqlx::query_as(LOAD_SESSION_LOCKED)
+            .bind(&token_hash[..])
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some((session_id, game_id, seat, in_game, last_seq, phase)) = session
+            && in_game
+            && phase != phase_code(Phase::Finished)
+        {
+            let row = sqlx::query(REJOIN)
+                .bind(game_id)
+                .bind(i64::from(TICK_MS))
+                .bind(f64::from(CONNECTED_WINDOW_MS))
+                .bind(session_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            let (_, mut snapshot) = game_row(&row, 0)?;
+            snapshot.roster.connected[seat_index(seat)] = true;
+            return Ok(Joined {
+                game_id: snapshot.game_id,
+                seat: seat_index(seat) as u8,
+                rejoined: true,
+                last_seq: last_seq.max(0) as u64,
+                snapshot,
+            });
+        }
+        let existing = session.is_some();
+        let waiting = sqlx::query(LOAD_WAITING_LOCKED)
+            .bind(i64::from(TICK_MS))
+            .bind(f64::from(CONNECTED_WINDOW_MS))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut seated = None;
+        if let Some(row) = waiting {
+            let (now_tick, mut snapshot) = game_row(&row, 0)?;
+            let tick = snapshot.state.tick().max(now_tick);
+            if let Some(seat) = snapshot.state.seat_player(tick) {
+                seated = Some((seat, snapshot));
+            }
+        }
+        let (seat, mut snapshot, new_game) = match seated {
+            Some((seat, snapshot)) => (seat, snapshot, false),
+            None => {
+                let mut state = GameState::new(rand::random(), 0);
+                let seat = state
+                    .seat_player(0)
+                    .ok_or_else(|| Error::Internal("a new game has no free seat".into()))?;
+                let snapshot = Snapshot {
+                    game_id: 0,
+                    version: 0,
+                    state,
+                    roster: Roster::default(),
+                };
+                (seat, snapshot, true)
+            }
+        };
+        let sql = if new_game {
+            WRITE_JOIN_NEW
+        } else {
+            WRITE_JOIN_WAITING
+        };
+        let mut query = sqlx::query(sql)
+            .bind(&token_hash[..])
+            .bind(name)
+            .bind(i16::from(seat))
+            .bind(existing)
+            .bind(snapshot.state.encode())
+            .bind(phase_code(snapshot.state.phase()));
+        if !new_game {
+            query = query.bind(to_db_id(snapshot.game_id)?);
+        }
+        let Some(row) = query.fetch_optional(&mut *tx).await? else {
+            return Err(Error::Transient(
+                "another join with the same token won the race".into(),
+            ));
+        };
+        let (game_id, version, last_seq): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        tx.commit().await?;
+        snapshot.game_id = game_id as u64;
+        snapshot.version = version as u64;
+        snapshot.roster.names[usize::from(seat)] = name.to_string();
+        snapshot.roster.connected[usize::from(seat)] = true;
+        Ok(Joined {
+            game_id: game_id as u64,
+            seat,
+            rejoined: false,
+            last_seq: last_seq.max(0) as u64,
+            snapshot,
+        })
+    }
+
+    async fn act_once(&self, call: &ActCall) -> Result<Acted, Error> {
+        let mut tx = self.pool.begin().await?;
+        let mut locked = load_locked(&mut tx, &call.token_hash).await?;
+        check_owner(&locked, call.game_id, call.seat)?;
+        let kind = action_code(call.action);
+        let seq = to_db_seq(call.seq)?;
+        if seq == locked.last_seq && locked.last_kind == kind {
+            let snapshot = commit_advance(tx, &mut locked).await?;
+            return Ok(Acted {
+                seq: call.seq,
+                outcome: outcome_from_code(locked.last_outcome),
+                applied_tick: locked.last_tick.max(0) as Tick,
+                replayed: true,
+                snapshot,
+            });
+        }
+        check_fresh(&locked, seq)?;
+        let state = &mut locked.state;
+        let before = state.phase();
+        let tick = state.tick().max(locked.now_tick);
+        let outcome = state.apply(call.seat, call.action, tick);
+        let ending = finishing(before, state);
+        let row = sqlx::query(WRITE_ACT)
+            .bind(state.encode())
+            .bind(phase_code(state.phase()))
+            .bind(locked.game_id)
+            .bind(locked.session_id)
+            .bind(seq)
+            .bind(kind)
+            .bind(outcome_code(outcome))
+            .bind(tick as i32)
+            .bind(locked.seat)
+            .bind(winner_code(ending))
+            .bind(ending == Some(Ending::Draw))
+            .bind(ending.is_some())
+            .fetch_one(&mut *tx)
+            .await?;
+        let version: i64 = row.try_get(0)?;
+        tx.commit().await?;
+        locked.roster.connected[seat_index(locked.seat)] = true;
+        Ok(Acted {
+            seq: call.seq,
+            outcome,
+            applied_tick: tick,
+            replayed: false,
+            snapshot: locked.into_snapshot(version),
+        })
+    }
+
+    async fn leave_once(&self, call: &LeaveCall) -> Result<Left, Error> {
+        let mut tx = self.pool.begin().await?;
+        let mut locked = load_locked(&mut tx, &call.token_hash).await?;
+        check_owner(&locked, call.game_id, call.seat)?;
+        let seq = to_db_seq(call.seq)?;
+        if seq == locked.last_seq && locked.last_kind == KIND_LEAVE {
+            tx.commit().await?;
+            return Ok(Left {
+                seq: call.seq,
+                replayed: true,
+            });
+        }
+        check_fresh(&locked, seq)?;
+        let state = &mut locked.state;
+        let before = state.phase();
+        let tick = state.tick().max(locked.now_tick);
+        state.advance(tick);
+        let waiting = state.phase() == Phase::Waiting;
+        match state.phase() {
+            Phase::Waiting => state.unseat_player(call.seat),
+            Phase::Playing => state.forfeit(call.seat, tick),
+            Phase::Finished => {}
+        }
+        let ending = finishing(before, state);
+        sqlx::query(WRITE_LEAVE)
+            .bind(state.encode())
+            .bind(phase_code(state.phase()))
+            .bind(locked.game_id)
+            .bind(locked.session_id)
+            .bind(seq)
+            .bind(tick as i32)
+            .bind(locked.seat)
+            .bind(waiting)
+            .bind(winner_code(ending))
+            .bind(ending == Some(Ending::Draw))
+            .bind(ending.is_some())
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Left {
+            seq: call.seq,
+            replayed: false,
+        })
+    }
+
+    async fn state_once(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
+        let row = sqlx::query(READ_STATE)
+            .bind(&token_hash[..])
+            .bind(i64::from(TICK_MS))
+            .bind(f64::from(CONNECTED_WINDOW_MS))
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(unknown_token)?;
+        let own_game: i64 = row.try_get(0)?;
+        if Some(own_game) != i64::try_from(game_id).ok() {
+            return Err(Error::PermissionDenied(format!(
+                "game {game_id} is not your game (yours is {own_game})"
+            )));
+        }
+        let state = GameState::decode(row.try_get::<&[u8], _>(3)?)?;
+        let version: i64 = row.try_get(4)?;
+        let now_tick = tick_from_db(row.try_get(5)?);
+        let roster = roster_from_row(&row, 6)?;
+        let mut snapshot = Snapshot {
+            game_id,
+            version: version as u64,
+            state,
+            roster,
+        };
+        let before = snapshot.state.phase();
+        let tick = snapshot.state.tick().max(now_tick);
+        snapshot.state.advance(tick);
+        if snapshot.state.phase() == before {
+            return Ok(snapshot);
+        }
+        // The clock alone changed the phase (the game just ended): commit
+        // it so the rankings are recorded exactly once.
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(LOAD_GAME_LOCKED)
+            .bind(own_game)
+            .bind(i64::from(TICK_MS))
+            .bind(f64::from(CONNECTED_WINDOW_MS))
+            .fetch_one(&mut *tx)
+            .await?;
+        let (now_tick, mut snapshot) = game_row(&row, 0)?;
+        let before = snapshot.state.phase();
+        let tick = snapshot.state.tick().max(now_tick);
+        snapshot.state.advance(tick);
+        if snapshot.state.phase() != before {
+            snapshot.version = write_advance(&mut tx, own_game, before, &snapshot.state).await?;
+        }
+        tx.commit().await?;
+        Ok(snapshot)
+    }
+}
+
+/// Loads and locks the caller's session and game; an unknown token is
+/// `UNAUTHENTICATED`.
+async fn load_locked(
+    tx: &mut Transaction<'_, Postgres>,
+    token_hash: &TokenHash,
+) -> Result<Locked, Error> {
+    let row = sqlx::query(LOAD_LOCKED)
+        .bind(&token_hash[..])
+        .bind(i64::from(TICK_MS))
+        .bind(f64::from(CONNECTED_WINDOW_MS))
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(unknown_token)?;
+    Ok(Locked {
+        session_id: row.try_get(0)?,
+        game_id: row.try_get(1)?,
+        seat: row.try_get(2)?,
+        in_game: row.try_get(3)?,
+        last_seq: row.try_get(4)?,
+        last_kind: row.try_get(5)?,
+        last_outcome: row.try_get(6)?,
+        last_tick: row.try_get(7)?,
+        state: GameState::decode(row.try_get::<&[u8], _>(8)?)?,
+        version: row.try_get(9)?,
+        now_tick: tick_from_db(row.try_get(10)?),
+        roster: roster_from_row(&row, 11)?,
+    })
+}
+
+/// A replay returns the game as it is now: advanced in memory, and, if the
+/// clock alone finished it, committed (we hold the lock already).
+async fn commit_advance(
+    mut tx: Transaction<'_, Postgres>,
+    locked: &mut Locked,
+) -> Result<Snapshot, Error> {
+    let mut state = locked.state.clone();
+    let before = state.phase();
+    state.advance(state.tick().max(locked.now_tick));
+    let mut version = locked.version;
+    if state.phase() != before {
+        version = write_advance(&mut tx, locked.game_id, before, &state).await? as i64;
+    }
+    tx.commit().await?;
+    Ok(Snapshot {
+        game_id: locked.game_id as u64,
+        version: version as u64,
+        state,
+        roster: locked.roster.clone(),
+    })
+}
+
+/// Writes a state advanced by the clock alone; returns the new version.
+async fn write_advance(
+    conn: &mut PgConnection,
+    game_id: i64,
+    before: Phase,
+    state: &GameState,
+) -> Result<u64, Error> {
+    let ending = finishing(before, state);
+    let row = sqlx::query(WRITE_ADVANCE)
+        .bind(state.encode())
+        .bind(phase_code(state.phase()))
+        .bind(game_id)
+        .bind(winner_code(ending))
+        .bind(ending == Some(Ending::Draw))
+        .bind(ending.is_some())
+        .fetch_one(conn)
+        .await?;
+    Ok(row.try_get::<i64, _>(0)? as u64)
+}
+
+impl Locked {
+    fn into_snapshot(self, version: i64) -> Snapshot {
+        Snapshot {
+            game_id: self.game_id as u64,
+            version: version as u64,
+            state: self.state,
+            roster: self.roster,
+        }
+    }
+}
+
+fn unknown_token() -> Error {
+    Error::Unauthenticated("unknown session token; join a game first".into())
+}
+
+/// The request's game and seat must be the session's.
+fn check_owner(locked: &Locked, game_id: u64, seat: u8) -> Result<(), Error> {
+    if Some(locked.game_id) != i64::try_from(game_id).ok() {
+        return Err(Error::PermissionDenied(format!(
+            "game {game_id} is not your game (yours is {})",
+            locked.game_id
+        )));
+    }
+    if i16::from(seat) != locked.seat {
+        return Err(Error::PermissionDenied(format!(
+            "seat {seat} is not your seat (yours is {})",
+            locked.seat
+        )));
+    }
+    Ok(())
+}
+
+/// A new call needs a newer sequence number and a session still in its
+/// game.
+fn check_fresh(locked: &Locked, seq: i64) -> Result<(), Error> {
+    if seq == locked.last_seq {
+        return Err(Error::FailedPrecondition(format!(
+            "sequence number {seq} was already used by a different call"
+        )));
+    }
+    if seq < locked.last_seq {
+        return Err(Error::FailedPrecondition(format!(
+            "sequence number {seq} is older than the last applied ({})",
+            locked.last_seq
+        )));
+    }
+    if !locked.in_game {
+        return Err(Error::FailedPrecondition(format!(
+            "you left game {}; join again to play",
+            locked.game_id
+        )));
+    }
+    Ok(())
+}
+
+/// The ending, if this commit is the one that finishes the game.
+fn finishing(before: Phase, state: &GameState) -> Option<Ending> {
+    if before != Phase::Finished && state.phase() == Phase::Finished {
+        state.ending()
+    } else {
+        None
+    }
+}
+
+/// Parses `id, state, version, now_tick, seats, names, connected` starting
+/// at column `at`; returns the clock's tick and the snapshot.
+fn game_row(row: &PgRow, at: usize) -> Result<(Tick, Snapshot), Error> {
+    let game_id: i64 = row.try_get(at)?;
+    let state = GameState::decode(row.try_get::<&[u8], _>(at + 1)?)?;
+    let version: i64 = row.try_get(at + 2)?;
+    let now_tick = tick_from_db(row.try_get(at + 3)?);
+    let roster = roster_from_row(row, at + 4)?;
+    Ok((
+        now_tick,
+        Snapshot {
+            game_id: game_id as u64,
+            version: version as u64,
+            state,
+            roster,
+        },
+    ))
+}
+
+/// Parses the `seats, names, connected` arrays of the roster subquery.
+fn roster_from_row(row: &PgRow, at: usize) -> Result<Roster, Error> {
+    let seats: Option<Vec<i16>> = row.try_get(at)?;
+    let names: Option<Vec<String>> = row.try_get(at + 1)?;
+    let connected: Option<Vec<bool>> = row.try_get(at + 2)?;
+    let mut roster = Roster::default();
+    let rows = seats
+        .unwrap_or_default()
+        .into_iter()
+        .zip(names.unwrap_or_default())
+        .zip(connected.unwrap_or_default());
+    for ((seat, name), connected) in rows {
+        if let Some(i) = usize::try_from(seat).ok().filter(|&i| i < SEATS) {
+            roster.names[i] = name;
+            roster.connected[i] = connected;
+        }
+    }
+    Ok(roster)
+}
+
+fn tick_from_db(ticks: i64) -> Tick {
+    ticks.clamp(0, i64::from(Tick::MAX)) as Tick
+}
+
+fn seat_index(seat: i16) -> usize {
+    usize::try_from(seat).unwrap_or(0).min(SEATS - 1)
+}
+
+fn to_db_id(id: u64) -> Result<i64, Error> {
+    i64::try_from(id).map_err(|_| Error::Internal(format!("game id {id} out of range")))
+}
+
+fn to_db_seq(seq: u64) -> Result<i64, Error> {
+    i64::try_from(seq)
+        .map_err(|_| Error::InvalidArgument(format!("seq {seq} is too large (max {})", i64::MAX)))
+}
+
+/// The proto Phase number, stored in `games.phase`.
+pub(crate) fn phase_code(phase: Phase) -> i16 {
+    match phase {
+        Phase::Waiting => pb::Phase::Waiting as i16,
+        Phase::Playing => pb::Phase::Playing as i16,
+        Phase::Finished => pb::Phase::Finished as i16,
+    }
+}
+
+/// The proto Action number, stored in `actions.action`.
+fn action_code(action: Action) -> i16 {
+    let a = match action {
+        Action::Move(Dir::Up) => pb::Action::Up,
+        Action::Move(Dir::Down) => pb::Action::Down,
+        Action::Move(Dir::Left) => pb::Action::Left,
+        Action::Move(Dir::Right) => pb::Action::Right,
+        Action::Bomb => pb::Action::Bomb,
+        Action::Idle => pb::Action::Idle,
+    };
+    a as i16
+}
+
+fn outcome_code(outcome: Outcome) -> i16 {
+    let o = match outcome {
+        Outcome::Applied => pb::Outcome::Applied,
+        Outcome::Queued => pb::Outcome::Queued,
+        Outcome::NoEffect => pb::Outcome::NoEffect,
+    };
+    o as i16
+}
+
+fn outcome_from_code(code: i16) -> Outcome {
+    match pb::Outcome::try_from(i32::from(code)) {
+        Ok(pb::Outcome::Applied) => Outcome::Applied,
+        Ok(pb::Outcome::Queued) => Outcome::Queued,
+        _ => Outcome::NoEffect,
+    }
+}
+
+/// The winner's seat for the rankings, or -1.
+fn winner_code(ending: Option<Ending>) -> i16 {
+    match ending {
+        Some(Ending::Winner(seat)) => i16::from(seat),
+        _ => -1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_the_wire_numbers() {
+        assert_eq!(action_code(Action::Move(Dir::Up)), 1);
+        assert_eq!(action_code(Action::Idle), 6);
+        assert_ne!(action_code(Action::Bomb), KIND_LEAVE);
+        for o in [Outcome::Applied, Outcome::Queued, Outcome::NoEffect] {
+            assert_eq!(outcome_from_code(outcome_code(o)), o);
+        }
+        assert_eq!(phase_code(Phase::Waiting), 1);
+        assert_eq!(phase_code(Phase::Finished), 3);
+        assert_eq!(winner_code(Some(Ending::Winner(2))), 2);
+        assert_eq!(winner_code(Some(Ending::Draw)), -1);
+    }
+}
+
+#[cfg(test)]
+mod sql_tests {
+    use super::*;
+    use crate::postgres::{LocalPostgres, PgOptions};
+    use crate::store::StoreOptions;
+    use sqlx::Executor;
+
+    /// Every statement parses, type-checks and plans against the migrated
+    /// schema (PREPARE), without needing the game core.
+    #[tokio::test]
+    async fn every_statement_prepares_against_the_schema() {
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+        store.migrate().await.unwrap();
+        // Running the migrations again is a no-op.
+        store.migrate().await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        for sql in [
+            LOAD_LOCKED,
+            READ_STATE,
+            LOAD_GAME_LOCKED,
+            LOAD_WAITING_LOCKED,
+            LOAD_SESSION_LOCKED,
+            WRITE_ACT,
+            WRITE_LEAVE,
+            WRITE_ADVANCE,
+            WRITE_JOIN_WAITING,
+            WRITE_JOIN_NEW,
+            REJOIN,
+            RANKINGS,
+        ] {
+            if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sql)).await {
+                panic!("{e}\n{sql}");
+            }
+        }
+        assert!(store.rankings(10).await.unwrap().is_empty());
+    }
+}

@@ -1,0 +1,81 @@
+//! SQL of the registry of live servers.
+//!
+//! Each server upserts its row on every heartbeat; a row whose heartbeat is
+//! older than the TTL, judged by the database clock, is a dead server. No
+//! single naming service: any server can answer the list.
+
+use std::time::Duration;
+
+use super::Store;
+use crate::error::Error;
+
+/// A server whose heartbeat is within the TTL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveServer {
+    pub id: String,
+    pub address: String,
+    pub heartbeat_age_ms: u32,
+}
+
+/// Rows of servers silent this long are deleted (dead for good).
+const FORGET_AFTER_S: i64 = 600;
+
+impl Store {
+    /// Records a heartbeat (and the advertised address) of server `id`.
+    pub async fn heartbeat(&self, id: &str, address: &str) -> Result<(), Error> {
+        self.retrying(|| async {
+            sqlx::query(
+                "INSERT INTO servers (id, address) VALUES ($1, $2) \
+                 ON CONFLICT (id) DO UPDATE SET address = excluded.address, heartbeat_at = now()",
+            )
+            .bind(id)
+            .bind(address)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Removes server `id` from the registry (on shutdown), and forgets
+    /// servers that have been silent for a long time.
+    pub async fn deregister(&self, id: &str) -> Result<(), Error> {
+        self.retrying(|| async {
+            sqlx::query(
+                "DELETE FROM servers WHERE id = $1 \
+                 OR heartbeat_at < now() - $2 * interval '1 second'",
+            )
+            .bind(id)
+            .bind(FORGET_AFTER_S as f64)
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Servers whose last heartbeat is younger than `ttl`, oldest first.
+    pub async fn live_servers(&self, ttl: Duration) -> Result<Vec<LiveServer>, Error> {
+        self.retrying(|| async {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(
+                "SELECT id, address, \
+                        floor(extract(epoch FROM clock_timestamp() - heartbeat_at) * 1000)::bigint \
+                 FROM servers \
+                 WHERE heartbeat_at > clock_timestamp() - $1 * interval '1 millisecond' \
+                 ORDER BY started_at, id",
+            )
+            .bind(ttl.as_millis() as f64)
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|(id, address, age_ms)| LiveServer {
+                    id,
+                    address,
+                    heartbeat_age_ms: age_ms.clamp(0, u32::MAX as i64) as u32,
+                })
+                .collect())
+        })
+        .await
+    }
+}
