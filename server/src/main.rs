@@ -1,7 +1,11 @@
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(name = "borbaman-server", version, about = "Stateless Borbaman game server")]
+#[command(
+    name = "borbaman-server",
+    version,
+    about = "Stateless Borbaman game server"
+)]
 struct Cli {
     #[command(flatten)]
     args: borbaman_server::cli::ServerArgs,
