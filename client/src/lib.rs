@@ -10,10 +10,12 @@
 //! - [`play`]: `borbaman play`, the terminal game.
 //! - [`bot`]: `borbaman bot`, headless AI players.
 //! - [`bench`]: `borbaman bench`, RTT and jitter measurement runs.
+//! - [`chaos`]: `borbaman chaos`, fault-injection runs.
 
 pub mod bench;
 pub mod bot;
 pub mod brain;
+pub mod chaos;
 pub mod cluster;
 pub mod play;
 pub mod pool;

@@ -20,6 +20,12 @@ enum Command {
     Bot(borbaman::bot::BotArgs),
     /// Run a game server (same as the `borbaman-server` binary).
     Server(borbaman_server::cli::ServerArgs),
+    /// Measure RTT and jitter: headless bots play real games; writes
+    /// invocations.csv, summary.json, ecdf.svg and rtt.svg to --out.
+    Bench(borbaman::bench::BenchArgs),
+    /// The bench workload on a local cluster while servers are killed,
+    /// hung or restarted; checks that no action was lost or duplicated.
+    Chaos(borbaman::chaos::ChaosArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,5 +34,7 @@ fn main() -> anyhow::Result<()> {
         Command::Play(args) => borbaman::play::run(args),
         Command::Bot(args) => borbaman::bot::run(args),
         Command::Server(args) => borbaman_server::cli::run(args),
+        Command::Bench(args) => borbaman::bench::run(args),
+        Command::Chaos(args) => borbaman::chaos::run(args),
     }
 }

@@ -1,13 +1,472 @@
 //! `borbaman bench`: headless clients play real games through the same
 //! `ServerPool` as players, one invocation every interval, and the run is
-//! written up as per-invocation records, a summary and two charts.
+//! written up in a directory:
+//!
+//! - `invocations.csv`: one row per call;
+//! - `summary.json`: percentiles, jitter, failovers, floors and ratios,
+//!   invariants;
+//! - `ecdf.svg` and `rtt.svg`: the charts.
+//!
+//! [`run_measured`] is the run itself, shared with `borbaman chaos`, which
+//! adds a fault injector beside the clients.
 //!
 //! - [`record`]: per-invocation records and CSV.
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
 //! - [`plot`]: `ecdf.svg` and `rtt.svg`.
+//! - [`floors`]: the bare gRPC ping and bare PostgreSQL transaction floors.
 //! - [`workload`]: the headless clients.
+//! - [`invariants`]: what must hold after every run.
 
+pub mod floors;
+pub mod invariants;
 pub mod plot;
 pub mod record;
 pub mod report;
 pub mod workload;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::chaos::FaultEvent;
+use crate::cluster::{ClusterConfig, LocalCluster};
+use crate::pool::{PoolConfig, ServerPool};
+use floors::DbFloor;
+use plot::{FaultMark, Reference};
+use record::{Recorder, RunClock};
+use report::{FloorRatios, Summary, floor_stats, measure};
+use workload::{Progress, WorkloadConfig};
+
+/// Flags of `borbaman bench`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Headless clients, each a bot playing a real game (4 per game).
+    #[arg(long, default_value_t = 16)]
+    pub clients: u32,
+    /// Games played at once; must be clients / 4 (default).
+    #[arg(long)]
+    pub games: Option<u32>,
+    /// Time between two invocations of one client.
+    #[arg(long, default_value_t = 50)]
+    pub interval_ms: u64,
+    /// Measured time, after the warm-up.
+    #[arg(long, default_value_t = 60)]
+    pub duration_s: u64,
+    /// Warm-up: calls made in it are written to the CSV but left out of
+    /// every figure.
+    #[arg(long, default_value_t = 5)]
+    pub warmup_s: u64,
+    /// Directory for invocations.csv, summary.json, ecdf.svg, rtt.svg.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Servers to measure (host:port,...; any live one will do). Without
+    /// it, a local cluster is started and stopped.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// The servers' database, for the transaction floor and the invariant
+    /// checks (with --servers; a local cluster has its own).
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Servers in the local cluster.
+    #[arg(long, default_value_t = 3)]
+    pub local_servers: usize,
+    /// Samples of each floor taken on the idle cluster before the run.
+    #[arg(long, default_value_t = 300)]
+    pub floor_samples: usize,
+    /// Run the local cluster's private PostgreSQL without fsync (faster,
+    /// not durable; the floors are measured on the same database).
+    #[arg(long)]
+    pub no_fsync: bool,
+}
+
+/// Starts a local cluster of `servers` servers of this binary on a
+/// throwaway PostgreSQL (or `DATABASE_URL`), saying what it does.
+pub fn start_cluster(servers: usize, fsync: bool) -> anyhow::Result<LocalCluster> {
+    let config = ClusterConfig {
+        fsync,
+        ..ClusterConfig::temporary(servers)
+    };
+    LocalCluster::start(config, |step| eprintln!("{step}")).context("starting a local cluster")
+}
+
+/// What a measured run does.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    pub workload: WorkloadConfig,
+    pub games: u32,
+    pub floor_samples: usize,
+    pub out: PathBuf,
+}
+
+impl RunPlan {
+    /// Checks the numbers a user typed and builds the plan.
+    pub fn new(
+        clients: u32,
+        games: Option<u32>,
+        interval_ms: u64,
+        warmup_s: u64,
+        duration_s: u64,
+        out: PathBuf,
+    ) -> anyhow::Result<RunPlan> {
+        anyhow::ensure!(
+            clients >= 4 && clients.is_multiple_of(4),
+            "--clients must be a multiple of 4 (four players a game), got {clients}"
+        );
+        let games = games.unwrap_or(clients / 4);
+        anyhow::ensure!(
+            games * 4 == clients,
+            "--games must be --clients / 4 = {} (four players a game), got {games}",
+            clients / 4
+        );
+        anyhow::ensure!(interval_ms > 0, "--interval-ms must be at least 1");
+        anyhow::ensure!(duration_s > 0, "--duration-s must be at least 1");
+        Ok(RunPlan {
+            workload: WorkloadConfig {
+                clients,
+                interval: Duration::from_millis(interval_ms),
+                warmup: Duration::from_secs(warmup_s),
+                total: Duration::from_secs(warmup_s + duration_s),
+                name_prefix: "bench-".into(),
+            },
+            games,
+            floor_samples: 0,
+            out,
+        })
+    }
+}
+
+/// Where to run: the servers' addresses and their database.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub servers: Vec<String>,
+    pub database_url: Option<String>,
+}
+
+/// Starts the fault injector of a chaos run once the clock starts; its task
+/// returns the faults it injected.
+pub type Injector =
+    Box<dyn FnOnce(RunClock, watch::Receiver<bool>) -> JoinHandle<Vec<FaultEvent>> + Send>;
+
+/// `borbaman bench`.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let mut plan = RunPlan::new(
+        args.clients,
+        args.games,
+        args.interval_ms,
+        args.warmup_s,
+        args.duration_s,
+        args.out.clone(),
+    )?;
+    plan.floor_samples = args.floor_samples;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let summary = if args.servers.is_empty() {
+        let cluster = start_cluster(args.local_servers, !args.no_fsync)?;
+        let target = Target {
+            servers: cluster.addresses(),
+            database_url: Some(cluster.database_url().to_string()),
+        };
+        let summary = runtime.block_on(run_measured(&plan, &target, None));
+        drop(cluster);
+        summary?
+    } else {
+        let target = Target {
+            servers: args.servers.clone(),
+            database_url: args.database_url.clone(),
+        };
+        runtime.block_on(run_measured(&plan, &target, None))?
+    };
+    conclude(&summary, &plan.out)
+}
+
+/// Prints the headline figures and fails, naming them, if invariants broke.
+pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
+    println!(
+        "{} invocations, {} errors; RTT p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs; \
+         jitter max {} µs; floors p50: ping {} µs, transaction {} µs (act p50 {}× floor, p99 {}×); \
+         {} faults, {} failovers (gap max {} ms); lost {}, duplicated {}, regressions {}",
+        summary.invocations,
+        summary.errors,
+        summary.rtt_us.p50,
+        summary.rtt_us.p99,
+        summary.rtt_us.p999,
+        summary.rtt_us.max,
+        summary.jitter_us.max,
+        summary.floor_ping_us.p50,
+        summary.floor_db_txn_us.p50,
+        summary.ratios.act_p50_to_floor,
+        summary.ratios.act_p99_to_floor,
+        summary.faults,
+        summary.failovers,
+        summary.failover_gap_ms.max,
+        summary.lost_actions,
+        summary.duplicate_actions,
+        summary.state_regressions,
+    );
+    println!("report written to {}", out.display());
+    for note in &summary.notes {
+        println!("note: {note}");
+    }
+    if let Some(invariants) = &summary.invariants {
+        for check in &invariants.checks {
+            let verdict = if check.ok { "ok  " } else { "FAIL" };
+            println!("{verdict} {}: {}", check.name, check.detail);
+        }
+        let failed = invariants.failed();
+        anyhow::ensure!(failed.is_empty(), "invariant failed: {}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// One measured run against `target`: floors on the idle cluster, then the
+/// clients (and the injector, if any) beside a floor prober, then the
+/// invariant checks; writes every output to `plan.out`.
+pub async fn run_measured(
+    plan: &RunPlan,
+    target: &Target,
+    injector: Option<Injector>,
+) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(&plan.out)
+        .with_context(|| format!("cannot create {}", plan.out.display()))?;
+    let started_at_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut notes = Vec::new();
+    let pool = ServerPool::connect(&target.servers, PoolConfig::default()).await?;
+
+    let mut db_floor = match &target.database_url {
+        Some(url) => Some(
+            DbFloor::open(url)
+                .await
+                .context("opening the transaction floor")?,
+        ),
+        None => {
+            notes.push(
+                "no database URL: no transaction floor and no invariant checks \
+                 (pass --database-url or DATABASE_URL)"
+                    .into(),
+            );
+            None
+        }
+    };
+    let idle = floors::measure_idle(&pool.live_channels(), db_floor.as_mut(), plan.floor_samples)
+        .await
+        .context("measuring the floors")?;
+
+    let clock = RunClock::start();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let recorder = Recorder::new();
+    let progress = Arc::new(Progress::default());
+    // The prober measures the measured window only, beside the clients.
+    let prober = tokio::spawn(floors::probe(
+        pool.clone(),
+        db_floor,
+        clock.started() + plan.workload.warmup,
+        plan.workload.interval,
+        stop_rx.clone(),
+    ));
+    let injector = injector.map(|start| start(clock, stop_rx.clone()));
+    let bar = progress_bar(plan, clock, progress.clone(), stop_rx.clone());
+
+    let logs = workload::run(&plan.workload, &pool, clock, &recorder, &progress, stop_rx).await;
+    let _ = stop_tx.send(true);
+    let (probed, db_floor) = prober.await?;
+    let faults = match injector {
+        Some(task) => task.await?,
+        None => Vec::new(),
+    };
+    bar.await?;
+    if let Some(db_floor) = db_floor {
+        db_floor.close().await;
+    }
+
+    let records = recorder.snapshot();
+    let warmup_us = record::duration_us(plan.workload.warmup);
+    let invariants = match &target.database_url {
+        Some(url) => {
+            let db = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await
+                .context("connecting to the database to check invariants")?;
+            let report = invariants::check(&db, &logs)
+                .await
+                .context("checking invariants")?;
+            db.close().await;
+            Some(report)
+        }
+        None => None,
+    };
+
+    let mut summary = Summary {
+        faults: faults.len() as u64,
+        floor_ping_us: floor_stats(probed.ping_us.iter().copied()),
+        floor_db_txn_us: floor_stats(probed.db_txn_us.iter().copied()),
+        floor_idle_ping_us: floor_stats(idle.ping_us.iter().copied()),
+        floor_idle_db_txn_us: floor_stats(idle.db_txn_us.iter().copied()),
+        warmup_s: plan.workload.warmup.as_secs_f64(),
+        duration_s: (plan.workload.total - plan.workload.warmup).as_secs_f64(),
+        clients: plan.workload.clients,
+        games: plan.games,
+        games_finished: progress.games_finished.load(Ordering::Relaxed),
+        interval_ms: plan.workload.interval.as_millis() as u64,
+        servers: target.servers.clone(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        git_commit: git_commit(),
+        started_at_unix_s,
+        ..Summary::default()
+    }
+    .with_measurements(measure(&records));
+    for fault in &faults {
+        *summary
+            .faults_by_kind
+            .entry(fault.kind.to_string())
+            .or_default() += 1;
+    }
+    summary.ratios = FloorRatios::new(
+        &summary.rtt_us,
+        &summary.act_rtt_us,
+        &summary.floor_ping_us,
+        &summary.floor_db_txn_us,
+    );
+    if let Some(report) = invariants {
+        summary.lost_actions = report.actions.lost;
+        summary.duplicate_actions = report.actions.duplicated;
+        summary.state_regressions = report.state_regressions;
+        summary.invariants_ok = report.failed().is_empty();
+        summary.invariants = Some(report);
+    } else {
+        summary.state_regressions = logs
+            .iter()
+            .flat_map(|l| &l.sessions)
+            .map(|s| s.regressions)
+            .sum();
+    }
+    notes.push(format!(
+        "warm-up: calls started in the first {} s ({} calls) are in invocations.csv \
+         (warmup=true) but in no figure",
+        plan.workload.warmup.as_secs(),
+        summary.warmup_invocations
+    ));
+    summary.notes = notes;
+
+    write_outputs(&plan.out, &records, &summary, &faults, warmup_us)?;
+    Ok(summary)
+}
+
+fn write_outputs(
+    out: &Path,
+    records: &[record::Invocation],
+    summary: &Summary,
+    faults: &[FaultEvent],
+    warmup_us: u64,
+) -> anyhow::Result<()> {
+    record::write_csv(&out.join("invocations.csv"), records)?;
+    let json = serde_json::to_string_pretty(summary)?;
+    std::fs::write(out.join("summary.json"), json + "\n")
+        .with_context(|| format!("cannot write {}", out.join("summary.json").display()))?;
+    let references = [
+        Reference {
+            value_us: summary.floor_ping_us.p50,
+            label: format!("ping floor p50 {} µs", summary.floor_ping_us.p50),
+        },
+        Reference {
+            value_us: summary.floor_db_txn_us.p50,
+            label: format!("transaction floor p50 {} µs", summary.floor_db_txn_us.p50),
+        },
+        Reference {
+            value_us: summary.ratios.floor_p50_us,
+            label: format!("ping + transaction p50 {} µs", summary.ratios.floor_p50_us),
+        },
+    ];
+    let references: Vec<Reference> = references.into_iter().filter(|r| r.value_us > 0).collect();
+    plot::write_ecdf_svg(&out.join("ecdf.svg"), records, &references)?;
+    let marks: Vec<FaultMark> = faults
+        .iter()
+        .filter(|f| f.at_us >= warmup_us)
+        .map(|f| FaultMark {
+            at_us: f.at_us,
+            label: f.kind.to_string(),
+        })
+        .collect();
+    plot::write_rtt_svg(&out.join("rtt.svg"), records, &marks)?;
+    if !faults.is_empty() {
+        record::write_csv(&out.join("faults.csv"), faults)?;
+    }
+    Ok(())
+}
+
+/// Shows elapsed seconds and live counters until `stop` turns true. Draws
+/// nothing when stderr is not a terminal.
+fn progress_bar(
+    plan: &RunPlan,
+    clock: RunClock,
+    progress: Arc<Progress>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let total = plan.workload.total;
+    let warmup = plan.workload.warmup;
+    let bar = ProgressBar::new(total.as_secs());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>8} [{elapsed_precise}] {bar:30} {pos}/{len} s  {msg}",
+        )
+        .expect("valid template"),
+    );
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = stop.wait_for(|stopped| *stopped) => break,
+            }
+            let elapsed = clock.started().elapsed();
+            bar.set_prefix(if elapsed < warmup {
+                "warm-up"
+            } else {
+                "measure"
+            });
+            bar.set_position(elapsed.as_secs().min(total.as_secs()));
+            bar.set_message(format!(
+                "{} calls, {} errors, {} failovers, {} games finished",
+                progress.calls.load(Ordering::Relaxed),
+                progress.errors.load(Ordering::Relaxed),
+                progress.failovers.load(Ordering::Relaxed),
+                progress.games_finished.load(Ordering::Relaxed),
+            ));
+        }
+        bar.finish_and_clear();
+    })
+}
+
+/// The commit the binary runs from, when run inside the repository.
+fn git_commit() -> Option<String> {
+    let output = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Logs warnings to stderr unless `RUST_LOG` says otherwise; a no-op when a
+/// subscriber is already installed.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -91,6 +91,107 @@ pub struct Measurements {
     pub errors_by_status: BTreeMap<String, u64>,
 }
 
+/// RTT against the floors measured in the same run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FloorRatios {
+    /// Ping p50 + bare transaction p50: the least a game call can take.
+    pub floor_p50_us: u64,
+    /// Ping p99 + bare transaction p99.
+    pub floor_p99_us: u64,
+    /// Act RTT p50 / floor p50 (target ≤ 1.5).
+    pub act_p50_to_floor: f64,
+    /// Act RTT p99 / floor p99 (target ≤ 3).
+    pub act_p99_to_floor: f64,
+    /// Every call's RTT p50 / floor p50.
+    pub rtt_p50_to_floor: f64,
+    pub rtt_p99_to_floor: f64,
+}
+
+impl FloorRatios {
+    pub fn new(all: &RttStats, act: &RttStats, ping: &FloorStats, txn: &FloorStats) -> FloorRatios {
+        let floor_p50_us = ping.p50 + txn.p50;
+        let floor_p99_us = ping.p99 + txn.p99;
+        FloorRatios {
+            floor_p50_us,
+            floor_p99_us,
+            act_p50_to_floor: ratio(act.p50 as f64, floor_p50_us as f64),
+            act_p99_to_floor: ratio(act.p99 as f64, floor_p99_us as f64),
+            rtt_p50_to_floor: ratio(all.p50 as f64, floor_p50_us as f64),
+            rtt_p99_to_floor: ratio(all.p99 as f64, floor_p99_us as f64),
+        }
+    }
+}
+
+/// `summary.json`: the names the issue fixes first, then extras.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub invocations: u64,
+    pub errors: u64,
+    pub rtt_us: RttStats,
+    pub jitter_us: JitterStats,
+    pub faults: u64,
+    pub failovers: u64,
+    pub failover_gap_ms: GapStats,
+    pub lost_actions: u64,
+    pub duplicate_actions: u64,
+    pub state_regressions: u64,
+    /// Bare `Game.Ping`, measured beside the workload.
+    pub floor_ping_us: FloorStats,
+    /// Bare `SELECT … FOR UPDATE` + `UPDATE` + `COMMIT`, beside the workload.
+    pub floor_db_txn_us: FloorStats,
+    pub time_breakdown: TimeBreakdown,
+
+    // Extras.
+    /// Every invariant and whether it held.
+    pub invariants_ok: bool,
+    pub invariants: Option<super::invariants::InvariantReport>,
+    pub act_rtt_us: RttStats,
+    pub ratios: FloorRatios,
+    /// The same floors on the idle cluster, before the workload started.
+    pub floor_idle_ping_us: FloorStats,
+    pub floor_idle_db_txn_us: FloorStats,
+    /// Calls in the first `warmup_s` seconds are in the CSV but left out of
+    /// every figure here.
+    pub warmup_s: f64,
+    pub warmup_invocations: u64,
+    /// The measured window, after the warm-up.
+    pub duration_s: f64,
+    pub clients: u32,
+    pub games: u32,
+    pub games_finished: u64,
+    pub interval_ms: u64,
+    pub servers: Vec<String>,
+    pub throughput_per_s: f64,
+    pub per_server: BTreeMap<String, u64>,
+    pub errors_by_status: BTreeMap<String, u64>,
+    pub faults_by_kind: BTreeMap<String, u64>,
+    pub command: String,
+    pub git_commit: Option<String>,
+    /// Unix time the run started.
+    pub started_at_unix_s: u64,
+    /// Anything a reader should know (a floor that could not be measured…).
+    pub notes: Vec<String>,
+}
+
+impl Summary {
+    /// Fills the figures that come from the client records.
+    pub fn with_measurements(mut self, m: Measurements) -> Summary {
+        self.invocations = m.invocations;
+        self.errors = m.errors;
+        self.warmup_invocations = m.warmup_invocations;
+        self.rtt_us = m.rtt_us;
+        self.act_rtt_us = m.act_rtt_us;
+        self.jitter_us = m.jitter_us;
+        self.failovers = m.failovers;
+        self.failover_gap_ms = m.failover_gap_ms;
+        self.time_breakdown = m.time_breakdown;
+        self.throughput_per_s = m.throughput_per_s;
+        self.per_server = m.per_server;
+        self.errors_by_status = m.errors_by_status;
+        self
+    }
+}
+
 /// A latency histogram from 1 µs to an hour at three significant figures.
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")

@@ -1,0 +1,181 @@
+//! The floors a run is judged against, measured in the same run on the same
+//! machine: a bare gRPC ping to the same servers (`Game.Ping`, no database)
+//! and a bare PostgreSQL transaction of the same shape as a game call
+//! (`SELECT … FOR UPDATE` + `UPDATE` + `COMMIT` of a game-sized row) against
+//! the same database.
+//!
+//! This machine is shared and noisy, so an absolute time says little; a
+//! ratio to a floor taken side by side says how much the game adds. Floors
+//! are taken twice: on the idle cluster before the workload starts, and by a
+//! prober running beside the workload during the measured window (one ping
+//! and one transaction per interval), whose figures go in `summary.json` as
+//! `floor_ping_us` and `floor_db_txn_us`.
+
+use std::time::{Duration, Instant};
+
+use borbaman_proto::pb::PingRequest;
+use borbaman_proto::pb::game_client::GameClient;
+use borbaman_server::store::audit;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::watch;
+use tokio::time::timeout;
+use tonic::transport::Channel;
+
+use super::record::duration_us;
+use crate::pool::ServerPool;
+
+/// A probe sample slower than this is abandoned.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Bytes of the ping payload: about the size of an `ActRequest`.
+const PING_PAYLOAD_BYTES: usize = 40;
+/// Bytes of the floor table's state column: about a game's encoded state.
+pub const FLOOR_STATE_BYTES: usize = 200;
+/// Rows of the floor table, like the games of a bench run.
+const FLOOR_ROWS: i64 = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FloorError {
+    #[error("ping to {server} failed: {status}")]
+    Ping {
+        server: String,
+        status: tonic::Status,
+    },
+    #[error("no server connection to ping")]
+    NoServer,
+    #[error("bare PostgreSQL transaction failed: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+/// Samples of both floors, in microseconds.
+#[derive(Clone, Debug, Default)]
+pub struct FloorSamples {
+    pub ping_us: Vec<u64>,
+    pub db_txn_us: Vec<u64>,
+}
+
+/// One bare `Game.Ping`, timed.
+pub async fn ping_once(server: &str, channel: &Channel) -> Result<Duration, FloorError> {
+    let mut client = GameClient::new(channel.clone());
+    let request = PingRequest {
+        payload: vec![0x5a; PING_PAYLOAD_BYTES],
+    };
+    let started = Instant::now();
+    client
+        .ping(request)
+        .await
+        .map_err(|status| FloorError::Ping {
+            server: server.to_string(),
+            status,
+        })?;
+    Ok(started.elapsed())
+}
+
+/// The bare-transaction floor: its own table in the game database (created
+/// here, dropped by [`DbFloor::close`]) and one connection, as a game server
+/// uses one connection per call.
+pub struct DbFloor {
+    db: PgPool,
+    state: Vec<u8>,
+    next_row: i64,
+}
+
+impl DbFloor {
+    pub async fn open(database_url: &str) -> Result<DbFloor, FloorError> {
+        let db = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(database_url)
+            .await?;
+        audit::create_txn_floor(&db, FLOOR_ROWS, FLOOR_STATE_BYTES).await?;
+        Ok(DbFloor {
+            db,
+            state: vec![0xa5; FLOOR_STATE_BYTES],
+            next_row: 0,
+        })
+    }
+
+    /// One bare transaction on the next row, timed.
+    pub async fn txn_once(&mut self) -> Result<Duration, FloorError> {
+        self.next_row = (self.next_row + 1) % FLOOR_ROWS;
+        self.state[0] = self.state[0].wrapping_add(1);
+        let started = Instant::now();
+        audit::bare_transaction(&self.db, self.next_row + 1, &self.state).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Drops the floor table and closes the connection.
+    pub async fn close(self) {
+        if let Err(e) = audit::drop_txn_floor(&self.db).await {
+            tracing::warn!("could not drop the floor table: {e}");
+        }
+        self.db.close().await;
+    }
+}
+
+/// Takes `samples` of each floor one after another, on an idle cluster.
+pub async fn measure_idle(
+    servers: &[(String, Channel)],
+    db: Option<&mut DbFloor>,
+    samples: usize,
+) -> Result<FloorSamples, FloorError> {
+    if servers.is_empty() {
+        return Err(FloorError::NoServer);
+    }
+    let mut out = FloorSamples::default();
+    // One untimed call each, so connection set-up is not measured.
+    for (server, channel) in servers {
+        ping_once(server, channel).await?;
+    }
+    for i in 0..samples {
+        let (server, channel) = &servers[i % servers.len()];
+        out.ping_us
+            .push(duration_us(ping_once(server, channel).await?));
+    }
+    if let Some(db) = db {
+        db.txn_once().await?;
+        for _ in 0..samples {
+            out.db_txn_us.push(duration_us(db.txn_once().await?));
+        }
+    }
+    Ok(out)
+}
+
+/// Measures both floors once per `interval` from `from` until `stop` turns
+/// true, beside
+/// the workload, on the pool's live connections; returns the samples and the
+/// floor table's connection. A sample that fails or takes longer than
+/// [`PROBE_TIMEOUT`] (a server killed or stopped by a fault) is skipped.
+pub async fn probe(
+    pool: ServerPool,
+    mut db: Option<DbFloor>,
+    from: Instant,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> (FloorSamples, Option<DbFloor>) {
+    let mut out = FloorSamples::default();
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::from_std(from), interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut i = 0usize;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        }
+        let servers = pool.live_channels();
+        if !servers.is_empty() {
+            let (server, channel) = &servers[i % servers.len()];
+            if let Ok(Ok(rtt)) = timeout(PROBE_TIMEOUT, ping_once(server, channel)).await {
+                out.ping_us.push(duration_us(rtt));
+            }
+        }
+        if let Some(db) = db.as_mut()
+            && let Ok(Ok(rtt)) = timeout(PROBE_TIMEOUT, db.txn_once()).await
+        {
+            out.db_txn_us.push(duration_us(rtt));
+        }
+        i += 1;
+    }
+    (out, db)
+}

@@ -1,0 +1,316 @@
+//! The invariants checked after every bench and chaos run, from the
+//! database's action log and games and from the clients' own logs:
+//!
+//! 1. every acknowledged action was applied exactly once: each `(token,
+//!    seq)` a server acknowledged is in the action log (none lost), and the
+//!    log holds each at most once and nothing a client never sent (none
+//!    duplicated);
+//! 2. every game's version only grew (the log's versions rise with each
+//!    session's seq, no two actions of a game share a version, no game is
+//!    behind an action it acknowledged);
+//! 3. no client ever saw its game's state go backwards;
+//! 4. every game finished with a winner or a draw, or is still consistent
+//!    (its stored state decodes and agrees with its row).
+
+use std::collections::{HashMap, HashSet};
+
+use borbaman_server::store::audit::{self, AppliedAction, GameVerdict, VersionAudit};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use super::workload::ClientLog;
+
+/// One invariant and whether it held.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// How the acknowledged actions compare with the action log.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ActionAudit {
+    pub acknowledged: u64,
+    pub applied: u64,
+    /// Acknowledged but not in the log.
+    pub lost: u64,
+    /// Log rows beyond the first for one `(token, seq)`, plus rows with a
+    /// sequence number the client never sent.
+    pub duplicated: u64,
+    /// In the log but never acknowledged: calls that failed (or were cut by
+    /// the end of the run) after the server committed them. Allowed.
+    pub unacknowledged_applied: u64,
+}
+
+/// Compares what clients saw acknowledged with what the log says was applied.
+pub fn compare_actions(logs: &[ClientLog], applied: &[AppliedAction]) -> ActionAudit {
+    let acknowledged: HashSet<(&[u8], u64)> = logs
+        .iter()
+        .flat_map(|l| &l.acknowledged)
+        .map(|a| (a.token.as_slice(), a.seq))
+        .collect();
+    let last_sent: HashMap<&[u8], u64> = logs
+        .iter()
+        .flat_map(|l| &l.sessions)
+        .map(|s| (s.token.as_slice(), s.last_seq_sent))
+        .collect();
+    let mut in_log: HashMap<(&[u8], u64), u64> = HashMap::new();
+    for row in applied {
+        *in_log
+            .entry((row.token.as_slice(), row.seq as u64))
+            .or_default() += 1;
+    }
+    let mut audit = ActionAudit {
+        acknowledged: acknowledged.len() as u64,
+        applied: applied.len() as u64,
+        ..ActionAudit::default()
+    };
+    audit.lost = acknowledged
+        .iter()
+        .filter(|k| !in_log.contains_key(*k))
+        .count() as u64;
+    for (&(token, seq), &count) in &in_log {
+        audit.duplicated += count - 1;
+        let never_sent = last_sent
+            .get(token)
+            .is_none_or(|&last| seq > last || seq == 0);
+        if never_sent {
+            audit.duplicated += 1;
+        } else if !acknowledged.contains(&(token, seq)) {
+            audit.unacknowledged_applied += 1;
+        }
+    }
+    audit
+}
+
+/// All invariants of a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct InvariantReport {
+    pub actions: ActionAudit,
+    pub version_out_of_order: i64,
+    pub version_shared: i64,
+    pub version_ahead_of_game: i64,
+    pub state_regressions: u64,
+    pub games: u64,
+    pub games_finished: u64,
+    pub games_consistent: u64,
+    pub games_inconsistent: Vec<String>,
+    pub checks: Vec<Check>,
+}
+
+impl InvariantReport {
+    /// The names of the invariants that failed.
+    pub fn failed(&self) -> Vec<&'static str> {
+        self.checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| c.name)
+            .collect()
+    }
+}
+
+/// Checks every invariant against the database at `db`.
+pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, sqlx::Error> {
+    let tokens: Vec<Vec<u8>> = logs
+        .iter()
+        .flat_map(|l| &l.sessions)
+        .map(|s| s.token.clone())
+        .collect();
+    let mut game_ids: Vec<i64> = logs
+        .iter()
+        .flat_map(|l| &l.sessions)
+        .map(|s| s.game_id as i64)
+        .collect();
+    game_ids.sort_unstable();
+    game_ids.dedup();
+
+    let applied = audit::applied_actions(db, &tokens).await?;
+    let actions = compare_actions(logs, &applied);
+    let versions = audit::version_audit(db, &game_ids).await?;
+    let rows = audit::games(db, &game_ids).await?;
+    let state_regressions = logs
+        .iter()
+        .flat_map(|l| &l.sessions)
+        .map(|s| s.regressions)
+        .sum();
+    Ok(assemble(
+        actions,
+        versions,
+        &rows,
+        game_ids.len(),
+        state_regressions,
+    ))
+}
+
+fn assemble(
+    actions: ActionAudit,
+    versions: VersionAudit,
+    rows: &[audit::GameRow],
+    games_expected: usize,
+    state_regressions: u64,
+) -> InvariantReport {
+    let mut report = InvariantReport {
+        version_out_of_order: versions.out_of_order,
+        version_shared: versions.shared,
+        version_ahead_of_game: versions.ahead_of_game,
+        state_regressions,
+        games: rows.len() as u64,
+        ..InvariantReport::default()
+    };
+    for row in rows {
+        match audit::check_game(row) {
+            GameVerdict::Finished => report.games_finished += 1,
+            GameVerdict::Consistent => report.games_consistent += 1,
+            GameVerdict::Inconsistent(why) => report.games_inconsistent.push(why),
+        }
+    }
+    if rows.len() < games_expected {
+        report.games_inconsistent.push(format!(
+            "{} of the {games_expected} games clients joined are missing",
+            games_expected - rows.len()
+        ));
+    }
+    report.checks = vec![
+        Check {
+            name: "acknowledged actions applied exactly once",
+            ok: actions.lost == 0 && actions.duplicated == 0,
+            detail: format!(
+                "{} acknowledged, {} applied: {} lost, {} duplicated, {} applied without acknowledgement",
+                actions.acknowledged,
+                actions.applied,
+                actions.lost,
+                actions.duplicated,
+                actions.unacknowledged_applied
+            ),
+        },
+        Check {
+            name: "game versions only grew",
+            ok: versions.is_clean(),
+            detail: format!(
+                "{} out of order, {} shared by two actions, {} ahead of their game",
+                versions.out_of_order, versions.shared, versions.ahead_of_game
+            ),
+        },
+        Check {
+            name: "no client saw its game go backwards",
+            ok: state_regressions == 0,
+            detail: format!("{state_regressions} replies older than a state already seen"),
+        },
+        Check {
+            name: "every game finished or is consistent",
+            ok: report.games_inconsistent.is_empty(),
+            detail: if report.games_inconsistent.is_empty() {
+                format!(
+                    "{} games: {} finished with a winner or draw, {} consistent",
+                    report.games, report.games_finished, report.games_consistent
+                )
+            } else {
+                report.games_inconsistent.join("; ")
+            },
+        },
+    ];
+    report.actions = actions;
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::workload::{Ack, SessionLog};
+    use super::*;
+
+    fn token(n: u8) -> Vec<u8> {
+        vec![n; 16]
+    }
+
+    fn row(t: u8, seq: i64, version: i64) -> AppliedAction {
+        AppliedAction {
+            token: token(t),
+            seq,
+            game_id: 1,
+            seat: 0,
+            action: 6,
+            version,
+        }
+    }
+
+    fn client(t: u8, acked: &[u64], last_sent: u64) -> ClientLog {
+        ClientLog {
+            client: u32::from(t),
+            sessions: vec![SessionLog {
+                token: token(t),
+                game_id: 1,
+                seat: 0,
+                last_seq_sent: last_sent,
+                regressions: 0,
+                finished: false,
+            }],
+            acknowledged: acked
+                .iter()
+                .map(|&seq| Ack {
+                    token: token(t),
+                    seq,
+                    game_id: 1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_clean_run_has_nothing_lost_or_duplicated() {
+        // Seq 3 failed on the client after the server committed it.
+        let logs = [client(1, &[1, 2, 4], 4), client(2, &[1], 1)];
+        let applied = [
+            row(1, 1, 2),
+            row(1, 2, 3),
+            row(1, 3, 5),
+            row(1, 4, 6),
+            row(2, 1, 4),
+        ];
+        let audit = compare_actions(&logs, &applied);
+        assert_eq!(
+            audit,
+            ActionAudit {
+                acknowledged: 4,
+                applied: 5,
+                lost: 0,
+                duplicated: 0,
+                unacknowledged_applied: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn lost_and_duplicated_actions_are_counted() {
+        let logs = [client(1, &[1, 2, 3], 3)];
+        // Seq 2 missing (lost), seq 3 twice, seq 9 never sent.
+        let applied = [row(1, 1, 2), row(1, 3, 3), row(1, 3, 4), row(1, 9, 5)];
+        let audit = compare_actions(&logs, &applied);
+        assert_eq!(audit.lost, 1);
+        assert_eq!(audit.duplicated, 2);
+        // Another client's rows are not this client's acknowledgements.
+        let applied = [row(7, 1, 2)];
+        assert_eq!(compare_actions(&logs, &applied).lost, 3);
+        assert_eq!(compare_actions(&logs, &applied).duplicated, 1);
+    }
+
+    #[test]
+    fn failed_invariants_are_named() {
+        let lost = ActionAudit {
+            lost: 1,
+            ..ActionAudit::default()
+        };
+        let report = assemble(lost, VersionAudit::default(), &[], 0, 2);
+        assert_eq!(
+            report.failed(),
+            [
+                "acknowledged actions applied exactly once",
+                "no client saw its game go backwards"
+            ]
+        );
+        let missing = assemble(ActionAudit::default(), VersionAudit::default(), &[], 1, 0);
+        assert_eq!(missing.failed(), ["every game finished or is consistent"]);
+        let clean = assemble(ActionAudit::default(), VersionAudit::default(), &[], 0, 0);
+        assert!(clean.failed().is_empty());
+    }
+}
