@@ -1,0 +1,212 @@
+//! Shared harness for the end-to-end tests: a throwaway PostgreSQL, real
+//! `borbaman-server` processes (killed by PID when dropped), gRPC clients
+//! and direct SQL for checking what was committed.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use borbaman_proto::pb;
+use borbaman_proto::pb::game_client::GameClient;
+use borbaman_proto::pb::registry_client::RegistryClient;
+use borbaman_server::postgres::{LocalPostgres, PgOptions};
+use rand::RngCore;
+use sqlx::PgPool;
+use tonic::transport::Channel;
+
+/// A throwaway PostgreSQL for one test (fsync off).
+pub fn start_db() -> LocalPostgres {
+    LocalPostgres::start_temp(PgOptions {
+        fsync: false,
+        port: None,
+    })
+    .expect("start a throwaway PostgreSQL")
+}
+
+/// A `borbaman-server` child process; SIGKILLed and reaped when dropped.
+pub struct ServerProcess {
+    child: Child,
+    _stdout: BufReader<ChildStdout>,
+    pub addr: String,
+    pub id: String,
+}
+
+impl ServerProcess {
+    /// Starts a server on a free port and waits for its readiness line.
+    pub fn start(database_url: &str) -> ServerProcess {
+        Self::start_with(database_url, &[])
+    }
+
+    pub fn start_with(database_url: &str, extra: &[&str]) -> ServerProcess {
+        let stderr = if std::env::var_os("BORBAMAN_TEST_LOGS").is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_borbaman-server"))
+            .args(["--listen", "127.0.0.1:0", "--database-url", database_url])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn borbaman-server");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send((line, reader));
+        });
+        let Ok((line, reader)) = rx.recv_timeout(Duration::from_secs(30)) else {
+            let _ = child.kill();
+            panic!("borbaman-server did not become ready within 30 s");
+        };
+        let rest = line
+            .trim()
+            .strip_prefix("borbaman-server listening on ")
+            .unwrap_or_else(|| panic!("unexpected readiness line {line:?}"));
+        let (addr, id) = rest.split_once(" id=").expect("readiness line has an id");
+        ServerProcess {
+            child,
+            _stdout: reader,
+            addr: addr.to_string(),
+            id: id.to_string(),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait (bounded) for the exit status.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        for _ in 0..200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        None
+    }
+
+    pub async fn game(&self) -> GameClient<Channel> {
+        GameClient::connect(self.url()).await.expect("connect")
+    }
+
+    pub async fn registry(&self) -> RegistryClient<Channel> {
+        RegistryClient::connect(self.url()).await.expect("connect")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A fresh random session token.
+pub fn token() -> Vec<u8> {
+    let mut t = vec![0u8; 24];
+    rand::rng().fill_bytes(&mut t);
+    t
+}
+
+/// A player as a test drives it.
+#[derive(Clone, Debug)]
+pub struct Player {
+    pub token: Vec<u8>,
+    pub game_id: u64,
+    pub seat: u32,
+    pub next_seq: u64,
+}
+
+impl Player {
+    pub fn act_request(&mut self, action: pb::Action) -> pb::ActRequest {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        pb::ActRequest {
+            token: self.token.clone(),
+            game_id: self.game_id,
+            seat: self.seat,
+            seq,
+            action: action as i32,
+        }
+    }
+}
+
+/// Joins with a fresh token.
+pub async fn join(client: &mut GameClient<Channel>, name: &str) -> (Player, pb::JoinReply) {
+    let reply = client
+        .join(pb::JoinRequest {
+            name: name.into(),
+            token: token(),
+        })
+        .await
+        .expect("join")
+        .into_inner();
+    let player = Player {
+        token: reply.token.clone(),
+        game_id: reply.game_id,
+        seat: reply.seat,
+        next_seq: reply.last_seq + 1,
+    };
+    (player, reply)
+}
+
+/// Four players in one running game.
+pub async fn full_game(client: &mut GameClient<Channel>) -> Vec<Player> {
+    let mut players = Vec::new();
+    for i in 0..4 {
+        let (p, _) = join(client, &format!("p{i}")).await;
+        players.push(p);
+    }
+    assert!(players.iter().all(|p| p.game_id == players[0].game_id));
+    players
+}
+
+/// A direct connection for checking committed rows.
+pub async fn sql(url: &str) -> PgPool {
+    PgPool::connect(url)
+        .await
+        .expect("connect to the test database")
+}
+
+/// Rows in the action log for a game.
+pub async fn logged_actions(pool: &PgPool, game_id: u64) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM actions WHERE game_id = $1")
+        .bind(game_id as i64)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A game's stored version and state bytes.
+pub async fn stored_game(pool: &PgPool, game_id: u64) -> (i64, Vec<u8>) {
+    sqlx::query_as("SELECT version, state FROM games WHERE id = $1")
+        .bind(game_id as i64)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The phase of a reply's state.
+pub fn phase(state: &Option<pb::GameState>) -> pb::Phase {
+    pb::Phase::try_from(state.as_ref().expect("state").phase).unwrap()
+}
