@@ -253,6 +253,7 @@ mod tests {
                     game_id: 1,
                 })
                 .collect(),
+            pool_failovers: 0,
         }
     }
 

@@ -240,7 +240,12 @@ pub async fn run_measured(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let mut notes = Vec::new();
+    // One pool for the floors, and one per client as every player has.
     let pool = ServerPool::connect(&target.servers, PoolConfig::default()).await?;
+    let mut pools = Vec::new();
+    for _ in 0..plan.workload.clients {
+        pools.push(ServerPool::connect(&target.servers, PoolConfig::default()).await?);
+    }
 
     let mut db_floor = match &target.database_url {
         Some(url) => Some(
@@ -276,7 +281,7 @@ pub async fn run_measured(
     let injector = injector.map(|start| start(clock, stop_rx.clone()));
     let bar = progress_bar(plan, clock, progress.clone(), stop_rx.clone());
 
-    let logs = workload::run(&plan.workload, &pool, clock, &recorder, &progress, stop_rx).await;
+    let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop_rx).await;
     let _ = stop_tx.send(true);
     let (probed, db_floor) = prober.await?;
     let faults = match injector {
@@ -318,6 +323,7 @@ pub async fn run_measured(
         clients: plan.workload.clients,
         games: plan.games,
         games_finished: progress.games_finished.load(Ordering::Relaxed),
+        pool_failovers: logs.iter().map(|l| l.pool_failovers).sum(),
         interval_ms: plan.workload.interval.as_millis() as u64,
         servers: target.servers.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -343,6 +349,7 @@ pub async fn run_measured(
         summary.duplicate_actions = report.actions.duplicated;
         summary.state_regressions = report.state_regressions;
         summary.invariants_ok = report.failed().is_empty();
+        summary.games_played = report.games;
         summary.invariants = Some(report);
     } else {
         summary.state_regressions = logs

@@ -72,8 +72,9 @@ pub fn write_ecdf_svg(
             .build_cartesian_2d((x_from..x_to).log_scale(), 0f64..1.0)?;
         chart
             .configure_mesh()
-            .x_desc("RTT (µs, log scale)")
+            .x_desc("RTT (log scale)")
             .y_desc("fraction of calls ≤ RTT")
+            .x_label_formatter(&log_label)
             .draw()?;
         // A step function: each value holds its fraction until the next one.
         let mut steps = Vec::with_capacity(points.len() * 2);
@@ -182,6 +183,27 @@ pub fn write_rtt_svg(
     })
 }
 
+/// Labels a log axis at 1, 2 and 5 of each decade only (the others would
+/// overlap), in µs, ms or s.
+fn log_label(value_us: &f64) -> String {
+    let decade = 10f64.powf(value_us.log10().floor());
+    let leading = (value_us / decade).round();
+    if ![1.0, 2.0, 5.0].contains(&leading) || (value_us / decade - leading).abs() > 0.01 {
+        return String::new();
+    }
+    format_us(leading * decade)
+}
+
+fn format_us(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{} ms", us / 1e3)
+    } else {
+        format!("{us} µs")
+    }
+}
+
 fn measured_ok(records: &[Invocation]) -> impl Iterator<Item = &Invocation> {
     records.iter().filter(|r| !r.warmup && r.is_ok())
 }
@@ -257,6 +279,16 @@ mod tests {
             svg.matches("<circle").count() >= 489,
             "one dot per successful call"
         );
+    }
+
+    #[test]
+    fn log_axis_labels_only_one_two_five() {
+        assert_eq!(log_label(&1000.0), "1 ms");
+        assert_eq!(log_label(&2000.0000001), "2 ms");
+        assert_eq!(log_label(&500.0), "500 µs");
+        assert_eq!(log_label(&5_000_000.0), "5 s");
+        assert_eq!(log_label(&7000.0), "");
+        assert_eq!(log_label(&1500.0), "");
     }
 
     #[test]

@@ -158,7 +158,14 @@ pub struct Summary {
     pub duration_s: f64,
     pub clients: u32,
     pub games: u32,
+    /// Games seen to finish (winner or draw) by the clients.
     pub games_finished: u64,
+    /// Games the clients played in (from the database).
+    pub games_played: u64,
+    /// Times the clients' pools abandoned their current server (`failovers`
+    /// counts the calls that failed over; a server found dead by the
+    /// background health check is left before any call fails).
+    pub pool_failovers: u64,
     pub interval_ms: u64,
     pub servers: Vec<String>,
     pub throughput_per_s: f64,

@@ -1,7 +1,8 @@
 //! The workload of a bench or chaos run: headless clients, each a bot brain
-//! playing a real game through its own [`GameSession`] on a shared
-//! [`ServerPool`], making one invocation every interval like the original's
-//! `update()` calls. A client in a game that is running sends the brain's
+//! playing a real game through its own [`GameSession`] on its own
+//! [`ServerPool`] (as every player has one: its own connections, its own
+//! randomly picked server), making one invocation every interval like the
+//! original's `update()` calls. A client in a game that is running sends the brain's
 //! action (`Act`); in a lobby that is still filling it polls the state
 //! (`GetState`); when its game ends it joins the next one at once, so the
 //! load stays steady for the whole run. At the end every client leaves its
@@ -67,6 +68,8 @@ pub struct ClientLog {
     pub client: u32,
     pub sessions: Vec<SessionLog>,
     pub acknowledged: Vec<Ack>,
+    /// Times this client's pool abandoned its current server.
+    pub pool_failovers: u64,
 }
 
 /// Live counters for the progress bar.
@@ -78,23 +81,23 @@ pub struct Progress {
     pub games_finished: AtomicU64,
 }
 
-/// Runs `config.clients` clients until `config.total` has passed (or `stop`
-/// turns true) and returns their logs, ordered by client.
+/// Runs one client per pool in `pools` until `config.total` has passed (or
+/// `stop` turns true) and returns their logs, ordered by client.
 pub async fn run(
     config: &WorkloadConfig,
-    pool: &ServerPool,
+    pools: Vec<ServerPool>,
     clock: RunClock,
     recorder: &Recorder,
     progress: &Arc<Progress>,
     stop: watch::Receiver<bool>,
 ) -> Vec<ClientLog> {
     let mut tasks = tokio::task::JoinSet::new();
-    for client in 0..config.clients {
+    for (client, pool) in (0u32..).zip(pools) {
         let client_run = ClientRun {
             client,
             name: format!("{}{client}", config.name_prefix),
             config: config.clone(),
-            pool: pool.clone(),
+            pool,
             clock,
             recorder: recorder.clone(),
             progress: progress.clone(),
@@ -161,6 +164,7 @@ impl ClientRun {
             let finished = current.latest().map(|s| s.phase) == Some(pb::Phase::Finished as i32);
             self.close(&current, finished);
         }
+        self.log.pool_failovers = self.pool.status().failovers;
         self.log
     }
 
