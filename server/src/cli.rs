@@ -40,6 +40,10 @@ pub struct ServerArgs {
     /// fails with UNAVAILABLE.
     #[arg(long, default_value_t = 500)]
     pub db_timeout_ms: u64,
+    /// Longest wait for a database connection: how fast calls fail while
+    /// the database is down.
+    #[arg(long, default_value_t = 250)]
+    pub db_acquire_timeout_ms: u64,
     /// The database ends a transaction idle this long (a hung server's),
     /// releasing the game it locked.
     #[arg(long, default_value_t = 200)]
@@ -61,6 +65,7 @@ impl ServerArgs {
             server_id: self.id.clone(),
             store: StoreOptions {
                 db_timeout: Duration::from_millis(self.db_timeout_ms),
+                acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
                 idle_txn_timeout: Duration::from_millis(self.idle_txn_timeout_ms),
                 max_connections: self.db_connections,
             },

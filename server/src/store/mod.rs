@@ -44,8 +44,12 @@ const MAX_BACKOFF: Duration = Duration::from_millis(25);
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
     /// Deadline of one call, retries included; also the connections'
-    /// `statement_timeout` and the pool's acquire timeout.
+    /// `statement_timeout`.
     pub db_timeout: Duration,
+    /// Longest wait for a pooled connection (or a new one while the
+    /// database refuses connections), capped by `db_timeout`: how fast a
+    /// call fails while the database is down.
+    pub acquire_timeout: Duration,
     /// A transaction left idle this long (its server hung or was stopped
     /// while holding a game's lock) is ended by the database, releasing the
     /// lock for the other servers.
@@ -58,6 +62,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             db_timeout: Duration::from_millis(500),
+            acquire_timeout: Duration::from_millis(250),
             idle_txn_timeout: Duration::from_millis(200),
             max_connections: 16,
         }
@@ -89,7 +94,7 @@ impl Store {
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
-            .acquire_timeout(opts.db_timeout)
+            .acquire_timeout(opts.acquire_timeout.min(opts.db_timeout))
             // A ping per acquire would add a round trip to every call; a
             // dead connection fails its first statement instead, and the
             // call is retried on another one.

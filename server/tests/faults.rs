@@ -1,0 +1,172 @@
+//! Faults: a server killed in the middle of calls, and the database going
+//! away and coming back.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use borbaman_proto::pb;
+use borbaman_server::game::GameState;
+use common::*;
+use tonic::Code;
+
+/// What a player's client saw before its server died.
+struct Seen {
+    player: Player,
+    acked: u64,
+    /// The request whose reply never came, if any.
+    in_flight: Option<pb::ActRequest>,
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_call_leaves_no_partial_state() {
+    let pg = start_db();
+    let mut a = ServerProcess::start(&pg.url());
+    let b = ServerProcess::start(&pg.url());
+    let mut client = a.game().await;
+    let players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+
+    let mut tasks = Vec::new();
+    for mut player in players {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = 0;
+            let moves = [
+                pb::Action::Left,
+                pb::Action::Right,
+                pb::Action::Up,
+                pb::Action::Down,
+            ];
+            loop {
+                let req = player.act_request(moves[acked as usize % 4]);
+                match client.act(req.clone()).await {
+                    Ok(_) => acked += 1,
+                    Err(_) => {
+                        return Seen {
+                            player,
+                            acked,
+                            in_flight: Some(req),
+                        };
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let pid = a.pid();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.push(t.await.unwrap());
+    }
+    a.kill(); // reap
+
+    // The database agrees with itself: every session's log is exactly
+    // 1..=last_seq, and the game's version counts every commit.
+    let db = sql(&pg.url()).await;
+    let sessions: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT s.last_seq, count(a.seq), coalesce(min(a.seq), 0), coalesce(max(a.seq), 0) \
+         FROM sessions s LEFT JOIN actions a ON a.session_id = s.id \
+         WHERE s.game_id = $1 GROUP BY s.id ORDER BY s.seat",
+    )
+    .bind(game_id as i64)
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let mut logged = 0;
+    for (i, &(last_seq, count, min, max)) in sessions.iter().enumerate() {
+        assert_eq!((count, max), (last_seq, last_seq), "seat {i}");
+        assert!(count == 0 || min == 1);
+        // Committed = acknowledged, or one more whose reply was lost.
+        let acked = seen[i].acked as i64;
+        assert!(
+            last_seq == acked || last_seq == acked + 1,
+            "seat {i}: {last_seq} vs {acked}"
+        );
+        logged += count;
+    }
+    let (version, state) = stored_game(&db, game_id).await;
+    assert_eq!(version, 4 + logged);
+    GameState::decode(&state).expect("stored state decodes");
+
+    // Each client retries its lost call on the other server: applied once.
+    let mut other = b.game().await;
+    let mut acked_total = 0;
+    for s in &mut seen {
+        if let Some(req) = s.in_flight.take() {
+            other.act(req).await.expect("retry on another server");
+            s.acked += 1;
+        }
+        let next = s.player.act_request(pb::Action::Idle);
+        other.act(next).await.unwrap();
+        s.acked += 1;
+        acked_total += s.acked;
+    }
+    assert_eq!(logged_actions(&db, game_id).await as u64, acked_total);
+}
+
+#[tokio::test]
+async fn the_database_going_away_and_coming_back_is_survived() {
+    let mut pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let mut client = server.game().await;
+    let mut players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+    let req = players[0].act_request(pb::Action::Idle);
+    client.act(req).await.unwrap();
+
+    pg.stop().unwrap();
+    // While it is down: fast, clear UNAVAILABLE; the server itself lives.
+    let pending = players[0].act_request(pb::Action::Up);
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = client.act(pending.clone()).await.unwrap_err();
+        let took = started.elapsed();
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+        assert!(
+            err.message().starts_with("database unavailable"),
+            "{}",
+            err.message()
+        );
+        assert!(took < Duration::from_millis(900), "took {took:?}");
+    }
+    let err = client
+        .get_state(pb::GetStateRequest {
+            token: players[1].token.clone(),
+            game_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    client
+        .ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("ping needs no database");
+
+    pg.start().unwrap();
+    // It recovers by itself; the pending call goes through exactly once.
+    let back = Instant::now();
+    loop {
+        match client.act(pending.clone()).await {
+            Ok(reply) => {
+                assert!(!reply.into_inner().replayed);
+                break;
+            }
+            Err(err) => {
+                assert_eq!(err.code(), Code::Unavailable);
+                assert!(
+                    back.elapsed() < Duration::from_secs(5),
+                    "no recovery: {err:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let replay = client.act(pending.clone()).await.unwrap().into_inner();
+    assert!(replay.replayed);
+    let next = players[1].act_request(pb::Action::Idle);
+    client.act(next).await.unwrap();
+    let db = sql(&pg.url()).await;
+    assert_eq!(logged_actions(&db, game_id).await, 3);
+}
