@@ -170,9 +170,7 @@ impl LocalPostgres {
         if let Some((uid, gid)) = self.run_as {
             std::os::unix::fs::chown(dir, Some(uid), Some(gid))
                 .map_err(io_err(format!("chown of {}", dir.display())))?;
-            if let Some(parent) = dir.parent()
-                && !self.postgres_can_enter(parent)
-            {
+            if dir.parent().is_some_and(|p| !self.postgres_can_enter(p)) {
                 return Err(PgError::Unreachable(dir.clone()));
             }
         }
@@ -349,9 +347,7 @@ fn find_bin_dir() -> Result<PathBuf, PgError> {
         return Ok(dir);
     }
     let out = Command::new("pg_config").arg("--bindir").output();
-    if let Ok(out) = out
-        && out.status.success()
-    {
+    if let Some(out) = out.ok().filter(|o| o.status.success()) {
         let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         if has_tools(&dir) {
             return Ok(dir);

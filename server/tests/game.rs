@@ -239,7 +239,7 @@ async fn get_state_reads_the_callers_game_and_leaving_forfeits() {
     let pg = start_db();
     let server = ServerProcess::start(&pg.url());
     let mut client = server.game().await;
-    let mut players = full_game(&mut client).await;
+    let players = full_game(&mut client).await;
     let game_id = players[0].game_id;
 
     let state = client
@@ -259,8 +259,7 @@ async fn get_state_reads_the_callers_game_and_leaving_forfeits() {
     );
 
     // Three leave: the last one standing wins, and the rankings say so.
-    for seat in 1..4 {
-        let p = &mut players[seat];
+    for p in &players[1..] {
         let seq = p.next_seq;
         client
             .leave(pb::LeaveRequest {

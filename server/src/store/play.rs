@@ -365,10 +365,8 @@ impl Store {
             .bind(&token_hash[..])
             .fetch_optional(&mut *tx)
             .await?;
-        if let Some((session_id, game_id, seat, in_game, last_seq, phase)) = session
-            && in_game
-            && phase != phase_code(Phase::Finished)
-        {
+        let running = session.filter(|s| s.3 && s.5 != phase_code(Phase::Finished));
+        if let Some((session_id, game_id, seat, _, last_seq, _)) = running {
             let row = sqlx::query(REJOIN)
                 .bind(game_id)
                 .bind(i64::from(TICK_MS))
