@@ -232,6 +232,9 @@ impl GameState {
         for (slot, &i) in OPEN.iter().enumerate() {
             if burning[slot] {
                 burn[i as usize] = bits.get(4) as u8;
+                if burn[i as usize] == 0 {
+                    return invalid("a burning cell has no time left");
+                }
             }
         }
         bits.end()?;

@@ -55,12 +55,10 @@ pub(crate) const fn coords(i: usize) -> (u8, u8) {
     ((i % WIDTH as usize) as u8, (i / WIDTH as usize) as u8)
 }
 
+/// The outer ring, cells off the grid, and cells with both coordinates even
+/// (`(x | y) & 1 == 0`).
 pub(crate) const fn is_pillar(x: u8, y: u8) -> bool {
-    x == 0
-        || y == 0
-        || x >= WIDTH - 1
-        || y >= HEIGHT - 1
-        || (x.is_multiple_of(2) && y.is_multiple_of(2))
+    x == 0 || y == 0 || x >= WIDTH - 1 || y >= HEIGHT - 1 || (x | y) & 1 == 0
 }
 
 /// The neighbour of (x, y) in `dir`, if it is on the grid.

@@ -49,9 +49,10 @@ impl GameState {
                 continue;
             }
             p.move_cooldown -= 1;
-            if p.move_cooldown == 0
-                && let Some(dir) = p.buffered_move.take()
-            {
+            if p.move_cooldown > 0 {
+                continue;
+            }
+            if let Some(dir) = p.buffered_move.take() {
                 self.try_move(seat, dir);
             }
         }
