@@ -1,8 +1,324 @@
-//! `borbaman bot`. (Placeholder.)
+//! `borbaman bot`: headless AI players.
+//!
+//! Each bot is a [`GameSession`] on its own [`ServerPool`] (so bots spread
+//! over the servers like separate clients would) driven by the [`brain`]:
+//! every tick it reads the state (from its last reply, or `GetState` when it
+//! has nothing to do) and sends the brain's action. When a game ends it
+//! reports the outcome and joins the next one. `borbaman play` runs the same
+//! loop in-process to fill a local game.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use borbaman_proto::pb::{self, GameState, Phase};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::sync::watch;
+
+use crate::brain;
+use crate::cluster::{ClusterConfig, LocalCluster};
+use crate::pool::{PoolConfig, PoolError, ServerPool};
+use crate::session::{GameSession, new_token};
 
 #[derive(Debug, clap::Args)]
-pub struct BotArgs {}
+pub struct BotArgs {
+    /// Number of bots to run.
+    #[arg(long, default_value_t = 4)]
+    pub count: usize,
+    /// Servers to bootstrap from (any live one will do), comma-separated
+    /// host:port. Without it, a local cluster is started.
+    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS")]
+    pub servers: Vec<String>,
+    /// Bots are named <prefix>-1, <prefix>-2, …
+    #[arg(long, default_value = "bot")]
+    pub name_prefix: String,
+    /// Stop after each bot has finished this many games (default: run until
+    /// Ctrl-C).
+    #[arg(long)]
+    pub games: Option<u32>,
+}
 
-pub fn run(_args: BotArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+/// How one bot plays.
+#[derive(Clone, Debug)]
+pub struct BotOptions {
+    pub name: String,
+    /// Stop after this many finished games (`None`: until stopped).
+    pub games: Option<u32>,
+    /// Time between two calls.
+    pub interval: Duration,
+    /// Seeds the brain's random choices.
+    pub seed: u64,
+}
+
+impl BotOptions {
+    pub fn named(name: impl Into<String>) -> BotOptions {
+        BotOptions {
+            name: name.into(),
+            games: None,
+            interval: Duration::from_millis(50),
+            seed: rand::random(),
+        }
+    }
+}
+
+/// How a game ended, seen by one bot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GameOutcome {
+    pub bot: String,
+    pub game_id: u64,
+    pub seat: u32,
+    /// Name of the winner, `None` on a draw.
+    pub winner: Option<String>,
+    pub draw: bool,
+    /// Game ticks from start to end.
+    pub ticks: u32,
+    /// States older than one already seen (should be 0).
+    pub regressions: u64,
+}
+
+impl GameOutcome {
+    fn from_state(bot: &str, session: &GameSession, state: &GameState) -> GameOutcome {
+        let winner = state.winner.and_then(|seat| {
+            state
+                .players
+                .iter()
+                .find(|p| p.seat == seat)
+                .map(|p| p.name.clone())
+        });
+        GameOutcome {
+            bot: bot.to_string(),
+            game_id: state.game_id,
+            seat: session.seat(),
+            winner,
+            draw: state.draw,
+            ticks: state.tick,
+            regressions: session.regressions(),
+        }
+    }
+}
+
+impl std::fmt::Display for GameOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let result = match (&self.winner, self.draw) {
+            (Some(winner), _) if *winner == self.bot => "won".to_string(),
+            (Some(winner), _) => format!("lost, winner {winner}"),
+            (None, _) => "draw".to_string(),
+        };
+        write!(
+            f,
+            "{}: game {} (seat {}) finished at tick {}: {result}",
+            self.bot,
+            self.game_id,
+            self.seat + 1,
+            self.ticks
+        )
+    }
+}
+
+/// Plays games until `options.games` are done or `stop` turns true; calls
+/// `on_game` after each. Call failures are retried after a pause (the pool
+/// already failed over); a session the servers no longer accept is replaced
+/// by a fresh join.
+pub async fn play_games(
+    pool: ServerPool,
+    options: BotOptions,
+    mut stop: watch::Receiver<bool>,
+    mut on_game: impl FnMut(GameOutcome),
+) {
+    let mut rng = StdRng::seed_from_u64(options.seed);
+    let mut finished = 0u32;
+    while options.games.is_none_or(|games| finished < games) && !*stop.borrow() {
+        let session = match GameSession::join(&pool, &options.name, new_token()).await {
+            Ok((session, _)) => session,
+            Err(e) => {
+                tracing::warn!(bot = options.name, error = %e, "join failed");
+                if pause(&mut stop, Duration::from_millis(500)).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut session = session;
+        match play_one(&mut session, &options, &mut rng, &mut stop).await {
+            Some(state) => {
+                finished += 1;
+                on_game(GameOutcome::from_state(&options.name, &session, &state));
+            }
+            None if *stop.borrow() => {
+                let _ = session.leave().await;
+                return;
+            }
+            None => {}
+        }
+    }
+}
+
+/// Plays one game to its end; `None` when stopped or the session was lost.
+async fn play_one(
+    session: &mut GameSession,
+    options: &BotOptions,
+    rng: &mut StdRng,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<GameState> {
+    let mut ticker = tokio::time::interval(options.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.changed() => return None,
+        }
+        if *stop.borrow() {
+            return None;
+        }
+        let action = session
+            .latest()
+            .map(|state| brain::decide(state, session.seat(), rng))
+            .unwrap_or(pb::Action::Idle);
+        let result = if action == pb::Action::Idle {
+            session.state().await.map(|_| ())
+        } else {
+            session.act(action).await.map(|_| ())
+        };
+        match result {
+            Ok(()) => {}
+            Err(PoolError::Status(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unauthenticated
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::NotFound
+                ) =>
+            {
+                tracing::warn!(%status, "session no longer accepted; joining again");
+                return None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "call failed");
+                if pause(stop, Duration::from_millis(200)).await {
+                    return None;
+                }
+            }
+        }
+        if let Some(state) = session.latest()
+            && state.phase() == Phase::Finished
+        {
+            return Some(state.clone());
+        }
+    }
+}
+
+/// Sleeps, unless stopped first; true when stopped.
+async fn pause(stop: &mut watch::Receiver<bool>, duration: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(duration) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+/// Starts `count` bots named `<prefix>-<n>`, each on its own pool, as tasks;
+/// they stop when `stop` turns true. Outcomes go to `outcomes`.
+pub async fn spawn_bots(
+    servers: &[String],
+    config: PoolConfig,
+    count: usize,
+    prefix: &str,
+    games: Option<u32>,
+    stop: watch::Receiver<bool>,
+    outcomes: tokio::sync::mpsc::UnboundedSender<GameOutcome>,
+) -> Result<tokio::task::JoinSet<()>, PoolError> {
+    let mut bots = tokio::task::JoinSet::new();
+    for n in 1..=count {
+        let pool = ServerPool::connect(servers, config.clone()).await?;
+        let mut options = BotOptions::named(format!("{prefix}-{n}"));
+        options.games = games;
+        let outcomes = outcomes.clone();
+        let stop = stop.clone();
+        bots.spawn(async move {
+            play_games(pool, options, stop, |outcome| {
+                let _ = outcomes.send(outcome);
+            })
+            .await
+        });
+    }
+    Ok(bots)
+}
+
+pub fn run(args: BotArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    anyhow::ensure!(args.count > 0, "--count must be at least 1");
+    anyhow::ensure!(
+        !args.name_prefix.is_empty() && args.name_prefix.chars().count() <= 10,
+        "--name-prefix must be 1-10 characters (names are at most 16)"
+    );
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let cluster = if args.servers.is_empty() {
+        eprintln!("no --servers given: starting a local cluster (PostgreSQL and 3 servers)…");
+        let config = ClusterConfig::temporary(3);
+        Some(
+            LocalCluster::start(config, |step| eprintln!("{step}"))
+                .context("starting a local cluster")?,
+        )
+    } else {
+        None
+    };
+    let servers = match &cluster {
+        Some(cluster) => cluster.addresses(),
+        None => args.servers.clone(),
+    };
+    let result = runtime.block_on(async {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut bots = spawn_bots(
+            &servers,
+            PoolConfig::default(),
+            args.count,
+            &args.name_prefix,
+            args.games,
+            stop_rx,
+            outcome_tx,
+        )
+        .await
+        .context("connecting to the servers")?;
+        loop {
+            tokio::select! {
+                Some(outcome) = outcome_rx.recv() => println!("{outcome}"),
+                joined = bots.join_next() => if joined.is_none() { break },
+                _ = shutdown_signal() => {
+                    eprintln!("stopping: the bots leave their games…");
+                    let _ = stop_tx.send(true);
+                    let _ = tokio::time::timeout(Duration::from_secs(5), bots.join_all()).await;
+                    break;
+                }
+            }
+        }
+        while let Ok(outcome) = outcome_rx.try_recv() {
+            println!("{outcome}");
+        }
+        anyhow::Ok(())
+    });
+    drop(cluster);
+    result
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
 }
