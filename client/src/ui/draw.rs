@@ -19,7 +19,7 @@ use super::{ColorMode, NetStats, Screen, View};
 
 /// Smallest terminal the game screen fits in.
 pub const MIN_WIDTH: u16 = 66;
-pub const MIN_HEIGHT: u16 = 17;
+pub const MIN_HEIGHT: u16 = 20;
 /// Width of the HUD panel, borders included.
 const HUD_WIDTH: u16 = 32;
 
@@ -127,8 +127,13 @@ fn draw_game(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
         Paragraph::new(grid_lines(state, view.seat, palette)).block(block),
         board_area,
     );
+    let hud = hud_lines(view, state, palette);
+    let hud_area = Rect {
+        height: hud_area.height.min(hud.len() as u16 + 2),
+        ..hud_area
+    };
     frame.render_widget(
-        Paragraph::new(hud_lines(view, state, palette)).block(Block::bordered().title(" HUD ")),
+        Paragraph::new(hud).block(Block::bordered().title(" HUD ")),
         hud_area,
     );
 }

@@ -1,0 +1,58 @@
+//! Four bots play a whole game against a real cluster and finish it with a
+//! winner or a draw (sudden death guarantees an end; the round is 3 minutes).
+
+mod common;
+
+use std::time::Duration;
+
+use borbaman::bot::{GameOutcome, spawn_bots};
+use borbaman::pool::PoolConfig;
+use tokio::sync::{mpsc, watch};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_bots_finish_a_game() {
+    let cluster = common::cluster(3);
+    let (_stop_tx, stop) = watch::channel(false);
+    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
+    let bots = spawn_bots(
+        &cluster.addresses(),
+        PoolConfig::default(),
+        4,
+        "bot",
+        Some(1),
+        stop,
+        outcome_tx,
+    )
+    .await
+    .unwrap();
+
+    // A 3-minute round, then sudden death closes the arena.
+    let deadline = Duration::from_secs(6 * 60);
+    let mut finished: Vec<GameOutcome> = Vec::new();
+    while finished.len() < 4 {
+        let outcome = tokio::time::timeout(deadline, outcomes.recv())
+            .await
+            .expect("the game ends before sudden death has closed the arena")
+            .expect("bots report before they stop");
+        finished.push(outcome);
+    }
+    bots.join_all().await;
+
+    let game = finished[0].game_id;
+    assert!(
+        finished.iter().all(|o| o.game_id == game),
+        "one game: {finished:?}"
+    );
+    let first = &finished[0];
+    assert!(first.draw || first.winner.is_some(), "{first:?}");
+    assert!(
+        finished
+            .iter()
+            .all(|o| o.winner == first.winner && o.draw == first.draw),
+        "every bot saw the same ending: {finished:?}"
+    );
+    if let Some(winner) = &first.winner {
+        assert!(winner.starts_with("bot-"), "{winner}");
+    }
+    assert!(finished.iter().all(|o| o.regressions == 0), "{finished:?}");
+}

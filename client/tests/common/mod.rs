@@ -1,0 +1,62 @@
+//! Shared harness for the client's end-to-end tests: a local cluster of real
+//! `borbaman server` processes on a throwaway PostgreSQL, players seated in
+//! a running game, and read-only SQL to check what the servers committed.
+
+#![allow(dead_code)]
+
+use borbaman::cluster::{ClusterConfig, LocalCluster};
+use borbaman::pool::ServerPool;
+use borbaman::session::{GameSession, new_token};
+use borbaman_proto::pb::Phase;
+use sqlx::PgPool;
+
+/// `servers` servers of the binary under test on a throwaway database (or
+/// `DATABASE_URL`).
+pub fn cluster(servers: usize) -> LocalCluster {
+    let config = ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"));
+    LocalCluster::start(config, |_| {}).expect("start a local cluster")
+}
+
+pub async fn database(cluster: &LocalCluster) -> PgPool {
+    PgPool::connect(cluster.database_url())
+        .await
+        .expect("connect to the test database")
+}
+
+/// Four players seated in one game, which is then running.
+pub async fn seat_four(pool: &ServerPool, prefix: &str) -> Vec<GameSession> {
+    let mut sessions = Vec::new();
+    for n in 1..=4 {
+        let (session, _) = GameSession::join(pool, &format!("{prefix}{n}"), new_token())
+            .await
+            .expect("join");
+        sessions.push(session);
+    }
+    let game = sessions[0].game_id();
+    assert!(
+        sessions.iter().all(|s| s.game_id() == game),
+        "four joins share a game"
+    );
+    let (state, _) = sessions[0].state().await.expect("state");
+    assert_eq!(state.phase(), Phase::Playing, "the game starts at four");
+    sessions
+}
+
+/// Sequence numbers the database holds for the session in `game`, `seat`,
+/// in order.
+pub async fn applied_seqs(db: &PgPool, game_id: u64, seat: u32) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT a.seq FROM actions a JOIN sessions s ON s.id = a.session_id \
+         WHERE s.game_id = $1 AND s.seat = $2 ORDER BY a.seq",
+    )
+    .bind(game_id as i64)
+    .bind(seat as i16)
+    .fetch_all(db)
+    .await
+    .expect("query the action log")
+}
+
+/// Runs blocking cluster operations (signals, waits) off the async workers.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}

@@ -1,0 +1,136 @@
+//! Failover against real server processes: a killed server, a hung server.
+//! The retried request keeps its sequence number and is applied once.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use borbaman::pool::{PoolConfig, ServerPool};
+use borbaman_proto::pb::Action;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_current_server_retries_the_same_seq_on_another() {
+    let mut cluster = common::cluster(3);
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "kill").await;
+    let player = &mut players[0];
+    for _ in 0..3 {
+        player.act(Action::Idle).await.unwrap();
+    }
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    common::blocking(|| cluster.kill(index)).unwrap();
+
+    let seq = player.next_seq();
+    let (reply, info) = player.act(Action::Idle).await.expect("the call fails over");
+    assert_eq!(reply.seq, seq, "the retry carries the same sequence number");
+    assert!(info.failed_over && info.attempts >= 2, "{info:?}");
+    assert_ne!(info.server, victim);
+    assert!(pool.status().failovers >= 1);
+    assert!(
+        !pool.status().live.contains(&victim),
+        "the dead server is dropped"
+    );
+
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(
+        applied,
+        (1..=seq as i64).collect::<Vec<_>>(),
+        "each seq applied once"
+    );
+}
+
+/// Calls stream while the server they go to is killed mid-stream: every call
+/// succeeds, and the database holds exactly the acknowledged actions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
+    let mut cluster = common::cluster(3);
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "stream").await;
+    let mut player = players.remove(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    let caller = tokio::spawn(async move {
+        let mut acknowledged = BTreeSet::new();
+        let mut failovers = 0;
+        let actions = [
+            Action::Up,
+            Action::Left,
+            Action::Down,
+            Action::Right,
+            Action::Idle,
+        ];
+        let mut i = 0;
+        while !stopping.load(Ordering::Relaxed) {
+            let seq = player.next_seq();
+            let (reply, info) = player
+                .act(actions[i % actions.len()])
+                .await
+                .expect("every call succeeds");
+            assert_eq!(reply.seq, seq);
+            acknowledged.insert(seq as i64);
+            failovers += info.failed_over as u32;
+            i += 1;
+        }
+        (player, acknowledged, failovers)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..2 {
+        let victim = pool.status().current.expect("a current server");
+        let index = cluster.index_of(&victim).unwrap();
+        common::blocking(|| cluster.kill(index)).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (player, acknowledged, failovers) = caller.await.unwrap();
+    assert!(failovers >= 1, "a call failed over");
+    let applied: BTreeSet<i64> = common::applied_seqs(&db, player.game_id(), player.seat())
+        .await
+        .into_iter()
+        .collect();
+    assert_eq!(
+        applied, acknowledged,
+        "applied exactly the acknowledged actions"
+    );
+    assert_eq!(player.regressions(), 0, "no state went backwards");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_is_abandoned_within_the_deadline() {
+    let mut cluster = common::cluster(3);
+    let config = PoolConfig {
+        call_deadline: Duration::from_millis(150),
+        ..PoolConfig::default()
+    };
+    let pool = ServerPool::connect(&cluster.addresses(), config)
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "hang").await;
+    let player = &mut players[0];
+    player.act(Action::Idle).await.unwrap();
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    cluster.hang(index).unwrap();
+
+    let seq = player.next_seq();
+    let result = player.act(Action::Idle).await;
+    cluster.resume(index).unwrap();
+    let (reply, info) = result.expect("the call moves on to another server");
+    assert_eq!(reply.seq, seq);
+    assert_ne!(info.server, victim);
+    assert!(info.attempts >= 2, "{info:?}");
+    assert!(
+        info.rtt < Duration::from_secs(1),
+        "a hung server must be left after the 150 ms deadline, not waited for: {:?}",
+        info.rtt
+    );
+}

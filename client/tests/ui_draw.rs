@@ -1,0 +1,274 @@
+//! The screens, drawn from known states into ratatui's `TestBackend`: the
+//! grid's glyphs at the right cells, the HUD's fields, the lobby, game over,
+//! and the too-small message.
+
+use std::time::Duration;
+
+use borbaman::ui::draw::{self, GLYPH_BLAST, GLYPH_PILLAR, GLYPH_POWER_RANGE, GLYPH_SOFT};
+use borbaman::ui::{ColorMode, NetStats, View};
+use borbaman_proto::pb::{Blast, Bomb, Cell, GameState, Phase, Player, Ranking};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::Color;
+
+const W: u32 = 15;
+const H: u32 = 13;
+
+/// A 15x13 arena: pillar ring and grid, a soft block at (3,1), a range
+/// power-up at (5,1), a bomb at (1,3), a blast at (2,1).
+fn state(phase: Phase) -> GameState {
+    let mut cells = vec![Cell::Floor as u8; (W * H) as usize];
+    for y in 0..H {
+        for x in 0..W {
+            let ring = x == 0 || y == 0 || x == W - 1 || y == H - 1;
+            if ring || (x % 2 == 0 && y % 2 == 0) {
+                cells[(y * W + x) as usize] = Cell::Pillar as u8;
+            }
+        }
+    }
+    cells[(W + 3) as usize] = Cell::Soft as u8;
+    cells[(W + 5) as usize] = Cell::PowerRange as u8;
+    let player = |seat: u32, name: &str, x: u32, y: u32, alive: bool| Player {
+        seat,
+        name: name.into(),
+        x,
+        y,
+        alive,
+        bombs_max: 2,
+        bombs_placed: 1,
+        range: 3,
+        speed: 1,
+        connected: true,
+        seated: true,
+        ..Player::default()
+    };
+    GameState {
+        game_id: 7,
+        version: 42,
+        width: W,
+        height: H,
+        cells,
+        players: vec![
+            player(0, "ann", 1, 1, true),
+            player(1, "bob", 13, 1, true),
+            player(2, "cy", 1, 11, false),
+            player(3, "dee", 13, 11, true),
+        ],
+        bombs: vec![Bomb {
+            x: 1,
+            y: 3,
+            owner: 0,
+            range: 3,
+            fuse_ticks: 45,
+        }],
+        blasts: vec![Blast {
+            x: 2,
+            y: 1,
+            ticks_left: 5,
+        }],
+        tick: 300,
+        tick_ms: 50,
+        phase: phase as i32,
+        round_ticks_left: 2_500, // 125 s = 2:05
+        seated: 4,
+        ..GameState::default()
+    }
+}
+
+fn view(state: GameState) -> View {
+    View {
+        name: "ann".into(),
+        seat: Some(0),
+        state: Some(state),
+        net: NetStats {
+            rtt_last: Some(Duration::from_micros(1_200)),
+            rtt_p99: Some(Duration::from_micros(3_400)),
+            server: Some("127.0.0.1:4001".into()),
+            live_servers: 3,
+            failovers: 2,
+            ..NetStats::default()
+        },
+        ..View::default()
+    }
+}
+
+fn render(view: &View, width: u16, height: u16, colors: ColorMode) -> Buffer {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal
+        .draw(|frame| draw::draw(frame, view, colors))
+        .unwrap();
+    terminal.backend().buffer().clone()
+}
+
+fn text(buffer: &Buffer) -> String {
+    let area = buffer.area;
+    (0..area.height)
+        .map(|y| {
+            (0..area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The two symbols drawn for grid cell (x, y): the board's border is at
+/// column 0 / row 0, and each cell is two columns wide.
+fn cell(buffer: &Buffer, x: u16, y: u16) -> String {
+    let (col, row) = (1 + 2 * x, 1 + y);
+    format!(
+        "{}{}",
+        buffer[(col, row)].symbol(),
+        buffer[(col + 1, row)].symbol()
+    )
+}
+
+#[test]
+fn the_grid_shows_every_kind_of_cell_at_its_place() {
+    let buffer = render(&view(state(Phase::Playing)), 80, 24, ColorMode::TrueColor);
+    assert_eq!(cell(&buffer, 0, 0), GLYPH_PILLAR);
+    assert_eq!(cell(&buffer, 2, 2), GLYPH_PILLAR);
+    assert_eq!(cell(&buffer, 3, 1), GLYPH_SOFT);
+    assert_eq!(cell(&buffer, 5, 1), GLYPH_POWER_RANGE);
+    assert_eq!(cell(&buffer, 2, 1), GLYPH_BLAST);
+    assert_eq!(cell(&buffer, 4, 1), "  ", "floor");
+    assert_eq!(cell(&buffer, 1, 3), "●3", "bomb with its fuse in seconds");
+    // Players: initial and seat number, on the seat's colour; the dead are
+    // not drawn.
+    assert_eq!(cell(&buffer, 1, 1), "A1");
+    assert_eq!(cell(&buffer, 13, 1), "B2");
+    assert_eq!(cell(&buffer, 13, 11), "D4");
+    assert_eq!(cell(&buffer, 1, 11), "  ");
+    let ann = buffer[(3, 2)].bg;
+    let bob = buffer[(27, 2)].bg;
+    assert!(matches!(ann, Color::Rgb(..)), "truecolor: {ann:?}");
+    assert_ne!(ann, bob, "a colour per player");
+}
+
+#[test]
+fn the_hud_shows_the_player_the_clock_and_the_network() {
+    let screen = text(&render(
+        &view(state(Phase::Playing)),
+        80,
+        24,
+        ColorMode::TrueColor,
+    ));
+    for expected in [
+        "game 7",
+        "ann",
+        "Bombs  1/2  Range 3  Speed 1",
+        "Alive  3/4",
+        "Time   2:05",
+        "RTT    1.2 ms  p99 3.4 ms",
+        "Server 127.0.0.1:4001",
+        "Failovers 2  live 3",
+    ] {
+        assert!(
+            screen.contains(expected),
+            "HUD lacks {expected:?}:\n{screen}"
+        );
+    }
+    assert!(!screen.contains("waiting"), "no warning when all is well");
+
+    let mut waiting = view(state(Phase::Playing));
+    waiting.net.waiting_for_server = true;
+    waiting.state.as_mut().unwrap().sudden_death = true;
+    let screen = text(&render(&waiting, 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("no server reachable — waiting"), "{screen}");
+    assert!(screen.contains("SUDDEN DEATH"), "{screen}");
+}
+
+#[test]
+fn without_truecolor_the_256_colour_palette_is_used() {
+    assert_eq!(
+        ColorMode::from_colorterm(Some("truecolor")),
+        ColorMode::TrueColor
+    );
+    assert_eq!(
+        ColorMode::from_colorterm(Some("24bit")),
+        ColorMode::TrueColor
+    );
+    assert_eq!(ColorMode::from_colorterm(None), ColorMode::Indexed256);
+    let buffer = render(&view(state(Phase::Playing)), 80, 24, ColorMode::Indexed256);
+    assert!(matches!(buffer[(3, 2)].bg, Color::Indexed(_)));
+}
+
+#[test]
+fn the_lobby_counts_and_names_the_seated() {
+    let mut lobby = state(Phase::Waiting);
+    lobby.seated = 2;
+    for p in &mut lobby.players[2..] {
+        p.seated = false;
+    }
+    let screen = text(&render(&view(lobby), 80, 24, ColorMode::Indexed256));
+    assert!(screen.contains("Waiting for players 2/4"), "{screen}");
+    assert!(screen.contains("ann  (you)"), "{screen}");
+    assert!(screen.contains("bob"), "{screen}");
+    assert!(!screen.contains("dee"), "{screen}");
+}
+
+#[test]
+fn game_over_names_the_winner_ranks_players_and_offers_another_game() {
+    let mut over = state(Phase::Finished);
+    over.winner = Some(1);
+    let mut v = view(over);
+    v.rankings = vec![
+        Ranking {
+            name: "bob".into(),
+            games: 3,
+            wins: 2,
+            draws: 0,
+        },
+        Ranking {
+            name: "ann".into(),
+            games: 3,
+            wins: 1,
+            draws: 1,
+        },
+    ];
+    let screen = text(&render(&v, 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("Winner: bob"), "{screen}");
+    assert!(screen.contains("Rankings"), "{screen}");
+    let bob_row = screen
+        .lines()
+        .find(|l| l.contains("1") && l.contains("bob") && l.contains("3"))
+        .is_some();
+    assert!(bob_row, "{screen}");
+    assert!(screen.contains("r plays again"), "{screen}");
+
+    let mut draw = state(Phase::Finished);
+    draw.draw = true;
+    let screen = text(&render(&view(draw), 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("Draw"), "{screen}");
+}
+
+#[test]
+fn a_small_terminal_gets_a_clear_message() {
+    let screen = text(&render(
+        &view(state(Phase::Playing)),
+        40,
+        10,
+        ColorMode::TrueColor,
+    ));
+    assert!(screen.contains("Terminal too small"), "{screen}");
+}
+
+#[test]
+fn start_up_progress_and_errors_are_shown() {
+    let starting = View {
+        progress: vec!["starting database…".into(), "starting 3 servers…".into()],
+        ..View::default()
+    };
+    let screen = text(&render(&starting, 80, 24, ColorMode::TrueColor));
+    assert!(
+        screen.contains("starting database…") && screen.contains("starting 3 servers…"),
+        "{screen}"
+    );
+    let failed = View {
+        error: Some("cannot start PostgreSQL: install it with apt-get install postgresql".into()),
+        ..View::default()
+    };
+    let screen = text(&render(&failed, 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("apt-get install postgresql"), "{screen}");
+}
