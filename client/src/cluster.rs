@@ -9,7 +9,8 @@
 //! readiness is its single stdout line `borbaman-server listening on <addr>
 //! id=<id>`. Their logs go to files in the log directory, never to the
 //! terminal (the UI owns it). Everything started here is stopped by PID when
-//! the cluster is dropped.
+//! the cluster is dropped, and, should this process be killed outright, the
+//! servers get SIGTERM from the kernel (`PR_SET_PDEATHSIG`) and exit too.
 //!
 //! Fault injection for chaos runs acts on single servers by index: `kill`
 //! (SIGKILL), `hang`/`resume` (SIGSTOP/SIGCONT), `terminate` (SIGTERM, then
@@ -138,6 +139,7 @@ pub struct LocalCluster {
     log_dir: PathBuf,
     _temp_logs: Option<tempfile::TempDir>,
     started_servers: usize,
+    spawner: Spawner,
 }
 
 impl LocalCluster {
@@ -205,6 +207,7 @@ impl LocalCluster {
             log_dir,
             _temp_logs: temp_logs,
             started_servers: 0,
+            spawner: Spawner::start()?,
         };
         progress(&format!("starting {} servers…", config.servers));
         // Start them all, then wait for each: migrations run once, the
@@ -410,10 +413,13 @@ impl LocalCluster {
         if std::env::var_os("RUST_LOG").is_none() {
             command.env("RUST_LOG", "info");
         }
-        let mut child = command.spawn().map_err(|source| ClusterError::Spawn {
-            command: self.program.display().to_string(),
-            source,
-        })?;
+        let mut child = self
+            .spawner
+            .spawn(command)
+            .map_err(|source| ClusterError::Spawn {
+                command: self.program.display().to_string(),
+                source,
+            })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let (ready_tx, ready_rx) = mpsc::channel();
         std::thread::Builder::new()
@@ -490,6 +496,73 @@ impl Drop for LocalCluster {
         }
         // `postgres` drops after this: it stops the database.
     }
+}
+
+/// Spawns server processes from one thread that lives as long as the
+/// cluster. Each child asks the kernel for SIGTERM when that thread dies
+/// (`PR_SET_PDEATHSIG` is tied to the spawning *thread*, hence one
+/// long-lived thread rather than whichever thread calls `start_server`), so
+/// no server outlives a client that was killed outright.
+struct Spawner {
+    requests: Option<mpsc::Sender<SpawnRequest>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+impl Spawner {
+    fn start() -> Result<Spawner, ClusterError> {
+        let (requests, incoming) = mpsc::channel::<SpawnRequest>();
+        let thread = std::thread::Builder::new()
+            .name("server-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(spawn_tied_to_this_thread(&mut command));
+                }
+            })
+            .map_err(|source| ClusterError::Io {
+                context: "starting the server spawner thread".into(),
+                source,
+            })?;
+        Ok(Spawner {
+            requests: Some(requests),
+            thread: Some(thread),
+        })
+    }
+
+    fn spawn(&self, command: Command) -> std::io::Result<Child> {
+        let gone = || std::io::Error::other("the spawner thread is gone");
+        let (reply, child) = mpsc::channel();
+        let requests = self.requests.as_ref().ok_or_else(gone)?;
+        requests.send((command, reply)).map_err(|_| gone())?;
+        child.recv().map_err(|_| gone())?
+    }
+}
+
+impl Drop for Spawner {
+    /// Runs after the servers were stopped (fields drop after
+    /// `LocalCluster::drop`): ending the thread then signals no one.
+    fn drop(&mut self) {
+        self.requests.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn spawn_tied_to_this_thread(command: &mut Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the hook makes one async-signal-safe
+    // call (prctl) and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
 }
 
 /// `(address, id)` from `borbaman-server listening on <addr> id=<id>`.
