@@ -542,16 +542,14 @@ impl<'a> BitReader<'a> {
         BitReader { bytes, bit: 0 }
     }
 
-    /// The next `width` bits; past the end of the section reads zeros (the
-    /// sections are sized so that never happens).
+    /// The next `width` (at most 8) bits; past the end of the section reads
+    /// zeros (the sections are sized so that never happens).
     fn get(&mut self, width: u32) -> u32 {
-        let mut value = 0;
-        for k in 0..width {
-            let byte = self.bytes.get(self.bit / 8).copied().unwrap_or(0);
-            value |= (((byte >> (self.bit % 8)) & 1) as u32) << k;
-            self.bit += 1;
-        }
-        value
+        let byte = |i: usize| self.bytes.get(i).copied().unwrap_or(0) as u32;
+        let (at, shift) = (self.bit / 8, self.bit % 8);
+        let window = byte(at) | byte(at + 1) << 8;
+        self.bit += width as usize;
+        (window >> shift) & ((1 << width) - 1)
     }
 
     /// Checks that the padding after the last field is zero.
