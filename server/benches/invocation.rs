@@ -1,0 +1,373 @@
+//! Server-side cost of one invocation against the bare PostgreSQL
+//! transaction of the same shape, measured side by side in one run.
+//!
+//! Starts a private PostgreSQL with fsync on, then in interleaved rounds:
+//! - floor: `BEGIN; SELECT state ... FOR UPDATE; UPDATE ...; COMMIT` on a
+//!   ~200-byte row, one client;
+//! - `Store::act`: the exact function the gRPC `Act` runs, in-process;
+//! - `Store::state`: the read-only `GetState` path;
+//! - gRPC `Ping` (no database) and gRPC `Act` against an in-process server.
+//!
+//! Prints p50/p99 per path, the ratio to the floor, and bytes per call
+//! (row sizes read and written, and WAL bytes per commit).
+//!
+//! `cargo bench -p borbaman-server --bench invocation`
+//! (`BENCH_ROUNDS`, `BENCH_CALLS` override the defaults.)
+
+use std::time::{Duration, Instant};
+
+use borbaman_proto::pb;
+use borbaman_server::game::{Action, Dir};
+use borbaman_server::postgres::{LocalPostgres, PgOptions};
+use borbaman_server::server::{self, ServerConfig};
+use borbaman_server::store::{ActCall, Store, StoreOptions};
+use borbaman_server::token;
+use hdrhistogram::Histogram;
+use sqlx::{PgPool, Row};
+
+const WARMUP_CALLS: usize = 200;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Path {
+    name: &'static str,
+    hist: Histogram<u64>,
+}
+
+impl Path {
+    fn new(name: &'static str) -> Self {
+        Path {
+            name,
+            hist: Histogram::new_with_bounds(1, 60_000_000, 3).unwrap(),
+        }
+    }
+
+    fn record(&mut self, took: Duration) {
+        self.hist.saturating_record(took.as_micros().max(1) as u64);
+    }
+}
+
+/// One of four seated players, as the bench drives it.
+struct Seat {
+    token: Vec<u8>,
+    game_id: u64,
+    seat: u8,
+    seq: u64,
+}
+
+fn main() {
+    let rounds = env_usize("BENCH_ROUNDS", 5);
+    let calls = env_usize("BENCH_CALLS", 400);
+    let pg = LocalPostgres::start_temp(PgOptions {
+        fsync: true,
+        port: None,
+    })
+    .expect("start PostgreSQL");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(&pg, rounds, calls));
+}
+
+async fn run(pg: &LocalPostgres, rounds: usize, calls: usize) {
+    let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+    store.migrate().await.unwrap();
+    let pool = store.pool().clone();
+    sqlx::query("CREATE TABLE floor_rows (id int PRIMARY KEY, state bytea NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO floor_rows VALUES (1, $1)")
+        .bind(vec![7u8; 200])
+        .execute(&pool)
+        .await
+        .unwrap();
+
+    // Two games: one for the in-process store path, one for gRPC.
+    let mut direct = seat_four(&store, "d").await;
+    let server = server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        database_url: pg.url(),
+        server_id: None,
+        store: StoreOptions::default(),
+        heartbeat: Duration::from_millis(250),
+        server_ttl: Duration::from_millis(1000),
+        startup_timeout: Duration::from_secs(10),
+    })
+    .await
+    .unwrap();
+    let mut client = pb::game_client::GameClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let mut remote = seat_four(&store, "r").await;
+
+    let mut floor = Path::new("bare txn (floor)");
+    let mut act = Path::new("Store::act");
+    let mut state = Path::new("Store::state (read)");
+    let mut ping = Path::new("gRPC Ping (floor)");
+    let mut grpc_act = Path::new("gRPC Act");
+
+    let moves = [
+        Action::Move(Dir::Left),
+        Action::Move(Dir::Right),
+        Action::Idle,
+        Action::Move(Dir::Up),
+        Action::Move(Dir::Down),
+    ];
+    let wal_floor = WalMeter::new();
+    let wal_act = WalMeter::new();
+    for round in 0..=rounds {
+        // Round 0 is the warm-up, recorded nowhere.
+        let n = if round == 0 { WARMUP_CALLS } else { calls };
+        let keep = round > 0;
+        let wal = wal_floor.start(&pool).await;
+        for _ in 0..n {
+            let t = Instant::now();
+            floor_txn(&pool).await;
+            if keep {
+                floor.record(t.elapsed());
+            }
+        }
+        wal_floor.stop(&pool, wal, n, keep).await;
+
+        let wal = wal_act.start(&pool).await;
+        for i in 0..n {
+            let s = &mut direct[i % 4];
+            s.seq += 1;
+            let call = ActCall {
+                token_hash: token::hash(&s.token),
+                game_id: s.game_id,
+                seat: s.seat,
+                seq: s.seq,
+                action: moves[(i / 4) % moves.len()],
+            };
+            let t = Instant::now();
+            store.act(&call).await.unwrap();
+            if keep {
+                act.record(t.elapsed());
+            }
+        }
+        wal_act.stop(&pool, wal, n, keep).await;
+
+        for i in 0..n {
+            let s = &direct[i % 4];
+            let hash = token::hash(&s.token);
+            let t = Instant::now();
+            store.state(&hash, s.game_id).await.unwrap();
+            if keep {
+                state.record(t.elapsed());
+            }
+        }
+
+        for _ in 0..n {
+            let t = Instant::now();
+            client
+                .ping(pb::PingRequest {
+                    payload: vec![0; 16],
+                })
+                .await
+                .unwrap();
+            if keep {
+                ping.record(t.elapsed());
+            }
+        }
+
+        for i in 0..n {
+            let s = &mut remote[i % 4];
+            s.seq += 1;
+            let request = pb::ActRequest {
+                token: s.token.clone(),
+                game_id: s.game_id,
+                seat: u32::from(s.seat),
+                seq: s.seq,
+                action: pb::Action::Idle as i32,
+            };
+            let t = Instant::now();
+            client.act(request).await.unwrap();
+            if keep {
+                grpc_act.record(t.elapsed());
+            }
+        }
+    }
+
+    let floor_p50 = floor.hist.value_at_quantile(0.5) as f64;
+    let floor_p99 = floor.hist.value_at_quantile(0.99) as f64;
+    println!();
+    println!(
+        "per-invocation latency, one client, fsync on ({rounds} interleaved rounds x {calls} calls, {WARMUP_CALLS}-call warm-up excluded)"
+    );
+    println!(
+        "{:<22} {:>7} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
+        "path", "n", "p50 us", "p90 us", "p99 us", "max us", "p50/floor", "p99/floor"
+    );
+    for p in [&floor, &act, &state, &ping, &grpc_act] {
+        let h = &p.hist;
+        println!(
+            "{:<22} {:>7} {:>8} {:>8} {:>8} {:>8} {:>10.2} {:>10.2}",
+            p.name,
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.9),
+            h.value_at_quantile(0.99),
+            h.max(),
+            h.value_at_quantile(0.5) as f64 / floor_p50,
+            h.value_at_quantile(0.99) as f64 / floor_p99,
+        );
+    }
+    let overhead_us = act.hist.value_at_quantile(0.5) as f64 - floor_p50;
+    println!(
+        "server-side overhead of Store::act over the floor at p50: {overhead_us:.0} us ({:.0}% of the floor)",
+        100.0 * overhead_us / floor_p50
+    );
+
+    let sizes = row_sizes(&pool, direct[0].game_id).await;
+    println!();
+    println!("bytes per call");
+    println!(
+        "{:<22} {:>10} {:>10} {:>12}",
+        "path", "read", "written", "WAL/commit"
+    );
+    println!(
+        "{:<22} {:>10} {:>10} {:>12.0}",
+        floor.name,
+        sizes.floor_row,
+        sizes.floor_row,
+        wal_floor.per_call()
+    );
+    let read = sizes.game_row + sizes.session_row + 4 * (sizes.seat_row + sizes.session_row);
+    let written = sizes.game_row + sizes.session_row + sizes.action_row;
+    println!(
+        "{:<22} {:>10} {:>10} {:>12.0}",
+        act.name,
+        read,
+        written,
+        wal_act.per_call()
+    );
+    println!(
+        "  state blob {} B; rows: game {} B, session {} B, action log {} B, seat {} B \
+         (read = game + session + roster of 4 seats and sessions; written = new game, \
+         session and log rows)",
+        sizes.state, sizes.game_row, sizes.session_row, sizes.action_row, sizes.seat_row
+    );
+    server.shutdown().await.unwrap();
+    store.close().await;
+}
+
+async fn floor_txn(pool: &PgPool) {
+    let mut tx = pool.begin().await.unwrap();
+    let state: Vec<u8> =
+        sqlx::query_scalar("SELECT state FROM floor_rows WHERE id = $1 FOR UPDATE")
+            .bind(1)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    let mut next = state;
+    next[0] = next[0].wrapping_add(1);
+    sqlx::query("UPDATE floor_rows SET state = $2 WHERE id = $1")
+        .bind(1)
+        .bind(next)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+async fn seat_four(store: &Store, prefix: &str) -> Vec<Seat> {
+    let mut seats = Vec::new();
+    for i in 0..4 {
+        let token = token::draw();
+        let joined = store
+            .join(&token::hash(&token), &format!("{prefix}{i}"))
+            .await
+            .unwrap();
+        seats.push(Seat {
+            token,
+            game_id: joined.game_id,
+            seat: joined.seat,
+            seq: joined.last_seq,
+        });
+    }
+    assert!(seats.iter().all(|s| s.game_id == seats[0].game_id));
+    seats
+}
+
+/// WAL bytes written per call, summed over the measured rounds.
+struct WalMeter {
+    bytes: std::sync::atomic::AtomicU64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl WalMeter {
+    fn new() -> Self {
+        WalMeter {
+            bytes: 0.into(),
+            calls: 0.into(),
+        }
+    }
+
+    async fn start(&self, pool: &PgPool) -> String {
+        sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    async fn stop(&self, pool: &PgPool, from: String, calls: usize, keep: bool) {
+        let bytes: f64 = sqlx::query_scalar(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::float8",
+        )
+        .bind(from)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if keep {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.bytes.fetch_add(bytes as u64, Relaxed);
+            self.calls.fetch_add(calls as u64, Relaxed);
+        }
+    }
+
+    fn per_call(&self) -> f64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.bytes.load(Relaxed) as f64 / self.calls.load(Relaxed).max(1) as f64
+    }
+}
+
+struct RowSizes {
+    floor_row: i64,
+    state: i64,
+    game_row: i64,
+    session_row: i64,
+    seat_row: i64,
+    action_row: i64,
+}
+
+async fn row_sizes(pool: &PgPool, game_id: u64) -> RowSizes {
+    let row = sqlx::query(
+        "SELECT (SELECT pg_column_size(f.*) FROM floor_rows f WHERE id = 1)::int8, \
+                (SELECT octet_length(state) FROM games WHERE id = $1)::int8, \
+                (SELECT pg_column_size(g.*) FROM games g WHERE id = $1)::int8, \
+                (SELECT avg(pg_column_size(s.*)) FROM sessions s WHERE game_id = $1)::int8, \
+                (SELECT avg(pg_column_size(st.*)) FROM seats st WHERE game_id = $1)::int8, \
+                (SELECT avg(pg_column_size(a.*)) FROM actions a WHERE game_id = $1)::int8",
+    )
+    .bind(game_id as i64)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    RowSizes {
+        floor_row: row.get(0),
+        state: row.get(1),
+        game_row: row.get(2),
+        session_row: row.get(3),
+        seat_row: row.get(4),
+        action_row: row.get(5),
+    }
+}
