@@ -60,6 +60,10 @@ pub struct PoolConfig {
     /// without it the pool still fails over, but only to the servers it
     /// connected to at start-up.
     pub background: bool,
+    /// The deadline of further attempts once every live server has missed
+    /// `call_deadline` in one call: servers that all answer slowly are busy
+    /// or waiting on the database, not hung, and get time to say which.
+    pub slow_call_deadline: Duration,
     /// Deadline of a TCP + HTTP/2 connection set-up to a server.
     pub connect_timeout: Duration,
     /// Deadline of a `grpc.health.v1` check or a registry call.
@@ -74,6 +78,7 @@ impl Default for PoolConfig {
             max_connections: 8,
             give_up_after: Duration::from_secs(15),
             background: true,
+            slow_call_deadline: Duration::from_secs(1),
             connect_timeout: Duration::from_millis(500),
             health_timeout: Duration::from_millis(250),
         }
@@ -261,6 +266,7 @@ impl ServerPool {
         // server has been tried.
         let mut avoid: HashSet<String> = HashSet::new();
         let mut backoff = Duration::from_millis(10);
+        let mut deadline = config.call_deadline;
         let mut last_failure = String::new();
         let mut database_trouble = false;
         loop {
@@ -268,8 +274,11 @@ impl ServerPool {
                 Some(server) => server,
                 None if !avoid.is_empty() && self.shared.live_count.borrow().gt(&0) => {
                     // Every live server timed out once: they are alive but
-                    // slow (or the database is). Back off, then try all again.
+                    // slow, or the database is. Back off, then try them all
+                    // again with a longer deadline, long enough for a server
+                    // to answer for itself (e.g. "database unavailable").
                     avoid.clear();
+                    deadline = config.slow_call_deadline.max(config.call_deadline);
                     if !sleep_until_before(backoff, give_up_at).await {
                         return Err(self.give_up(started, last_failure, database_trouble));
                     }
@@ -286,7 +295,7 @@ impl ServerPool {
             attempts += 1;
             let attempt_started = Instant::now();
             let client = GameClient::new(server.channel.clone());
-            let outcome = tokio::time::timeout(config.call_deadline, f(client)).await;
+            let outcome = tokio::time::timeout(deadline, f(client)).await;
             let failure = match outcome {
                 Ok(Ok(response)) => {
                     self.set_database_unavailable(false);
@@ -317,7 +326,7 @@ impl ServerPool {
                     last_failure = format!(
                         "no answer from {} within {} ms",
                         server.address,
-                        config.call_deadline.as_millis()
+                        deadline.as_millis()
                     );
                     FailureKind::Timeout
                 }

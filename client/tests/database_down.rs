@@ -1,0 +1,56 @@
+//! When the database goes away every server answers UNAVAILABLE: the pool
+//! must not take that for dead servers. It backs off, says so in its
+//! status, and the call goes through once the database is back, applied once.
+
+mod common;
+
+use std::time::Duration;
+
+use borbaman::cluster::ClusterError;
+use borbaman::pool::{PoolConfig, ServerPool};
+use borbaman_proto::pb::Action;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_is_waited_out_without_dropping_servers() {
+    let mut cluster = common::cluster(3);
+    let db_url = cluster.database_url().to_string();
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "dbdown").await;
+    let mut player = players.remove(0);
+    player.act(Action::Idle).await.unwrap();
+
+    match common::blocking(|| cluster.stop_database()) {
+        Err(ClusterError::ExternalDatabase) => {
+            eprintln!("DATABASE_URL is set: cannot stop someone else's database, skipping");
+            return;
+        }
+        other => other.unwrap(),
+    }
+    let seq = player.next_seq();
+    let call = tokio::spawn(async move {
+        let result = player.act(Action::Idle).await;
+        (player, result)
+    });
+    let mut saw_database_down = false;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        saw_database_down |= pool.status().database_unavailable;
+    }
+    assert!(!call.is_finished(), "the call waits for the database");
+    common::blocking(|| cluster.start_database()).unwrap();
+    let (player, result) = call.await.unwrap();
+    let (reply, _) = result.expect("the call goes through once the database is back");
+    assert_eq!(reply.seq, seq);
+    assert!(
+        saw_database_down,
+        "the pool said the database was unavailable"
+    );
+    assert_eq!(pool.status().live.len(), 3, "no server was dropped");
+    assert!(!pool.status().database_unavailable);
+
+    let db = sqlx::PgPool::connect(&db_url).await.unwrap();
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(applied, (1..=seq as i64).collect::<Vec<_>>());
+}
