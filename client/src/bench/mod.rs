@@ -240,6 +240,7 @@ pub async fn run_measured(
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let mut notes = Vec::new();
+    let load_before = load_average();
     // One pool for the floors, and one per client as every player has.
     let pool = ServerPool::connect(&target.servers, PoolConfig::default()).await?;
     let mut pools = Vec::new();
@@ -329,6 +330,7 @@ pub async fn run_measured(
         command: std::env::args().collect::<Vec<_>>().join(" "),
         git_commit: git_commit(),
         started_at_unix_s,
+        load_average_1m: [load_before, load_average()],
         ..Summary::default()
     }
     .with_measurements(measure(&records));
@@ -453,6 +455,15 @@ fn progress_bar(
         }
         bar.finish_and_clear();
     })
+}
+
+/// The 1-minute load average (0 where /proc/loadavg is missing): this
+/// machine is shared, and a run beside someone's build says so here.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// The commit the binary runs from, when run inside the repository.

@@ -139,6 +139,9 @@ pub fn write_rtt_svg(
             .x_desc("invocation number")
             .y_desc("RTT (ms)")
             .draw()?;
+        let mut kinds: Vec<&str> = faults.iter().map(|f| f.label.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
         for (i, fault) in faults.iter().enumerate() {
             let at = calls.partition_point(|r| r.start_us < fault.at_us);
             let series = chart.draw_series(LineSeries::new(
@@ -147,9 +150,14 @@ pub fn write_rtt_svg(
             ))?;
             if i == 0 {
                 series
-                    .label(format!("fault ({})", fault.label))
+                    .label(format!("fault ({})", kinds.join(", ")))
                     .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED));
             }
+            chart.draw_series(std::iter::once(Text::new(
+                fault.label.clone(),
+                (at, y_max_ms * (0.99 - 0.03 * (i % 2) as f64)),
+                ("sans-serif", 11).into_font().color(&RED),
+            )))?;
         }
         chart
             .draw_series(
@@ -275,6 +283,10 @@ mod tests {
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("RTT per invocation (490 calls, 1 faults)"));
         assert!(svg.contains("fault (kill)"));
+        assert!(
+            svg.contains(">kill</text>") || svg.contains(">\nkill"),
+            "each fault is labelled"
+        );
         assert!(
             svg.matches("<circle").count() >= 489,
             "one dot per successful call"

@@ -176,6 +176,8 @@ pub struct Summary {
     pub git_commit: Option<String>,
     /// Unix time the run started.
     pub started_at_unix_s: u64,
+    /// The machine's 1-minute load average before and after the run.
+    pub load_average_1m: [f64; 2],
     /// Anything a reader should know (a floor that could not be measured…).
     pub notes: Vec<String>,
 }
