@@ -68,7 +68,8 @@
 //! **End.** When at most one player is alive the game is
 //! [`Phase::Finished`]. The last player alive wins. If the last players all
 //! die in the same tick, it is a draw. A player who leaves a running game
-//! forfeits: they die at once, credited to no one.
+//! forfeits: they die at once, credited to no one. A finished game is
+//! frozen: time still passes, nothing else changes.
 //!
 //! **Order within a tick.** Each tick runs these steps, in this order:
 //! 1. fires age, and fire that has burned 10 ticks goes out;
