@@ -326,3 +326,30 @@ fn core_action(action: pb::Action) -> Action {
         _ => Action::Idle,
     }
 }
+
+/// Players joining at the same moment, through two servers, fill games
+/// four at a time instead of each opening its own.
+#[tokio::test]
+async fn simultaneous_joiners_fill_games_four_at_a_time() {
+    let pg = start_db();
+    let a = ServerProcess::start(&pg.url());
+    let b = ServerProcess::start(&pg.url());
+    let clients = [a.game().await, b.game().await];
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let mut client = clients[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            join(&mut client, &format!("j{i}")).await.0
+        }));
+    }
+    let mut per_game = std::collections::BTreeMap::<u64, Vec<u32>>::new();
+    for t in tasks {
+        let p = t.await.unwrap();
+        per_game.entry(p.game_id).or_default().push(p.seat);
+    }
+    assert_eq!(per_game.len(), 2, "{per_game:?}");
+    for seats in per_game.values_mut() {
+        seats.sort();
+        assert_eq!(seats, &[0, 1, 2, 3]);
+    }
+}

@@ -4,7 +4,9 @@
 //! `BEGIN`; one `SELECT ... FOR UPDATE` that loads the caller's session and
 //! its game together; the game core computes the new state in memory; one
 //! statement (data-modifying CTEs) writes game + session + action log (and
-//! the rankings when this commit finishes the game); `COMMIT`. The game
+//! the rankings when this commit finishes the game); `COMMIT`. A join that
+//! seats a player also locks the single `lobby` row first, so simultaneous
+//! joiners fill one game instead of each opening their own. The game
 //! clock is the database's: tick = floor((clock - games.created_at) / tick),
 //! and the state's tick never goes backwards. Reading the state takes no
 //! lock and never waits for writers.
@@ -124,6 +126,10 @@ const LOAD_GAME_LOCKED: &str = concat!(
     roster!("$3"),
     " WHERE g.id = $1 FOR UPDATE OF g"
 );
+
+/// Serialises joins that seat a player, so simultaneous joiners fill one
+/// game instead of each opening a new one.
+const LOCK_LOBBY: &str = "SELECT id FROM lobby WHERE id = 1 FOR UPDATE";
 
 /// Loads and locks the oldest waiting game.
 const LOAD_WAITING_LOCKED: &str = concat!(
@@ -386,6 +392,7 @@ impl Store {
             });
         }
         let existing = session.is_some();
+        sqlx::query(LOCK_LOBBY).execute(&mut *tx).await?;
         let waiting = sqlx::query(LOAD_WAITING_LOCKED)
             .bind(i64::from(TICK_MS))
             .bind(f64::from(CONNECTED_WINDOW_MS))
@@ -880,6 +887,7 @@ mod sql_tests {
             LOAD_GAME_LOCKED,
             LOAD_WAITING_LOCKED,
             LOAD_SESSION_LOCKED,
+            LOCK_LOBBY,
             WRITE_ACT,
             WRITE_LEAVE,
             WRITE_ADVANCE,
