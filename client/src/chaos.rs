@@ -2,8 +2,8 @@
 //! injected on a schedule — after the warm-up, one every
 //! `--fault-interval-s`, kinds mixed at random when several are given:
 //!
-//! - `kill`: SIGKILL a random server, then start a replacement so the
-//!   cluster keeps its size;
+//! - `kill`: SIGKILL a random server, then (after `--replace-after-ms`, as
+//!   a supervisor would) start a replacement so the cluster keeps its size;
 //! - `hang`: SIGSTOP a random server for `--hang-ms`, then SIGCONT;
 //! - `restart`: SIGTERM a random server (it drains and deregisters), then
 //!   start it again;
@@ -83,6 +83,12 @@ pub struct ChaosArgs {
     /// How long a hung server stays stopped.
     #[arg(long, default_value_t = 2000)]
     pub hang_ms: u64,
+    /// Delay between a kill (or a restart's exit) and the start of the
+    /// replacement. Starting a server costs a burst of CPU; on a small
+    /// machine, doing it at the very moment of the kill would be measured
+    /// as part of the failover.
+    #[arg(long, default_value_t = 1000)]
+    pub replace_after_ms: u64,
     /// Headless clients (4 per game).
     #[arg(long, default_value_t = 16)]
     pub clients: u32,
@@ -150,10 +156,13 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         interval,
         Duration::from_secs(args.tail_s),
     );
-    let hang = Duration::from_millis(args.hang_ms);
+    let timing = FaultTiming {
+        hang: Duration::from_millis(args.hang_ms),
+        replace_after: Duration::from_millis(args.replace_after_ms),
+    };
     anyhow::ensure!(
-        !args.fault.contains(&FaultKind::Hang) || hang < interval,
-        "--hang-ms must be shorter than --fault-interval-s"
+        timing.hang < interval && timing.replace_after < interval,
+        "--hang-ms and --replace-after-ms must be shorter than --fault-interval-s"
     );
     let measured_s = (schedule.total - Duration::from_secs(args.warmup_s)).as_secs();
     let mut plan = RunPlan::new(
@@ -178,7 +187,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         let kinds = args.fault.clone();
         let seed = args.seed;
         Box::new(move |clock, stop| {
-            tokio::spawn(inject(cluster, schedule, kinds, hang, seed, clock, stop))
+            tokio::spawn(inject(cluster, schedule, kinds, timing, seed, clock, stop))
         })
     };
     let runtime = tokio::runtime::Runtime::new()?;
@@ -189,12 +198,19 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     bench::conclude(&summary, &args.out)
 }
 
+/// How long faults last.
+#[derive(Clone, Copy, Debug)]
+struct FaultTiming {
+    hang: Duration,
+    replace_after: Duration,
+}
+
 /// Injects the faults of `schedule` until it is done or `stop` turns true.
 async fn inject(
     cluster: Arc<Mutex<LocalCluster>>,
     schedule: Schedule,
     kinds: Vec<FaultKind>,
-    hang: Duration,
+    timing: FaultTiming,
     seed: u64,
     clock: RunClock,
     mut stop: watch::Receiver<bool>,
@@ -210,7 +226,7 @@ async fn inject(
         let kind = kinds[rng.random_range(0..kinds.len())];
         let servers = cluster.lock().unwrap().len();
         let index = rng.random_range(0..servers);
-        let event = inject_one(&cluster, kind, index, hang, clock).await;
+        let event = inject_one(&cluster, kind, index, timing, clock).await;
         match &event.error[..] {
             "" => tracing::info!(%kind, target = %event.target, "fault injected"),
             error => tracing::warn!(%kind, target = %event.target, "fault: {error}"),
@@ -224,7 +240,7 @@ async fn inject_one(
     cluster: &Arc<Mutex<LocalCluster>>,
     kind: FaultKind,
     index: usize,
-    hang: Duration,
+    timing: FaultTiming,
     clock: RunClock,
 ) -> FaultEvent {
     let injected = Instant::now();
@@ -232,18 +248,23 @@ async fn inject_one(
         FaultKind::DbRestart => "database".to_string(),
         _ => cluster.lock().unwrap().addresses()[index].clone(),
     };
+    // The second half of a fault: bring the cluster back to full strength.
+    let replace = async || {
+        tokio::time::sleep(timing.replace_after).await;
+        blocking(cluster, move |c| c.replace(index)).await
+    };
     let result = match kind {
-        FaultKind::Kill => blocking(cluster, move |c| c.replace(index)).await,
-        FaultKind::Restart => {
-            blocking(cluster, move |c| {
-                c.terminate(index)?;
-                c.replace(index)
-            })
-            .await
-        }
+        FaultKind::Kill => match blocking(cluster, move |c| c.kill(index)).await {
+            Ok(()) => replace().await,
+            Err(e) => Err(e),
+        },
+        FaultKind::Restart => match blocking(cluster, move |c| c.terminate(index)).await {
+            Ok(()) => replace().await,
+            Err(e) => Err(e),
+        },
         FaultKind::Hang => match blocking(cluster, move |c| c.hang(index)).await {
             Ok(()) => {
-                tokio::time::sleep(hang).await;
+                tokio::time::sleep(timing.hang).await;
                 blocking(cluster, move |c| c.resume(index)).await
             }
             Err(e) => Err(e),
