@@ -17,6 +17,7 @@
 
 pub mod audit;
 pub mod play;
+mod queries;
 pub mod servers;
 
 use std::future::Future;

@@ -1,224 +1,38 @@
 //! The game transactions: join, act, leave, state and rankings.
 //!
 //! Every mutating call has the shape of the bare floor transaction:
-//! `BEGIN`; one `SELECT ... FOR UPDATE` that loads the caller's session and
-//! its game together; the game core computes the new state in memory; one
-//! statement (data-modifying CTEs) writes game + session + action log (and
-//! the rankings when this commit finishes the game); `COMMIT`. A join that
-//! seats a player also locks the single `lobby` row first, so simultaneous
-//! joiners fill one game instead of each opening their own. The game
-//! clock is the database's: tick = floor((clock - games.created_at) / tick),
-//! and the state's tick never goes backwards. Reading the state takes no
-//! lock and never waits for writers.
+//! `BEGIN`; one `SELECT ... FOR UPDATE` that loads the caller's session, its
+//! newest action-log row (its last sequence number and reply) and its game;
+//! the game core computes the new state in memory; one statement writes the
+//! game row and the action-log row (data-modifying CTEs; also the rankings
+//! when this commit finishes the game); `COMMIT`. A join that seats a
+//! player also locks the single `lobby` row first, so simultaneous joiners
+//! fill one game instead of each opening their own. The game clock is the
+//! database's: tick = floor((clock - games.created_at) / tick), and the
+//! state's tick never goes backwards. Reading the state takes no lock and
+//! never waits for writers.
+//!
+//! Exactly once: the action log's primary key is (session, seq). A call
+//! that raced a copy of itself (a client retrying on another server) loses
+//! on that key, is retried, and then finds its sequence number applied and
+//! answers with the stored reply.
 
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::Store;
+use super::queries::*;
 use crate::error::Error;
 use crate::game::{Action, Dir, Ending, GameState, Outcome, Phase, SEATS, TICK_MS, Tick};
 use crate::token::TokenHash;
 use borbaman_proto::pb;
 
-/// A session counts as connected if it acted this recently.
+/// A seat counts as connected if its player acted this recently (the SQL in
+/// `queries` uses the same window).
 pub const CONNECTED_WINDOW_MS: u32 = 3000;
 
-/// `actions.action` / `sessions.last_kind` of a Leave (Acts use the proto
-/// Action numbers 1-6).
+/// `actions.action` of a Leave (Acts use the proto Action numbers 1-6).
 const KIND_LEAVE: i16 = 7;
-
-/// The game's clock at this moment, in ticks since the game row was created
-/// (`$tick_ms` is the tick length).
-macro_rules! now_tick {
-    ($tick_ms:literal) => {
-        concat!(
-            "floor(extract(epoch FROM clock_timestamp() - g.created_at) * 1000 / ",
-            $tick_ms,
-            "::bigint)::bigint"
-        )
-    };
-}
-
-/// A lateral subquery `r` with the seats, names and "connected" flags of
-/// game `g` (`$window_ms`: the connected window).
-macro_rules! roster {
-    ($window_ms:literal) => {
-        concat!(
-            "CROSS JOIN LATERAL ( \
-               SELECT array_agg(st.seat ORDER BY st.seat) AS seats, \
-                      array_agg(st.name ORDER BY st.seat) AS names, \
-                      array_agg(o.in_game AND o.game_id = st.game_id AND st.left_at IS NULL \
-                                AND o.last_active_at > now() - ",
-            $window_ms,
-            "::float8 * interval '1 millisecond' ORDER BY st.seat) AS connected \
-               FROM seats st JOIN sessions o ON o.id = st.session_id \
-               WHERE st.game_id = g.id) r"
-        )
-    };
-}
-
-/// Game update shared by every write: new state, version + 1, phase.
-macro_rules! update_game {
-    ($state:literal, $phase:literal, $game:literal) => {
-        concat!(
-            "g AS (UPDATE games SET state = ",
-            $state,
-            "::bytea, version = version + 1, phase = ",
-            $phase,
-            "::smallint, updated_at = now(), finished_at = CASE WHEN ",
-            $phase,
-            "::smallint = 3 THEN coalesce(finished_at, now()) END WHERE id = ",
-            $game,
-            "::bigint RETURNING id, version)"
-        )
-    };
-}
-
-/// Rankings upsert, run only by the commit that finishes the game
-/// (`$finishing`); grouped and ordered by name so two games finishing at
-/// once lock rankings rows in the same order.
-macro_rules! rankings {
-    ($game:literal, $winner:literal, $draw:literal, $finishing:literal) => {
-        concat!(
-            "rk AS (INSERT INTO rankings AS rk (name, games, wins, draws) \
-               SELECT name, count(*), count(*) FILTER (WHERE seat = ",
-            $winner,
-            "::smallint), CASE WHEN ",
-            $draw,
-            "::boolean THEN count(*) ELSE 0 END \
-               FROM seats WHERE ",
-            $finishing,
-            "::boolean AND game_id = ",
-            $game,
-            "::bigint GROUP BY name ORDER BY name \
-             ON CONFLICT (name) DO UPDATE SET games = rk.games + excluded.games, \
-               wins = rk.wins + excluded.wins, draws = rk.draws + excluded.draws)"
-        )
-    };
-}
-
-/// Loads and locks the caller's session and game.
-const LOAD_LOCKED: &str = concat!(
-    "SELECT s.id, s.game_id, s.seat, s.in_game, s.last_seq, s.last_kind, s.last_outcome, \
-            s.last_tick, g.state, g.version, ",
-    now_tick!("$2"),
-    ", r.seats, r.names, r.connected \
-     FROM sessions s JOIN games g ON g.id = s.game_id ",
-    roster!("$3"),
-    " WHERE s.token_hash = $1 FOR UPDATE OF s, g"
-);
-
-/// Reads the caller's game without locking anything.
-const READ_STATE: &str = concat!(
-    "SELECT s.game_id, s.seat, s.in_game, g.state, g.version, ",
-    now_tick!("$2"),
-    ", r.seats, r.names, r.connected \
-     FROM sessions s JOIN games g ON g.id = s.game_id ",
-    roster!("$3"),
-    " WHERE s.token_hash = $1"
-);
-
-/// Loads and locks one game (to commit an advance).
-const LOAD_GAME_LOCKED: &str = concat!(
-    "SELECT g.id, g.state, g.version, ",
-    now_tick!("$2"),
-    ", r.seats, r.names, r.connected FROM games g ",
-    roster!("$3"),
-    " WHERE g.id = $1 FOR UPDATE OF g"
-);
-
-/// Serialises joins that seat a player, so simultaneous joiners fill one
-/// game instead of each opening a new one.
-const LOCK_LOBBY: &str = "SELECT id FROM lobby WHERE id = 1 FOR UPDATE";
-
-/// Loads and locks the oldest waiting game.
-const LOAD_WAITING_LOCKED: &str = concat!(
-    "SELECT g.id, g.state, g.version, ",
-    now_tick!("$1"),
-    ", r.seats, r.names, r.connected FROM games g ",
-    roster!("$2"),
-    " WHERE g.phase = 1 ORDER BY g.id LIMIT 1 FOR UPDATE OF g"
-);
-
-/// Locks a joining token's session, if it has one.
-const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game, s.last_seq, g.phase \
-     FROM sessions s JOIN games g ON g.id = s.game_id \
-     WHERE s.token_hash = $1 FOR UPDATE OF s";
-
-/// Writes an applied Act: game, session, action log (and rankings).
-const WRITE_ACT: &str = concat!(
-    "WITH ",
-    update_game!("$1", "$2", "$3"),
-    ", s AS (UPDATE sessions SET last_seq = $5, last_kind = $6, last_outcome = $7, \
-             last_tick = $8, last_active_at = now() WHERE id = $4), \
-     a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
-           SELECT $4, $5, id, $9, $8, $6, $7, version FROM g), ",
-    rankings!("$3", "$10", "$11", "$12"),
-    " SELECT version FROM g"
-);
-
-/// Writes an applied Leave: game, session, seat, action log (and rankings).
-const WRITE_LEAVE: &str = concat!(
-    "WITH ",
-    update_game!("$1", "$2", "$3"),
-    ", s AS (UPDATE sessions SET in_game = false, last_seq = $5, last_kind = 7, \
-             last_outcome = 1, last_tick = $6 WHERE id = $4), \
-     a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
-           SELECT $4, $5, id, $7, $6, 7, 1, version FROM g), \
-     d AS (DELETE FROM seats WHERE $8 AND game_id = $3 AND seat = $7), \
-     l AS (UPDATE seats SET left_at = now() WHERE NOT $8 AND game_id = $3 AND seat = $7), ",
-    rankings!("$3", "$9", "$10", "$11"),
-    " SELECT version FROM g"
-);
-
-/// Writes a state advanced by the clock alone (a game that just finished).
-const WRITE_ADVANCE: &str = concat!(
-    "WITH ",
-    update_game!("$1", "$2", "$3"),
-    ", ",
-    rankings!("$3", "$4", "$5", "$6"),
-    " SELECT version FROM g"
-);
-
-/// Seats a session (new or existing) at `$3` of game `g`. With `$4` false
-/// a session for the token must not exist yet: a racing join that created
-/// one makes this return no row, and the call is retried.
-macro_rules! seat_session {
-    () => {
-        ", s AS (INSERT INTO sessions (token_hash, name, game_id, seat) \
-                 SELECT $1, $2, id, $3 FROM g \
-                 ON CONFLICT (token_hash) DO UPDATE SET name = excluded.name, \
-                   game_id = excluded.game_id, seat = excluded.seat, in_game = true, \
-                   last_active_at = now() WHERE $4 \
-                 RETURNING id, last_seq), \
-           st AS (INSERT INTO seats (game_id, seat, session_id, name) \
-                  SELECT g.id, $3, s.id, $2 FROM g, s) \
-         SELECT g.id, g.version, s.last_seq FROM g, s"
-    };
-}
-
-/// Seats a session in an existing waiting game.
-const WRITE_JOIN_WAITING: &str = concat!("WITH ", update_game!("$5", "$6", "$7"), seat_session!());
-
-/// Seats a session in a new game.
-const WRITE_JOIN_NEW: &str = concat!(
-    "WITH g AS (INSERT INTO games (state, phase) VALUES ($5, $6) RETURNING id, version)",
-    seat_session!()
-);
-
-/// Puts a rejoining session back in its game: marks it active and reads the
-/// game.
-const REJOIN: &str = concat!(
-    "WITH touch AS (UPDATE sessions SET last_active_at = now() WHERE id = $4) \
-     SELECT g.id, g.state, g.version, ",
-    now_tick!("$2"),
-    ", r.seats, r.names, r.connected FROM games g ",
-    roster!("$3"),
-    " WHERE g.id = $1"
-);
-
-const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
-     ORDER BY wins DESC, draws DESC, games ASC, name LIMIT $1";
 
 /// Names and "connected" flags of a game's seats (not part of the state).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -367,35 +181,31 @@ impl Store {
 
     async fn join_once(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
         let mut tx = self.pool.begin().await?;
-        let session: Option<(i64, i64, i16, bool, i64, i16)> = sqlx::query_as(LOAD_SESSION_LOCKED)
+        let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
             .bind(&token_hash[..])
             .fetch_optional(&mut *tx)
             .await?;
-        let running = session.filter(|s| s.3 && s.5 != phase_code(Phase::Finished));
-        if let Some((session_id, game_id, seat, _, last_seq, _)) = running {
-            let row = sqlx::query(REJOIN)
+        let last_seq = session.map_or(0, |s| s.5.max(0) as u64);
+        let running = session.filter(|s| s.3 && s.4 != phase_code(Phase::Finished));
+        if let Some((_, game_id, seat, ..)) = running {
+            let row = sqlx::query(READ_GAME)
                 .bind(game_id)
                 .bind(i64::from(TICK_MS))
-                .bind(f64::from(CONNECTED_WINDOW_MS))
-                .bind(session_id)
                 .fetch_one(&mut *tx)
                 .await?;
             tx.commit().await?;
-            let (_, mut snapshot) = game_row(&row, 0)?;
-            snapshot.roster.connected[seat_index(seat)] = true;
+            let (_, snapshot) = game_row(&row, 0)?;
             return Ok(Joined {
                 game_id: snapshot.game_id,
                 seat: seat_index(seat) as u8,
                 rejoined: true,
-                last_seq: last_seq.max(0) as u64,
+                last_seq,
                 snapshot,
             });
         }
-        let existing = session.is_some();
         sqlx::query(LOCK_LOBBY).execute(&mut *tx).await?;
         let waiting = sqlx::query(LOAD_WAITING_LOCKED)
             .bind(i64::from(TICK_MS))
-            .bind(f64::from(CONNECTED_WINDOW_MS))
             .fetch_optional(&mut *tx)
             .await?;
         let mut seated = None;
@@ -406,8 +216,9 @@ impl Store {
                 seated = Some((seat, snapshot));
             }
         }
-        let (seat, mut snapshot, new_game) = match seated {
-            Some((seat, snapshot)) => (seat, snapshot, false),
+        let new_game = seated.is_none();
+        let (seat, mut snapshot) = match seated {
+            Some(seated) => seated,
             None => {
                 let mut state = GameState::new(rand::random(), 0);
                 let seat = state
@@ -419,7 +230,7 @@ impl Store {
                     state,
                     roster: Roster::default(),
                 };
-                (seat, snapshot, true)
+                (seat, snapshot)
             }
         };
         let sql = if new_game {
@@ -431,7 +242,7 @@ impl Store {
             .bind(&token_hash[..])
             .bind(name)
             .bind(i16::from(seat))
-            .bind(existing)
+            .bind(session.is_some())
             .bind(snapshot.state.encode())
             .bind(phase_code(snapshot.state.phase()));
         if !new_game {
@@ -442,8 +253,7 @@ impl Store {
                 "another join with the same token won the race".into(),
             ));
         };
-        let (game_id, version, last_seq): (i64, i64, i64) =
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let (game_id, version): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
         tx.commit().await?;
         snapshot.game_id = game_id as u64;
         snapshot.version = version as u64;
@@ -453,7 +263,7 @@ impl Store {
             game_id: game_id as u64,
             seat,
             rejoined: false,
-            last_seq: last_seq.max(0) as u64,
+            last_seq,
             snapshot,
         })
     }
@@ -465,7 +275,7 @@ impl Store {
         let kind = action_code(call.action);
         let seq = to_db_seq(call.seq)?;
         if seq == locked.last_seq && locked.last_kind == kind {
-            let snapshot = commit_advance(tx, &mut locked).await?;
+            let snapshot = commit_advance(tx, &locked).await?;
             return Ok(Acted {
                 seq: call.seq,
                 outcome: outcome_from_code(locked.last_outcome),
@@ -480,22 +290,27 @@ impl Store {
         let tick = state.tick().max(locked.now_tick);
         let outcome = state.apply(call.seat, call.action, tick);
         let ending = finishing(before, state);
-        let row = sqlx::query(WRITE_ACT)
+        let sql = if ending.is_some() {
+            WRITE_ACT_FINISHING
+        } else {
+            WRITE_ACT
+        };
+        let mut query = sqlx::query(sql)
             .bind(state.encode())
             .bind(phase_code(state.phase()))
             .bind(locked.game_id)
             .bind(locked.session_id)
             .bind(seq)
             .bind(kind)
-            .bind(outcome_code(outcome))
             .bind(tick as i32)
             .bind(locked.seat)
-            .bind(winner_code(ending))
-            .bind(ending == Some(Ending::Draw))
-            .bind(ending.is_some())
-            .fetch_one(&mut *tx)
-            .await?;
-        let version: i64 = row.try_get(0)?;
+            .bind(outcome_code(outcome));
+        if ending.is_some() {
+            query = query
+                .bind(winner_code(ending))
+                .bind(ending == Some(Ending::Draw));
+        }
+        let version: i64 = query.fetch_one(&mut *tx).await?.try_get(0)?;
         tx.commit().await?;
         locked.roster.connected[seat_index(locked.seat)] = true;
         Ok(Acted {
@@ -556,26 +371,16 @@ impl Store {
         let row = sqlx::query(READ_STATE)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
-            .bind(f64::from(CONNECTED_WINDOW_MS))
             .fetch_optional(&self.pool)
             .await?
             .ok_or_else(unknown_token)?;
-        let own_game: i64 = row.try_get(0)?;
-        if Some(own_game) != i64::try_from(game_id).ok() {
+        let (now_tick, mut snapshot) = game_row(&row, 0)?;
+        if snapshot.game_id != game_id {
             return Err(Error::PermissionDenied(format!(
-                "game {game_id} is not your game (yours is {own_game})"
+                "game {game_id} is not your game (yours is {})",
+                snapshot.game_id
             )));
         }
-        let state = GameState::decode(row.try_get::<&[u8], _>(3)?)?;
-        let version: i64 = row.try_get(4)?;
-        let now_tick = tick_from_db(row.try_get(5)?);
-        let roster = roster_from_row(&row, 6)?;
-        let mut snapshot = Snapshot {
-            game_id,
-            version: version as u64,
-            state,
-            roster,
-        };
         let before = snapshot.state.phase();
         let tick = snapshot.state.tick().max(now_tick);
         snapshot.state.advance(tick);
@@ -584,11 +389,11 @@ impl Store {
         }
         // The clock alone changed the phase (the game just ended): commit
         // it so the rankings are recorded exactly once.
+        let own_game = to_db_id(game_id)?;
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(LOAD_GAME_LOCKED)
             .bind(own_game)
             .bind(i64::from(TICK_MS))
-            .bind(f64::from(CONNECTED_WINDOW_MS))
             .fetch_one(&mut *tx)
             .await?;
         let (now_tick, mut snapshot) = game_row(&row, 0)?;
@@ -612,23 +417,23 @@ async fn load_locked(
     let row = sqlx::query(LOAD_LOCKED)
         .bind(&token_hash[..])
         .bind(i64::from(TICK_MS))
-        .bind(f64::from(CONNECTED_WINDOW_MS))
         .fetch_optional(&mut **tx)
         .await?
         .ok_or_else(unknown_token)?;
+    let (now_tick, snapshot) = game_row(&row, 7)?;
     Ok(Locked {
         session_id: row.try_get(0)?,
-        game_id: row.try_get(1)?,
-        seat: row.try_get(2)?,
-        in_game: row.try_get(3)?,
-        last_seq: row.try_get(4)?,
-        last_kind: row.try_get(5)?,
-        last_outcome: row.try_get(6)?,
-        last_tick: row.try_get(7)?,
-        state: GameState::decode(row.try_get::<&[u8], _>(8)?)?,
-        version: row.try_get(9)?,
-        now_tick: tick_from_db(row.try_get(10)?),
-        roster: roster_from_row(&row, 11)?,
+        seat: row.try_get(1)?,
+        in_game: row.try_get(2)?,
+        last_seq: row.try_get(3)?,
+        last_kind: row.try_get(4)?,
+        last_outcome: row.try_get(5)?,
+        last_tick: row.try_get(6)?,
+        game_id: snapshot.game_id as i64,
+        state: snapshot.state,
+        version: snapshot.version as i64,
+        now_tick,
+        roster: snapshot.roster,
     })
 }
 
@@ -636,19 +441,19 @@ async fn load_locked(
 /// clock alone finished it, committed (we hold the lock already).
 async fn commit_advance(
     mut tx: Transaction<'_, Postgres>,
-    locked: &mut Locked,
+    locked: &Locked,
 ) -> Result<Snapshot, Error> {
     let mut state = locked.state.clone();
     let before = state.phase();
     state.advance(state.tick().max(locked.now_tick));
-    let mut version = locked.version;
+    let mut version = locked.version as u64;
     if state.phase() != before {
-        version = write_advance(&mut tx, locked.game_id, before, &state).await? as i64;
+        version = write_advance(&mut tx, locked.game_id, before, &state).await?;
     }
     tx.commit().await?;
     Ok(Snapshot {
         game_id: locked.game_id as u64,
-        version: version as u64,
+        version,
         state,
         roster: locked.roster.clone(),
     })
@@ -738,14 +543,23 @@ fn finishing(before: Phase, state: &GameState) -> Option<Ending> {
     }
 }
 
-/// Parses `id, state, version, now_tick, seats, names, connected` starting
-/// at column `at`; returns the clock's tick and the snapshot.
+/// Parses the columns of `game_cols!` (`id, state, version, now_tick,
+/// names, connected`) starting at column `at`; returns the clock's tick and
+/// the snapshot.
 fn game_row(row: &PgRow, at: usize) -> Result<(Tick, Snapshot), Error> {
     let game_id: i64 = row.try_get(at)?;
     let state = GameState::decode(row.try_get::<&[u8], _>(at + 1)?)?;
     let version: i64 = row.try_get(at + 2)?;
     let now_tick = tick_from_db(row.try_get(at + 3)?);
-    let roster = roster_from_row(row, at + 4)?;
+    let names: Vec<String> = row.try_get(at + 4)?;
+    let connected: Vec<bool> = row.try_get(at + 5)?;
+    let mut roster = Roster::default();
+    for (i, name) in names.into_iter().take(SEATS).enumerate() {
+        roster.names[i] = name;
+    }
+    for (i, connected) in connected.into_iter().take(SEATS).enumerate() {
+        roster.connected[i] = connected;
+    }
     Ok((
         now_tick,
         Snapshot {
@@ -755,26 +569,6 @@ fn game_row(row: &PgRow, at: usize) -> Result<(Tick, Snapshot), Error> {
             roster,
         },
     ))
-}
-
-/// Parses the `seats, names, connected` arrays of the roster subquery.
-fn roster_from_row(row: &PgRow, at: usize) -> Result<Roster, Error> {
-    let seats: Option<Vec<i16>> = row.try_get(at)?;
-    let names: Option<Vec<String>> = row.try_get(at + 1)?;
-    let connected: Option<Vec<bool>> = row.try_get(at + 2)?;
-    let mut roster = Roster::default();
-    let rows = seats
-        .unwrap_or_default()
-        .into_iter()
-        .zip(names.unwrap_or_default())
-        .zip(connected.unwrap_or_default());
-    for ((seat, name), connected) in rows {
-        if let Some(i) = usize::try_from(seat).ok().filter(|&i| i < SEATS) {
-            roster.names[i] = name;
-            roster.connected[i] = connected;
-        }
-    }
-    Ok(roster)
 }
 
 fn tick_from_db(ticks: i64) -> Tick {
@@ -881,22 +675,8 @@ mod sql_tests {
         // Running the migrations again is a no-op.
         store.migrate().await.unwrap();
         let mut conn = store.pool().acquire().await.unwrap();
-        for sql in [
-            LOAD_LOCKED,
-            READ_STATE,
-            LOAD_GAME_LOCKED,
-            LOAD_WAITING_LOCKED,
-            LOAD_SESSION_LOCKED,
-            LOCK_LOBBY,
-            WRITE_ACT,
-            WRITE_LEAVE,
-            WRITE_ADVANCE,
-            WRITE_JOIN_WAITING,
-            WRITE_JOIN_NEW,
-            REJOIN,
-            RANKINGS,
-        ] {
-            if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(sql)).await {
+        for sql in super::super::queries::ALL {
+            if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await {
                 panic!("{e}\n{sql}");
             }
         }

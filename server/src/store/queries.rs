@@ -1,0 +1,295 @@
+//! SQL of the game transactions; [`super::play`] holds the logic around it.
+//!
+//! Parameters are cast explicitly so every statement prepares with fixed
+//! types. A game's columns are always selected in the same order (see
+//! `game_cols!`) so one parser reads them.
+
+/// The game's clock now, in ticks since the game row was created
+/// (`$tick_ms`: the tick length).
+macro_rules! now_tick {
+    ($tick_ms:literal) => {
+        concat!(
+            "floor(extract(epoch FROM clock_timestamp() - g.created_at) * 1000 / ",
+            $tick_ms,
+            "::bigint)::bigint"
+        )
+    };
+}
+
+/// "Acted within the connected window" for seat index `$i` (1-based).
+macro_rules! active {
+    ($i:literal) => {
+        concat!(
+            "coalesce(g.active_at[",
+            $i,
+            "] > now() - interval '3000 milliseconds', false)"
+        )
+    };
+}
+
+/// `id, state, version, now_tick, names, connected` of game `g`.
+macro_rules! game_cols {
+    ($tick_ms:literal) => {
+        concat!(
+            "g.id, g.state, g.version, ",
+            now_tick!($tick_ms),
+            ", g.names, ARRAY[",
+            active!(1),
+            ", ",
+            active!(2),
+            ", ",
+            active!(3),
+            ", ",
+            active!(4),
+            "]"
+        )
+    };
+}
+
+/// Game update shared by every write: new state, version + 1, phase, plus
+/// `$extra` assignments.
+macro_rules! update_game {
+    ($state:literal, $phase:literal, $game:literal, $extra:literal) => {
+        concat!(
+            "g AS (UPDATE games SET state = ",
+            $state,
+            "::bytea, version = version + 1, phase = ",
+            $phase,
+            "::smallint, updated_at = now(), finished_at = CASE WHEN ",
+            $phase,
+            "::smallint = 3 THEN coalesce(finished_at, now()) END",
+            $extra,
+            " WHERE id = ",
+            $game,
+            "::bigint RETURNING id, version)"
+        )
+    };
+}
+
+/// Rankings upsert for the commit that finishes the game (`$when`); grouped
+/// and ordered by name so two games finishing at once lock rankings rows in
+/// the same order.
+macro_rules! rankings {
+    ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
+        concat!(
+            "rk AS (INSERT INTO rankings AS rk (name, games, wins, draws) \
+               SELECT name, count(*), count(*) FILTER (WHERE seat = ",
+            $winner,
+            "::smallint), CASE WHEN ",
+            $draw,
+            "::boolean THEN count(*) ELSE 0 END FROM seats WHERE ",
+            $when,
+            " AND game_id = ",
+            $game,
+            "::bigint GROUP BY name ORDER BY name \
+             ON CONFLICT (name) DO UPDATE SET games = rk.games + excluded.games, \
+               wins = rk.wins + excluded.wins, draws = rk.draws + excluded.draws)"
+        )
+    };
+}
+
+/// The caller's session, its newest action-log row (its last applied
+/// sequence number and reply) and its game; locks session and game.
+/// `$1` token hash, `$2` tick length.
+pub const LOAD_LOCKED: &str = concat!(
+    "SELECT s.id, s.seat, s.in_game, coalesce(l.seq, 0), coalesce(l.action, 0::smallint), \
+            coalesce(l.outcome, 0::smallint), coalesce(l.tick, 0), ",
+    game_cols!("$2"),
+    " FROM sessions s JOIN games g ON g.id = s.game_id \
+     LEFT JOIN LATERAL (SELECT a.seq, a.action, a.outcome, a.tick FROM actions a \
+                        WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true \
+     WHERE s.token_hash = $1::bytea FOR UPDATE OF s, g"
+);
+
+/// The caller's game, without locking anything. `$1` token hash, `$2` tick
+/// length.
+pub const READ_STATE: &str = concat!(
+    "SELECT ",
+    game_cols!("$2"),
+    " FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
+);
+
+/// One game, locked (to commit an advance). `$1` game, `$2` tick length.
+pub const LOAD_GAME_LOCKED: &str = concat!(
+    "SELECT ",
+    game_cols!("$2"),
+    " FROM games g WHERE g.id = $1::bigint FOR UPDATE"
+);
+
+/// One game, read inside a join's transaction. `$1` game, `$2` tick length.
+pub const READ_GAME: &str = concat!(
+    "SELECT ",
+    game_cols!("$2"),
+    " FROM games g WHERE g.id = $1::bigint"
+);
+
+/// Serialises joins that seat a player, so simultaneous joiners fill one
+/// game instead of each opening a new one.
+pub const LOCK_LOBBY: &str = "SELECT id FROM lobby WHERE id = 1 FOR UPDATE";
+
+/// The oldest waiting game, locked. `$1` tick length.
+pub const LOAD_WAITING_LOCKED: &str = concat!(
+    "SELECT ",
+    game_cols!("$1"),
+    " FROM games g WHERE g.phase = 1 ORDER BY g.id LIMIT 1 FOR UPDATE"
+);
+
+/// A joining token's session (locked), its game's phase and its last
+/// sequence number. `$1` token hash.
+pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game, g.phase, \
+            coalesce((SELECT max(a.seq) FROM actions a WHERE a.session_id = s.id), 0) \
+     FROM sessions s JOIN games g ON g.id = s.game_id \
+     WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
+
+/// Writes an applied Act: the game row and one action-log row. `$1` state,
+/// `$2` phase, `$3` game, `$4` session, `$5` seq, `$6` action, `$7` tick,
+/// `$8` seat, `$9` outcome.
+pub const WRITE_ACT: &str = concat!(
+    "WITH ",
+    update_game!("$1", "$2", "$3", ", active_at[$8::smallint + 1] = now()"),
+    ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+           SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
+                  $9::smallint, version FROM g) \
+     SELECT version FROM g"
+);
+
+/// [`WRITE_ACT`] for the Act that finishes the game: also the rankings.
+/// `$10` winner seat or -1, `$11` draw.
+pub const WRITE_ACT_FINISHING: &str = concat!(
+    "WITH ",
+    update_game!("$1", "$2", "$3", ", active_at[$8::smallint + 1] = now()"),
+    ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+           SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
+                  $9::smallint, version FROM g), ",
+    rankings!("$3", "$10", "$11", "true"),
+    " SELECT version FROM g"
+);
+
+/// Writes an applied Leave: game, session, seat, action log, and the
+/// rankings if the forfeit finished the game. `$1` state, `$2` phase,
+/// `$3` game, `$4` session, `$5` seq, `$6` tick, `$7` seat, `$8` the game
+/// was waiting (the seat is freed), `$9` winner or -1, `$10` draw,
+/// `$11` finishing.
+pub const WRITE_LEAVE: &str = concat!(
+    "WITH ",
+    update_game!(
+        "$1",
+        "$2",
+        "$3",
+        ", active_at[$7::smallint + 1] = NULL, \
+         names[$7::smallint + 1] = CASE WHEN $8::boolean THEN '' ELSE names[$7::smallint + 1] END"
+    ),
+    ", s AS (UPDATE sessions SET in_game = false WHERE id = $4::bigint), \
+     a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+           SELECT $4::bigint, $5::bigint, id, $7::smallint, $6::integer, 7, 1, version FROM g), \
+     d AS (DELETE FROM seats WHERE $8::boolean AND game_id = $3::bigint AND seat = $7::smallint), \
+     l AS (UPDATE seats SET left_at = now() \
+           WHERE NOT $8::boolean AND game_id = $3::bigint AND seat = $7::smallint), ",
+    rankings!("$3", "$9", "$10", "$11::boolean"),
+    " SELECT version FROM g"
+);
+
+/// Writes a state advanced by the clock alone (a game that just ended).
+/// `$1` state, `$2` phase, `$3` game, `$4` winner or -1, `$5` draw,
+/// `$6` finishing.
+pub const WRITE_ADVANCE: &str = concat!(
+    "WITH ",
+    update_game!("$1", "$2", "$3", ""),
+    ", ",
+    rankings!("$3", "$4", "$5", "$6::boolean"),
+    " SELECT version FROM g"
+);
+
+/// Seats a session (new or existing) at `$3` of game `g`. With `$4` false
+/// a session for the token must not exist yet: a racing join that created
+/// one makes this return no row, and the call is retried.
+macro_rules! seat_session {
+    () => {
+        ", s AS (INSERT INTO sessions (token_hash, name, game_id, seat) \
+                 SELECT $1::bytea, $2::text, id, $3::smallint FROM g \
+                 ON CONFLICT (token_hash) DO UPDATE SET name = excluded.name, \
+                   game_id = excluded.game_id, seat = excluded.seat, in_game = true \
+                 WHERE $4::boolean \
+                 RETURNING id), \
+           st AS (INSERT INTO seats (game_id, seat, session_id, name) \
+                  SELECT g.id, $3::smallint, s.id, $2::text FROM g, s) \
+         SELECT g.id, g.version FROM g, s"
+    };
+}
+
+/// Seats a session in an existing waiting game. `$1` token hash, `$2` name,
+/// `$3` seat, `$4` the session exists, `$5` state, `$6` phase, `$7` game.
+pub const WRITE_JOIN_WAITING: &str = concat!(
+    "WITH ",
+    update_game!(
+        "$5",
+        "$6",
+        "$7",
+        ", names[$3::smallint + 1] = $2::text, active_at[$3::smallint + 1] = now()"
+    ),
+    seat_session!()
+);
+
+/// One seat's initial name (`$2` at seat `$3`, else empty).
+macro_rules! initial_name {
+    ($seat:literal) => {
+        concat!(
+            "CASE WHEN $3::smallint = ",
+            $seat,
+            " THEN $2::text ELSE '' END"
+        )
+    };
+}
+
+/// One seat's initial activity (now at seat `$3`, else none).
+macro_rules! initial_active {
+    ($seat:literal) => {
+        concat!("CASE WHEN $3::smallint = ", $seat, " THEN now() END")
+    };
+}
+
+/// Seats a session in a new game. Parameters as [`WRITE_JOIN_WAITING`],
+/// without `$7`.
+pub const WRITE_JOIN_NEW: &str = concat!(
+    "WITH g AS (INSERT INTO games (state, phase, names, active_at) VALUES ($5::bytea, $6::smallint, ARRAY[",
+    initial_name!(0),
+    ", ",
+    initial_name!(1),
+    ", ",
+    initial_name!(2),
+    ", ",
+    initial_name!(3),
+    "], ARRAY[",
+    initial_active!(0),
+    ", ",
+    initial_active!(1),
+    ", ",
+    initial_active!(2),
+    ", ",
+    initial_active!(3),
+    "]) RETURNING id, version)",
+    seat_session!()
+);
+
+/// The best players. `$1` limit.
+pub const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
+     ORDER BY wins DESC, draws DESC, games ASC, name LIMIT $1::bigint";
+
+/// Every statement, for the schema test.
+#[cfg(test)]
+pub const ALL: &[&str] = &[
+    LOAD_LOCKED,
+    READ_STATE,
+    LOAD_GAME_LOCKED,
+    READ_GAME,
+    LOCK_LOBBY,
+    LOAD_WAITING_LOCKED,
+    LOAD_SESSION_LOCKED,
+    WRITE_ACT,
+    WRITE_ACT_FINISHING,
+    WRITE_LEAVE,
+    WRITE_ADVANCE,
+    WRITE_JOIN_WAITING,
+    WRITE_JOIN_NEW,
+    RANKINGS,
+];
