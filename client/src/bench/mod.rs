@@ -323,12 +323,12 @@ pub async fn run_measured(
         duration_s: (plan.workload.total - plan.workload.warmup).as_secs_f64(),
         clients: plan.workload.clients,
         games: plan.games,
-        games_finished: progress.games_finished.load(Ordering::Relaxed),
+        games_finished: finished_games(&logs),
         pool_failovers: logs.iter().map(|l| l.pool_failovers).sum(),
         interval_ms: plan.workload.interval.as_millis() as u64,
         servers: target.servers.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        git_commit: git_commit(),
+        git_head: git_head(),
         started_at_unix_s,
         load_average_1m: [load_before, load_average()],
         ..Summary::default()
@@ -450,7 +450,7 @@ fn progress_bar(
                 progress.calls.load(Ordering::Relaxed),
                 progress.errors.load(Ordering::Relaxed),
                 progress.failovers.load(Ordering::Relaxed),
-                progress.games_finished.load(Ordering::Relaxed),
+                progress.sessions_finished.load(Ordering::Relaxed) / 4,
             ));
         }
         bar.finish_and_clear();
@@ -466,8 +466,19 @@ fn load_average() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The commit the binary runs from, when run inside the repository.
-fn git_commit() -> Option<String> {
+/// Games the clients saw finish with a winner or a draw.
+fn finished_games(logs: &[workload::ClientLog]) -> u64 {
+    let finished: std::collections::HashSet<u64> = logs
+        .iter()
+        .flat_map(|l| &l.sessions)
+        .filter(|s| s.finished)
+        .map(|s| s.game_id)
+        .collect();
+    finished.len() as u64
+}
+
+/// HEAD of the repository the command runs in, if any.
+fn git_head() -> Option<String> {
     let output = std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .output()

@@ -173,7 +173,9 @@ pub struct Summary {
     pub errors_by_status: BTreeMap<String, u64>,
     pub faults_by_kind: BTreeMap<String, u64>,
     pub command: String,
-    pub git_commit: Option<String>,
+    /// HEAD of the git repository the command ran in (the binary may have
+    /// been built from an older commit).
+    pub git_head: Option<String>,
     /// Unix time the run started.
     pub started_at_unix_s: u64,
     /// The machine's 1-minute load average before and after the run.

@@ -78,7 +78,8 @@ pub struct Progress {
     pub calls: AtomicU64,
     pub errors: AtomicU64,
     pub failovers: AtomicU64,
-    pub games_finished: AtomicU64,
+    /// Sessions that saw their game finish (four per finished game).
+    pub sessions_finished: AtomicU64,
 }
 
 /// Runs one client per pool in `pools` until `config.total` has passed (or
@@ -265,7 +266,9 @@ impl ClientRun {
     /// Files the proof of a session that is over.
     fn close(&mut self, session: &GameSession, finished: bool) {
         if finished {
-            self.progress.games_finished.fetch_add(1, Ordering::Relaxed);
+            self.progress
+                .sessions_finished
+                .fetch_add(1, Ordering::Relaxed);
         }
         self.log.sessions.push(SessionLog {
             token: session.token().to_vec(),
