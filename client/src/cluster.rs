@@ -28,6 +28,8 @@ use borbaman_server::postgres::{LocalPostgres, PgError, PgOptions};
 /// Prefix of the line a server prints on stdout when it is ready.
 pub const READY_PREFIX: &str = "borbaman-server listening on ";
 
+/// Listen address of a new server: a free port on loopback.
+const ANY_PORT: &str = "127.0.0.1:0";
 /// How long a server may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a SIGTERMed server may take to drain and exit before SIGKILL.
@@ -213,7 +215,7 @@ impl LocalCluster {
         // Start them all, then wait for each: migrations run once, the
         // others find them applied.
         let pending: Vec<_> = (0..config.servers)
-            .map(|_| cluster.spawn())
+            .map(|_| cluster.spawn(ANY_PORT))
             .collect::<Result<_, _>>()?;
         for (child, log, index, ready) in pending {
             let server = cluster.await_ready(child, log, index, ready)?;
@@ -224,7 +226,7 @@ impl LocalCluster {
 
     /// Starts one more server; returns its index.
     pub fn start_server(&mut self) -> Result<usize, ClusterError> {
-        let (child, log, index, ready) = self.spawn()?;
+        let (child, log, index, ready) = self.spawn(ANY_PORT)?;
         let server = self.await_ready(child, log, index, ready)?;
         self.servers.push(server);
         Ok(self.servers.len() - 1)
@@ -234,7 +236,19 @@ impl LocalCluster {
     /// its place (a new port and id).
     pub fn replace(&mut self, i: usize) -> Result<(), ClusterError> {
         self.kill(i)?;
-        let (child, log, index, ready) = self.spawn()?;
+        let (child, log, index, ready) = self.spawn(ANY_PORT)?;
+        let server = self.await_ready(child, log, index, ready)?;
+        self.servers[i] = server;
+        Ok(())
+    }
+
+    /// SIGTERM (the server drains and leaves the registry), then starts it
+    /// again on the same address, as an operator restarting it would: clients
+    /// that knew the address find it again.
+    pub fn restart(&mut self, i: usize) -> Result<(), ClusterError> {
+        self.terminate(i)?;
+        let address = self.servers[i].address.clone();
+        let (child, log, index, ready) = self.spawn(&address)?;
         let server = self.await_ready(child, log, index, ready)?;
         self.servers[i] = server;
         Ok(())
@@ -380,6 +394,7 @@ impl LocalCluster {
     #[allow(clippy::type_complexity)]
     fn spawn(
         &mut self,
+        listen: &str,
     ) -> Result<
         (
             Child,
@@ -399,12 +414,7 @@ impl LocalCluster {
         let mut command = Command::new(&self.program);
         command
             .args(&self.program_args)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--database-url",
-                &self.database_url,
-            ])
+            .args(["--listen", listen, "--database-url", &self.database_url])
             .args(&self.server_args)
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())

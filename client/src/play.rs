@@ -17,6 +17,7 @@
 //! it stops when the game is left.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,6 +42,12 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Bots started with a local cluster.
 const LOCAL_BOTS: usize = 3;
 const LOCAL_SERVERS: usize = 3;
+/// A player who only watches still acts (idle) this often, so the others
+/// see them as connected.
+const PRESENCE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Set by the panic hook: a panic anywhere ends the UI loop.
+static PANICKED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, clap::Args)]
 pub struct PlayArgs {
@@ -107,6 +114,13 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     });
 
     let terminal = ratatui::try_init().context("setting up the terminal")?;
+    // ratatui's hook restores the terminal on a panic; ours also stops the
+    // UI loop when the panic happened in another thread (a network task).
+    let restore_and_report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::SeqCst);
+        restore_and_report(info);
+    }));
     let ui_result = ui_loop(terminal, view_rx, command_tx, &quit_tx);
     ratatui::restore();
 
@@ -139,6 +153,9 @@ fn ui_loop(
     loop {
         if *quit.borrow() {
             return Ok(());
+        }
+        if PANICKED.load(Ordering::SeqCst) {
+            anyhow::bail!("internal error (see the message above); the game stopped");
         }
         let snapshot = view.borrow().clone();
         terminal.draw(|frame| draw::draw(frame, &snapshot, colors))?;
@@ -419,6 +436,7 @@ impl Player {
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut quit = self.quit.clone();
+        let mut last_act = Instant::now();
         loop {
             let finished = session
                 .latest()
@@ -437,9 +455,16 @@ impl Player {
                     return Next::Quit;
                 }
                 Some(command) => match command.action() {
-                    Some(action) => session.act(action).await.map(|(_, info)| info),
+                    Some(action) => {
+                        last_act = Instant::now();
+                        session.act(action).await.map(|(_, info)| info)
+                    }
                     None => continue,
                 },
+                None if last_act.elapsed() >= PRESENCE_INTERVAL && playing(session) => {
+                    last_act = Instant::now();
+                    session.act(pb::Action::Idle).await.map(|(_, info)| info)
+                }
                 None => session.state().await.map(|(_, info)| info),
             };
             match result {
@@ -515,6 +540,12 @@ impl Player {
             command = self.commands.recv() => matches!(command, None | Some(Command::Quit)),
         }
     }
+}
+
+fn playing(session: &GameSession) -> bool {
+    session
+        .latest()
+        .is_some_and(|s| s.phase() == Phase::Playing)
 }
 
 /// The login name, or "player".

@@ -41,6 +41,9 @@ use tonic_health::pb::health_client::HealthClient;
 
 pub use choice::{FailureKind, classify, pick};
 
+/// Background refresh interval while no server is live.
+const NO_SERVER_REFRESH: Duration = Duration::from_millis(100);
+
 /// How the pool behaves. `PoolConfig::default()` suits a player on a LAN.
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
@@ -167,7 +170,7 @@ struct Shared {
     /// Number of live servers; waiters watch it.
     live_count: watch::Sender<usize>,
     /// Wakes the background task early (a server failed, a call waits).
-    wake: Notify,
+    wake: Arc<Notify>,
     /// Stops the background task; notified when `Shared` is dropped.
     shutdown: Arc<Notify>,
 }
@@ -222,6 +225,7 @@ impl ServerPool {
             });
         }
         let shutdown = Arc::new(Notify::new());
+        let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(State {
@@ -229,7 +233,7 @@ impl ServerPool {
                 ..State::default()
             }),
             live_count: watch::Sender::new(0),
-            wake: Notify::new(),
+            wake: wake.clone(),
             shutdown: shutdown.clone(),
         });
         let pool = ServerPool { shared };
@@ -243,7 +247,7 @@ impl ServerPool {
         }
         if pool.shared.config.background {
             let weak = Arc::downgrade(&pool.shared);
-            tokio::spawn(background(weak, shutdown));
+            tokio::spawn(background(weak, wake, shutdown));
         }
         Ok(pool)
     }
@@ -577,30 +581,30 @@ impl ServerPool {
 
 /// The background task: refreshes every `config.refresh` (or at once when
 /// woken) until the pool is dropped.
-async fn background(shared: Weak<Shared>, shutdown: Arc<Notify>) {
+async fn background(shared: Weak<Shared>, wake: Arc<Notify>, shutdown: Arc<Notify>) {
     loop {
         let refresh = match shared.upgrade() {
+            // With no live server, look again sooner: each look is one
+            // refused connection per known address, cheap enough.
+            Some(shared) if shared.state.lock().unwrap().servers.is_empty() => {
+                shared.config.refresh.min(NO_SERVER_REFRESH)
+            }
             Some(shared) => shared.config.refresh,
             None => return,
         };
-        // Hold no strong reference while sleeping, so dropping the last
-        // handle ends the task.
-        let woken = {
-            let Some(strong) = shared.upgrade() else {
-                return;
-            };
-            let wake = async move { strong.wake.notified().await };
-            tokio::select! {
-                _ = shutdown.notified() => return,
-                _ = tokio::time::sleep(refresh) => false,
-                _ = wake => true,
-            }
+        // No strong reference is held while sleeping, so dropping the last
+        // handle drops `Shared`, which signals `shutdown`.
+        let woken = tokio::select! {
+            _ = shutdown.notified() => return,
+            _ = tokio::time::sleep(refresh) => false,
+            _ = wake.notified() => true,
         };
         let Some(shared) = shared.upgrade() else {
             return;
         };
         let pool = ServerPool { shared };
         pool.refresh().await;
+        drop(pool);
         if woken {
             // A failure woke us: do not spin if it keeps failing.
             tokio::time::sleep(Duration::from_millis(50)).await;

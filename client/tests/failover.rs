@@ -134,3 +134,41 @@ async fn a_hung_server_is_abandoned_within_the_deadline() {
         info.rtt
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_server_down_a_call_waits_says_so_and_goes_on_when_one_is_back() {
+    let mut cluster = common::cluster(2);
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "wait").await;
+    let mut player = players.remove(0);
+    player.act(Action::Idle).await.unwrap();
+    common::blocking(|| {
+        cluster.kill(0).unwrap();
+        cluster.kill(1).unwrap();
+    });
+
+    let seq = player.next_seq();
+    let call = tokio::spawn(async move {
+        let result = player.act(Action::Idle).await;
+        (player, result)
+    });
+    let mut waiting = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if pool.status().waiting_for_server {
+            waiting = true;
+            break;
+        }
+    }
+    assert!(waiting, "the pool says it is waiting for a server");
+    assert!(!call.is_finished());
+    common::blocking(|| cluster.restart(0)).unwrap();
+
+    let (_player, result) = call.await.unwrap();
+    let (reply, info) = result.expect("the call goes on once a server is back");
+    assert_eq!(reply.seq, seq);
+    assert_eq!(info.server, cluster.addresses()[0]);
+    assert!(!pool.status().waiting_for_server);
+}
