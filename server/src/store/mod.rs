@@ -24,7 +24,8 @@ use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -74,6 +75,8 @@ impl Default for StoreOptions {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    /// Connection options without the per-call timeouts, for migrations.
+    plain: PgConnectOptions,
     db_timeout: Duration,
 }
 
@@ -83,16 +86,19 @@ impl Store {
     pub fn connect(url: &str, opts: &StoreOptions) -> Result<Store, Error> {
         let timeout_ms = opts.db_timeout.as_millis().max(1);
         let idle_ms = opts.idle_txn_timeout.as_millis().max(1);
-        let connect = PgConnectOptions::from_str(url)
+        let plain = PgConnectOptions::from_str(url)
             .map_err(|e| Error::InvalidArgument(format!("bad database URL: {e}")))?
-            .application_name("borbaman-server")
-            .options([
-                ("statement_timeout", format!("{timeout_ms}ms")),
-                (
-                    "idle_in_transaction_session_timeout",
-                    format!("{idle_ms}ms"),
-                ),
-            ]);
+            .application_name("borbaman-server");
+        let connect = plain.clone().options([
+            ("statement_timeout", format!("{timeout_ms}ms")),
+            (
+                "idle_in_transaction_session_timeout",
+                format!("{idle_ms}ms"),
+            ),
+            // Every call runs the same few prepared statements with
+            // different ids: plan them once per connection, not per call.
+            ("plan_cache_mode", "force_generic_plan".to_string()),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .acquire_timeout(opts.acquire_timeout.min(opts.db_timeout))
@@ -103,15 +109,21 @@ impl Store {
             .connect_lazy_with(connect);
         Ok(Store {
             pool,
+            plain,
             db_timeout: opts.db_timeout,
         })
     }
 
     /// Applies the embedded migrations. Safe when several servers start at
     /// once (the migrator serialises them with an advisory lock; start-up
-    /// only, never on the per-call path).
+    /// only, never on the per-call path). Runs on a connection of its own,
+    /// without the per-call timeouts: a migration, or waiting for another
+    /// server's, may take longer than a call.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        MIGRATOR.run(&self.pool).await
+        let mut conn = PgConnection::connect_with(&self.plain).await?;
+        let result = MIGRATOR.run(&mut conn).await;
+        let _ = conn.close().await;
+        result
     }
 
     /// The underlying pool (for audits and benchmarks).
