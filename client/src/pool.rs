@@ -335,6 +335,13 @@ impl ServerPool {
                     FailureKind::Timeout
                 }
             };
+            tracing::debug!(
+                server = server.address,
+                elapsed_us = attempt_started.elapsed().as_micros() as u64,
+                ?failure,
+                last_failure,
+                "attempt failed"
+            );
             match failure {
                 FailureKind::ServerDown => {
                     first_failure.get_or_insert(attempt_started);
