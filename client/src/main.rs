@@ -5,7 +5,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "borbaman", version, about = "Fault-tolerant four-player bomb game in a terminal")]
+#[command(
+    name = "borbaman",
+    version,
+    about = "Fault-tolerant four-player bomb game in a terminal"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
