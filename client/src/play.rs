@@ -67,7 +67,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         None => login_name(),
     };
     validate_name(&name).map_err(|reason| {
-        anyhow::anyhow!("invalid player name {name:?}: {reason}; choose one with --name")
+        anyhow::anyhow!("invalid player name {name:?}: {reason}; choose another with --name")
     })?;
     let data_dir = dirs::data_dir()
         .or_else(dirs::data_local_dir)
@@ -561,20 +561,13 @@ fn login_name() -> String {
     }
 }
 
-/// The server's rule for names: 1-16 printable characters, no control or
-/// escape characters (names are drawn in other players' terminals).
+/// The server's own rule for names (1-16 printable characters, no control
+/// or invisible characters: names are drawn in other players' terminals),
+/// checked before anything starts.
 pub fn validate_name(name: &str) -> Result<(), String> {
-    let count = name.chars().count();
-    if count == 0 || count > 16 {
-        return Err(format!("it must be 1-16 characters, not {count}"));
-    }
-    if name.chars().any(|c| c.is_control()) {
-        return Err("it must not contain control or escape characters".into());
-    }
-    if name.trim().is_empty() {
-        return Err("it must not be blank".into());
-    }
-    Ok(())
+    borbaman_server::names::check(name)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Logs go to a file: the terminal belongs to the game.
@@ -607,5 +600,6 @@ mod tests {
         assert!(validate_name("seventeen chars!!").is_err());
         assert!(validate_name("evil\x1b[2J").is_err());
         assert!(validate_name("   ").is_err());
+        assert!(validate_name("right\u{202E}to-left").is_err());
     }
 }
