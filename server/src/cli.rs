@@ -46,7 +46,7 @@ pub struct ServerArgs {
     pub db_acquire_timeout_ms: u64,
     /// The database ends a transaction idle this long (a hung server's),
     /// releasing the game it locked.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 50)]
     pub idle_txn_timeout_ms: u64,
     /// Database connections in the pool.
     #[arg(long, default_value_t = 16)]

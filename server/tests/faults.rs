@@ -177,3 +177,57 @@ async fn the_database_going_away_and_coming_back_is_survived() {
     let db = sql(&pg.url()).await;
     assert_eq!(logged_actions(&db, game_id).await, 3);
 }
+
+/// A server frozen (SIGSTOP) in the middle of calls may hold its games'
+/// row locks; the database ends its idle transactions, so the same calls
+/// retried on another server go through within a bounded time.
+#[tokio::test]
+async fn a_frozen_server_does_not_hold_its_games_for_long() {
+    let pg = start_db();
+    let mut a = ServerProcess::start(&pg.url());
+    let b = ServerProcess::start(&pg.url());
+    let mut ca = a.game().await;
+    let cb = b.game().await;
+    let players = full_game(&mut ca).await;
+    let game_id = players[0].game_id;
+
+    let mut tasks = Vec::new();
+    for mut player in players {
+        let (mut ca, mut cb) = (ca.clone(), cb.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acked = 0u64;
+            // Act on A until a call does not answer within 100 ms.
+            let stuck = loop {
+                let req = player.act_request(pb::Action::Idle);
+                match tokio::time::timeout(Duration::from_millis(100), ca.act(req.clone())).await {
+                    Ok(Ok(_)) => acked += 1,
+                    Ok(Err(e)) => panic!("{e:?}"),
+                    Err(_) => break req,
+                }
+            };
+            // Retry it on B, then carry on there.
+            let started = Instant::now();
+            cb.act(stuck).await.expect("retry on B");
+            let retry_took = started.elapsed();
+            acked += 1;
+            let req = player.act_request(pb::Action::Idle);
+            cb.act(req).await.unwrap();
+            (acked + 1, retry_took)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    unsafe { libc::kill(a.pid(), libc::SIGSTOP) };
+    let mut acked = 0;
+    for t in tasks {
+        let (n, retry_took) = t.await.unwrap();
+        acked += n;
+        assert!(
+            retry_took < Duration::from_millis(400),
+            "retry took {retry_took:?}"
+        );
+    }
+    unsafe { libc::kill(a.pid(), libc::SIGCONT) };
+    a.kill();
+    let db = sql(&pg.url()).await;
+    assert_eq!(logged_actions(&db, game_id).await as u64, acked);
+}

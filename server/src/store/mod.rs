@@ -54,7 +54,10 @@ pub struct StoreOptions {
     pub acquire_timeout: Duration,
     /// A transaction left idle this long (its server hung or was stopped
     /// while holding a game's lock) is ended by the database, releasing the
-    /// lock for the other servers.
+    /// lock for the other servers. Keep it short: a frozen server may have
+    /// several transactions queued on one game, and each holds the lock
+    /// this long in turn. Our own transactions are idle for microseconds
+    /// between statements; if one is ended by mistake the call is retried.
     pub idle_txn_timeout: Duration,
     /// Connections in the pool.
     pub max_connections: u32,
@@ -65,7 +68,7 @@ impl Default for StoreOptions {
         StoreOptions {
             db_timeout: Duration::from_millis(500),
             acquire_timeout: Duration::from_millis(250),
-            idle_txn_timeout: Duration::from_millis(200),
+            idle_txn_timeout: Duration::from_millis(50),
             max_connections: 16,
         }
     }
