@@ -26,14 +26,17 @@ pub enum FailureKind {
 ///
 /// The first failure after a server is killed surfaces as `UNKNOWN`
 /// "transport error" (the connection broke mid-call); later ones as
-/// `UNAVAILABLE`. Servers answer `UNAVAILABLE` with a message naming the
-/// database when PostgreSQL is unreachable.
+/// `UNAVAILABLE`. A server that closes its connections while draining on
+/// SIGTERM can end a call with `INTERNAL` "h2 protocol error": that is the
+/// transport too, not the server refusing the request. Servers answer
+/// `UNAVAILABLE` with a message naming the database when PostgreSQL is
+/// unreachable.
 pub fn classify(status: &tonic::Status) -> FailureKind {
     let message = status.message().to_ascii_lowercase();
     match status.code() {
         Code::Unavailable if message.contains("database") => FailureKind::DatabaseUnavailable,
         Code::Unavailable | Code::Cancelled => FailureKind::ServerDown,
-        Code::Unknown if is_transport_message(&message) => FailureKind::ServerDown,
+        Code::Unknown | Code::Internal if is_transport_message(&message) => FailureKind::ServerDown,
         Code::DeadlineExceeded => FailureKind::Timeout,
         _ => FailureKind::Refused,
     }
@@ -79,6 +82,19 @@ mod tests {
             classify(&tonic::Status::cancelled("")),
             FailureKind::ServerDown
         );
+    }
+
+    #[test]
+    fn a_connection_closed_while_draining_is_the_transport_not_a_refusal() {
+        // Seen when a server drained on SIGTERM mid-call.
+        let draining =
+            tonic::Status::internal("h2 protocol error: error reading a body from connection");
+        assert_eq!(classify(&draining), FailureKind::ServerDown);
+        let reset = tonic::Status::internal("connection reset");
+        assert_eq!(classify(&reset), FailureKind::ServerDown);
+        // An INTERNAL that the server itself made up stays a refusal.
+        let bug = tonic::Status::internal("state does not decode");
+        assert_eq!(classify(&bug), FailureKind::Refused);
     }
 
     #[test]
