@@ -153,3 +153,27 @@ async fn sigterm_drains_in_flight_calls_before_exiting() {
         .unwrap();
     assert_eq!(servers, 0);
 }
+
+/// Several servers starting at once on a fresh database: the migrations run
+/// once and every server comes up.
+#[tokio::test]
+async fn servers_starting_at_once_share_one_migration() {
+    let pg = start_db();
+    let url = pg.url();
+    let servers: Vec<ServerProcess> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| ServerProcess::start(&url)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(live(&servers[0]).await.len(), 3);
+    let db = sql(&url).await;
+    let migrations: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations"))
+        .unwrap()
+        .count() as i64;
+    assert_eq!(migrations, files);
+}
