@@ -7,7 +7,13 @@
 //! or in line with an opponent, but only when it can still escape its own
 //! blast; walks to power-ups, then to places worth bombing, then toward
 //! opponents; during sudden death it heads for the centre; otherwise it
-//! wanders. It never steps onto a cell a bomb will hit unless it is fleeing.
+//! wanders. It never steps onto a cell a bomb will hit unless it is fleeing,
+//! and it sends a move only when the move can land at once: one sent during
+//! the move cooldown would be buffered and made later on a changed board.
+//!
+//! `arena` (tests) plays whole games of four brains on the real game core
+//! and checks that they make a game of it; its `report` prints the figures
+//! to tune by.
 
 use std::collections::VecDeque;
 
@@ -252,8 +258,16 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
     };
     let danger = danger_map(state, None);
 
+    // A move sent during the cooldown is buffered and made when it ends,
+    // even if the board has changed by then (a stale step into a blast).
+    // One sent when a single tick is left lands as the cooldown ends.
+    let may_move = me.move_cooldown <= 1;
+
     // 1. Flee.
     if !danger.safe(here) {
+        if !may_move {
+            return pb::Action::Idle;
+        }
         return escape(&board, &danger, here, me).unwrap_or(pb::Action::Idle);
     }
 
@@ -284,9 +298,7 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
         }
     }
 
-    // Only wait for the cooldown to end before choosing a move: the server
-    // would queue it, and the board may change meanwhile.
-    if me.move_cooldown > 1 {
+    if !may_move {
         return pb::Action::Idle;
     }
 
@@ -500,6 +512,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_bot_waits_out_its_cooldown_before_moving() {
+        // A move sent now would be buffered and made later, whatever the
+        // board looks like then; it is sent when it can land at once.
+        let mut state = state_from(&[
+            "#######", //
+            "#0....#", //
+            "#.#####", //
+            "#######",
+        ]);
+        state.bombs.push(pb::Bomb {
+            x: 1,
+            y: 1,
+            owner: 0,
+            range: 2,
+            fuse_ticks: 40,
+        });
+        let mut rng = StdRng::seed_from_u64(6);
+        state.players[0].move_cooldown = 3;
+        assert_eq!(decide(&state, 0, &mut rng), pb::Action::Idle);
+        state.players[0].move_cooldown = 1;
+        assert_eq!(decide(&state, 0, &mut rng), pb::Action::Right);
+    }
+
+    #[test]
     fn a_bot_bombs_a_soft_block_only_with_a_way_out() {
         let mut rng = StdRng::seed_from_u64(2);
         // Room to flee: bombs.
@@ -556,5 +592,166 @@ pub(crate) mod tests {
         state.phase = pb::Phase::Playing as i32;
         state.players[0].alive = false;
         assert_eq!(decide(&state, 0, &mut rng), pb::Action::Idle);
+    }
+}
+
+/// Whole games of four brains on the real game core, without a network:
+/// how often a game ends with a winner, how players die.
+#[cfg(test)]
+pub(crate) mod arena {
+    use borbaman_server::game::{self, Cell as CoreCell, Dir, Phase};
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    use super::*;
+
+    /// How one game went.
+    #[derive(Clone, Debug, Default)]
+    pub struct GameReport {
+        pub winner: Option<u32>,
+        pub draw: bool,
+        pub end_tick: u32,
+        /// Deaths credited to another player's bomb.
+        pub kills: u32,
+        /// Deaths by one's own bomb or by walking into fire.
+        pub own_fault: u32,
+        /// Deaths in a cell closed by sudden death.
+        pub closed_in: u32,
+        pub reached_sudden_death: bool,
+        pub power_ups_taken: u32,
+        pub bombs_planted: u32,
+    }
+
+    fn core_action(action: pb::Action) -> game::Action {
+        match action {
+            pb::Action::Up => game::Action::Move(Dir::Up),
+            pb::Action::Down => game::Action::Move(Dir::Down),
+            pb::Action::Left => game::Action::Move(Dir::Left),
+            pb::Action::Right => game::Action::Move(Dir::Right),
+            pb::Action::Bomb => game::Action::Bomb,
+            _ => game::Action::Idle,
+        }
+    }
+
+    /// Plays one game: each bot decides on the state of the tick before its
+    /// action lands (a call's round trip), as over a network.
+    pub fn play(seed: u64) -> GameReport {
+        let mut g = game::GameState::new(seed, 0);
+        for _ in 0..4 {
+            g.seat_player(0);
+        }
+        let names = ["a", "b", "c", "d"].map(String::from);
+        let mut rngs: Vec<StdRng> = (0..4)
+            .map(|s| StdRng::seed_from_u64(seed * 4 + s))
+            .collect();
+        let mut pending = [pb::Action::Idle; 4];
+        let mut report = GameReport::default();
+        let mut tick = 0;
+        while g.phase() == Phase::Playing {
+            tick += 1;
+            let before = g.clone();
+            g.advance(tick);
+            for seat in 0..4u8 {
+                if pending[seat as usize] == pb::Action::Bomb
+                    && g.apply(seat, game::Action::Bomb, tick) == game::Outcome::Applied
+                {
+                    report.bombs_planted += 1;
+                } else {
+                    g.apply(seat, core_action(pending[seat as usize]), tick);
+                }
+            }
+            account(&before, &g, &mut report);
+            let state = g.to_proto(1, tick as u64, &names, [true; 4]);
+            for seat in 0..4u32 {
+                pending[seat as usize] = decide(&state, seat, &mut rngs[seat as usize]);
+            }
+        }
+        report.end_tick = tick - g.start_tick();
+        match g.ending() {
+            Some(game::Ending::Winner(seat)) => report.winner = Some(seat as u32),
+            Some(game::Ending::Draw) => report.draw = true,
+            None => {}
+        }
+        report
+    }
+
+    /// Attributes this tick's deaths and power-ups.
+    fn account(before: &game::GameState, after: &game::GameState, report: &mut GameReport) {
+        let kills = |g: &game::GameState| -> u32 {
+            (0..4).map(|s| g.player(s).unwrap().kills as u32).sum()
+        };
+        let credited = kills(after) - kills(before);
+        let mut uncredited = 0u32;
+        for seat in 0..4u8 {
+            let (was, now) = (before.player(seat).unwrap(), after.player(seat).unwrap());
+            if before.is_alive(seat) && !after.is_alive(seat) {
+                if after.cell(now.x, now.y) == CoreCell::Closed {
+                    report.closed_in += 1;
+                } else {
+                    uncredited += 1;
+                }
+            }
+            let gained =
+                (now.bombs_max - was.bombs_max) + (now.range - was.range) + (now.speed - was.speed);
+            report.power_ups_taken += gained as u32;
+        }
+        report.kills += credited;
+        report.own_fault += uncredited.saturating_sub(credited);
+        report.reached_sudden_death |= after.sudden_death();
+    }
+
+    /// Sums over `games` seeded games.
+    pub fn season(games: u64) -> Vec<GameReport> {
+        (0..games).map(play).collect()
+    }
+
+    /// Over seeded games the bots make a game of it: most games have a
+    /// winner, few players blow themselves up, power-ups get taken and
+    /// opponents get killed. (Before bots waited out their move cooldown,
+    /// stale buffered moves made them walk into fire: 2.7 of 3 deaths per
+    /// game were their own fault.)
+    #[test]
+    fn bots_play_decent_games() {
+        let games = season(40);
+        let n = games.len() as f64;
+        let winners = games.iter().filter(|g| g.winner.is_some()).count() as f64;
+        let own_fault = games.iter().map(|g| g.own_fault).sum::<u32>() as f64;
+        let kills = games.iter().map(|g| g.kills).sum::<u32>() as f64;
+        let power_ups = games.iter().map(|g| g.power_ups_taken).sum::<u32>() as f64;
+        assert!(winners / n >= 0.75, "winner in {winners} of {n} games");
+        assert!(
+            own_fault / n <= 1.5,
+            "{own_fault} own-fault deaths in {n} games"
+        );
+        assert!(kills / n >= 1.0, "{kills} kills in {n} games");
+        assert!(
+            power_ups / n >= 5.0,
+            "{power_ups} power-ups taken in {n} games"
+        );
+    }
+
+    #[test]
+    #[ignore = "a report for tuning the brain: cargo test -p borbaman --release brain::arena -- --ignored --nocapture"]
+    fn report() {
+        let games = season(200);
+        let n = games.len() as f64;
+        let sum = |f: fn(&GameReport) -> u32| games.iter().map(f).sum::<u32>() as f64;
+        println!(
+            "{} games: winner {:.0}%  draw {:.0}%  sudden death reached {:.0}%",
+            games.len(),
+            100.0 * games.iter().filter(|g| g.winner.is_some()).count() as f64 / n,
+            100.0 * games.iter().filter(|g| g.draw).count() as f64 / n,
+            100.0 * games.iter().filter(|g| g.reached_sudden_death).count() as f64 / n,
+        );
+        println!(
+            "per game: {:.1} s long, kills {:.2}, own-fault deaths {:.2}, closed in {:.2}, \
+             power-ups {:.1}, bombs {:.1}",
+            sum(|g| g.end_tick) / n * 0.05,
+            sum(|g| g.kills) / n,
+            sum(|g| g.own_fault) / n,
+            sum(|g| g.closed_in) / n,
+            sum(|g| g.power_ups_taken) / n,
+            sum(|g| g.bombs_planted) / n,
+        );
     }
 }
