@@ -5,7 +5,9 @@
 //! every tick it reads the state (from its last reply, or `GetState` when it
 //! has nothing to do) and sends the brain's action. When a game ends it
 //! reports the outcome and joins the next one. `borbaman play` runs the same
-//! loop in-process to fill a local game.
+//! loop in-process to fill a local game; those bots keep their sessions in
+//! the state directory, like the player, so that a `play` restarted after a
+//! crash brings them back into their running game too.
 
 use std::time::Duration;
 
@@ -19,6 +21,12 @@ use crate::brain;
 use crate::cluster::{ClusterConfig, LocalCluster};
 use crate::pool::{PoolConfig, PoolError, ServerPool};
 use crate::session::{GameSession, new_token};
+use crate::state_dir::{SavedSession, StateDir};
+
+/// A bot that only polls still acts (idle) this often while its game runs,
+/// so other players see it as connected (the servers count a seat as
+/// connected for 3 s after an action).
+const PRESENCE_INTERVAL: Duration = Duration::from_secs(2);
 
 #[derive(Debug, clap::Args)]
 pub struct BotArgs {
@@ -48,6 +56,9 @@ pub struct BotOptions {
     pub interval: Duration,
     /// Seeds the brain's random choices.
     pub seed: u64,
+    /// Where the bot keeps its session while a game runs, to rejoin it after
+    /// a crash (`None`: every game starts afresh).
+    pub sessions: Option<StateDir>,
 }
 
 impl BotOptions {
@@ -57,6 +68,7 @@ impl BotOptions {
             games: None,
             interval: Duration::from_millis(50),
             seed: rand::random(),
+            sessions: None,
         }
     }
 }
@@ -127,28 +139,55 @@ pub async fn play_games(
 ) {
     let mut rng = StdRng::seed_from_u64(options.seed);
     let mut finished = 0u32;
+    let sessions = options.sessions.as_ref();
     while options.games.is_none_or(|games| finished < games) && !*stop.borrow() {
-        let session = match GameSession::join(&pool, &options.name, new_token()).await {
+        let saved = sessions.and_then(|dir| dir.load(&options.name));
+        let token = saved
+            .as_ref()
+            .and_then(SavedSession::token)
+            .unwrap_or_else(new_token);
+        let mut session = match GameSession::join(&pool, &options.name, token).await {
             Ok((session, _)) => session,
             Err(e) => {
                 tracing::warn!(bot = options.name, error = %e, "join failed");
+                if let (Some(dir), Some(_), PoolError::Status(_)) = (sessions, &saved, &e) {
+                    // The servers refuse the saved session: start afresh.
+                    dir.clear(&options.name);
+                }
                 if pause(&mut stop, Duration::from_millis(500)).await {
                     return;
                 }
                 continue;
             }
         };
-        let mut session = session;
-        match play_one(&mut session, &options, &mut rng, &mut stop).await {
+        if let Some(dir) = sessions {
+            let saved = SavedSession {
+                name: options.name.clone(),
+                token_hex: hex::encode(session.token()),
+                game_id: session.game_id(),
+                seat: session.seat(),
+                servers: String::new(),
+            };
+            if let Err(e) = dir.save(&saved) {
+                tracing::warn!(bot = options.name, error = %e, "cannot save the bot's session");
+            }
+        }
+        let played = play_one(&mut session, &options, &mut rng, &mut stop).await;
+        match played {
             Some(state) => {
                 finished += 1;
                 on_game(GameOutcome::from_state(&options.name, &session, &state));
             }
             None if *stop.borrow() => {
                 let _ = session.leave().await;
-                return;
             }
             None => {}
+        }
+        if let Some(dir) = sessions {
+            dir.clear(&options.name);
+        }
+        if *stop.borrow() {
+            return;
         }
     }
 }
@@ -162,6 +201,7 @@ async fn play_one(
 ) -> Option<GameState> {
     let mut ticker = tokio::time::interval(options.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_act = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -174,9 +214,14 @@ async fn play_one(
             .latest()
             .map(|state| brain::decide(state, session.seat(), rng))
             .unwrap_or(pb::Action::Idle);
-        let result = if action == pb::Action::Idle {
+        let running = session
+            .latest()
+            .is_some_and(|s| s.phase() == Phase::Playing);
+        let present = last_act.elapsed() < PRESENCE_INTERVAL;
+        let result = if action == pb::Action::Idle && (present || !running) {
             session.state().await.map(|_| ())
         } else {
+            last_act = tokio::time::Instant::now();
             session.act(action).await.map(|_| ())
         };
         match result {
@@ -215,22 +260,45 @@ async fn pause(stop: &mut watch::Receiver<bool>, duration: Duration) -> bool {
     }
 }
 
-/// Starts `count` bots named `<prefix>-<n>`, each on its own pool, as tasks;
-/// they stop when `stop` turns true. Outcomes go to `outcomes`.
+/// A group of bots started together.
+#[derive(Clone, Debug)]
+pub struct BotTeam {
+    pub count: usize,
+    /// Bots are named `<prefix>-1`, `<prefix>-2`, …
+    pub prefix: String,
+    /// Games each bot plays before it stops (`None`: until stopped).
+    pub games: Option<u32>,
+    /// Where the bots keep their sessions (see [`BotOptions::sessions`]).
+    pub sessions: Option<StateDir>,
+}
+
+impl BotTeam {
+    /// `count` bots named `bot-<n>` that play until stopped.
+    pub fn new(count: usize) -> BotTeam {
+        BotTeam {
+            count,
+            prefix: "bot".into(),
+            games: None,
+            sessions: None,
+        }
+    }
+}
+
+/// Starts the `team`'s bots, each on its own pool, as tasks; they stop when
+/// `stop` turns true. Outcomes go to `outcomes`.
 pub async fn spawn_bots(
     servers: &[String],
     config: PoolConfig,
-    count: usize,
-    prefix: &str,
-    games: Option<u32>,
+    team: &BotTeam,
     stop: watch::Receiver<bool>,
     outcomes: tokio::sync::mpsc::UnboundedSender<GameOutcome>,
 ) -> Result<tokio::task::JoinSet<()>, PoolError> {
     let mut bots = tokio::task::JoinSet::new();
-    for n in 1..=count {
+    for n in 1..=team.count {
         let pool = ServerPool::connect(servers, config.clone()).await?;
-        let mut options = BotOptions::named(format!("{prefix}-{n}"));
-        options.games = games;
+        let mut options = BotOptions::named(format!("{}-{n}", team.prefix));
+        options.games = team.games;
+        options.sessions = team.sessions.clone();
         let outcomes = outcomes.clone();
         let stop = stop.clone();
         bots.spawn(async move {
@@ -274,17 +342,15 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut bots = spawn_bots(
-            &servers,
-            PoolConfig::default(),
-            args.count,
-            &args.name_prefix,
-            args.games,
-            stop_rx,
-            outcome_tx,
-        )
-        .await
-        .context("connecting to the servers")?;
+        let team = BotTeam {
+            count: args.count,
+            prefix: args.name_prefix.clone(),
+            games: args.games,
+            sessions: None,
+        };
+        let mut bots = spawn_bots(&servers, PoolConfig::default(), &team, stop_rx, outcome_tx)
+            .await
+            .context("connecting to the servers")?;
         loop {
             tokio::select! {
                 Some(outcome) = outcome_rx.recv() => println!("{outcome}"),

@@ -14,7 +14,9 @@
 //!
 //! Fault injection for chaos runs acts on single servers by index: `kill`
 //! (SIGKILL), `hang`/`resume` (SIGSTOP/SIGCONT), `terminate` (SIGTERM, then
-//! wait), `replace`, and `restart_database`.
+//! wait), `replace`, and `restart_database`. A server that dies by other
+//! hands (a crash, a `kill -9` from a shell) is started again by
+//! [`LocalCluster::revive_exited`], as a supervisor would.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -252,6 +254,33 @@ impl LocalCluster {
         let server = self.await_ready(child, log, index, ready)?;
         self.servers[i] = server;
         Ok(())
+    }
+
+    /// Starts again every server that exited without being told to here (it
+    /// crashed, or was killed from outside), on its old address if that is
+    /// still free, else on a new port; returns their indices. Clients find
+    /// the new process through the registry either way.
+    pub fn revive_exited(&mut self) -> Result<Vec<usize>, ClusterError> {
+        let mut revived = Vec::new();
+        for i in 0..self.servers.len() {
+            let server = &mut self.servers[i];
+            if !server.running || !matches!(server.child.try_wait(), Ok(Some(_))) {
+                continue;
+            }
+            server.running = false;
+            let address = server.address.clone();
+            let (child, log, index, ready) = self.spawn(&address)?;
+            let server = match self.await_ready(child, log, index, ready) {
+                Ok(server) => server,
+                Err(_) => {
+                    let (child, log, index, ready) = self.spawn(ANY_PORT)?;
+                    self.await_ready(child, log, index, ready)?
+                }
+            };
+            self.servers[i] = server;
+            revived.push(i);
+        }
+        Ok(revived)
     }
 
     /// SIGKILL: the server dies mid-call, as in a crash.

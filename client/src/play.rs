@@ -14,7 +14,10 @@
 //!
 //! Without `--servers` it first starts a [`LocalCluster`] (PostgreSQL and 3
 //! servers) and 3 in-process bots, showing progress while they start; all of
-//! it stops when the game is left.
+//! it stops when the game is left. Meanwhile a supervisor task starts again
+//! any of those servers that dies, and the bots keep their sessions in the
+//! state directory beside the player's: a `play` restarted after a crash
+//! puts the player and its bots back in their running game.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +45,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Bots started with a local cluster.
 const LOCAL_BOTS: usize = 3;
 const LOCAL_SERVERS: usize = 3;
+/// How often the supervisor looks for dead local servers.
+const SUPERVISE_INTERVAL: Duration = Duration::from_millis(250);
 /// A player who only watches still acts (idle) this often, so the others
 /// see them as connected.
 const PRESENCE_INTERVAL: Duration = Duration::from_secs(2);
@@ -219,15 +224,23 @@ async fn network(
         Err(e) => return fail(e.to_string()),
     };
     tokio::spawn(publish_status(pool.clone(), view.clone(), quit.clone()));
-    let _bots = if local {
+    let bots = if local {
+        tokio::spawn(supervise(cluster_slot.clone(), quit.clone()));
         progress(&view, "starting 3 bots…");
+        let sessions = setup.state_dir.local_bots();
+        if setup.state_dir.load(&setup.name).is_none() {
+            // No game to go back to: neither have the bots.
+            sessions.clear_all();
+        }
+        let team = bot::BotTeam {
+            sessions: Some(sessions),
+            ..bot::BotTeam::new(LOCAL_BOTS)
+        };
         let (outcomes, _) = mpsc::unbounded_channel();
         match bot::spawn_bots(
             &servers,
             PoolConfig::default(),
-            LOCAL_BOTS,
-            "bot",
-            None,
+            &team,
             quit.clone(),
             outcomes,
         )
@@ -254,6 +267,37 @@ async fn network(
         rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
     };
     player.play().await;
+    if let Some(bots) = bots {
+        // They saw the quit too: let them leave their games and forget
+        // their sessions, or the next start would put them back there.
+        let _ = tokio::time::timeout(Duration::from_secs(2), bots.join_all()).await;
+    }
+}
+
+/// Starts again any local server that died (killed from a shell, crashed),
+/// as a supervisor would, until the player quits.
+async fn supervise(slot: Arc<Mutex<Option<LocalCluster>>>, mut quit: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = quit.changed() => return,
+        }
+        let slot = slot.clone();
+        let revived = tokio::task::spawn_blocking(move || {
+            let mut cluster = slot.lock().unwrap_or_else(|e| e.into_inner());
+            cluster.as_mut().map(LocalCluster::revive_exited)
+        })
+        .await;
+        match revived {
+            Ok(Some(Ok(revived))) if !revived.is_empty() => {
+                tracing::info!(?revived, "restarted local servers that had died");
+            }
+            Ok(Some(Err(e))) => tracing::warn!(error = %e, "cannot restart a local server"),
+            _ => {}
+        }
+    }
 }
 
 fn progress(view: &watch::Sender<View>, step: &str) {

@@ -6,6 +6,9 @@
 //! or lost its network reads it back and joins with the same token: the
 //! server puts it back in its running game (`rejoined = true`). The file is
 //! private to the user (mode 0600): the token is the player's credential.
+//!
+//! The bots `borbaman play` runs beside a local cluster keep theirs in a
+//! subdirectory ([`StateDir::local_bots`]), so they come back too.
 
 use std::fs;
 use std::io::Write;
@@ -69,6 +72,12 @@ impl StateDir {
         &self.dir
     }
 
+    /// Where the bots of `play`'s local cluster keep their sessions (apart
+    /// from the player's, whose name may be a bot's).
+    pub fn local_bots(&self) -> StateDir {
+        StateDir::at(self.dir.join("local-bots"))
+    }
+
     fn file(&self, name: &str) -> PathBuf {
         // Names are printable but may hold '/' or spaces: hex keeps the file
         // name safe and unique per player name.
@@ -114,6 +123,28 @@ impl StateDir {
     pub fn clear(&self, name: &str) {
         let _ = fs::remove_file(self.file(name));
     }
+
+    /// Every session saved here.
+    pub fn load_all(&self) -> Vec<SavedSession> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut all: Vec<SavedSession> = entries
+            .flatten()
+            .filter_map(|e| fs::read_to_string(e.path()).ok())
+            .filter_map(|text| serde_json::from_str::<SavedSession>(&text).ok())
+            .filter(|s| s.token().is_some())
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Forgets every session saved here.
+    pub fn clear_all(&self) {
+        for saved in self.load_all() {
+            self.clear(&saved.name);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +171,32 @@ mod tests {
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o077, 0);
         dir.clear("ann/b c");
         assert_eq!(dir.load("ann/b c"), None);
+    }
+
+    #[test]
+    fn local_bots_keep_their_sessions_apart() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = StateDir::at(temp.path());
+        let bots = dir.local_bots();
+        let session = |name: &str| SavedSession {
+            name: name.into(),
+            token_hex: hex::encode([1u8; 16]),
+            game_id: 7,
+            seat: 1,
+            servers: String::new(),
+        };
+        dir.save(&session("bot-1")).unwrap();
+        bots.save(&session("bot-2")).unwrap();
+        bots.save(&session("bot-1")).unwrap();
+        let names: Vec<String> = bots.load_all().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["bot-1", "bot-2"]);
+        bots.clear_all();
+        assert!(bots.load_all().is_empty());
+        assert_eq!(
+            dir.load("bot-1"),
+            Some(session("bot-1")),
+            "the player's is kept"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use borbaman::bot::{GameOutcome, spawn_bots};
+use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
 use borbaman::pool::PoolConfig;
 use tokio::sync::{mpsc, watch};
 
@@ -17,9 +17,10 @@ async fn four_bots_finish_a_game() {
     let bots = spawn_bots(
         &cluster.addresses(),
         PoolConfig::default(),
-        4,
-        "bot",
-        Some(1),
+        &BotTeam {
+            games: Some(1),
+            ..BotTeam::new(4)
+        },
         stop,
         outcome_tx,
     )

@@ -6,10 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman::pool::{PoolConfig, ServerPool};
-use borbaman::session::GameSession;
+use borbaman::session::{GameSession, new_token};
 use borbaman::state_dir::{SavedSession, StateDir};
 use borbaman_proto::pb::{Action, Phase};
+use tokio::sync::{mpsc, watch};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_client_rejoins_its_game_from_the_saved_token() {
@@ -61,4 +63,79 @@ async fn a_restarted_client_rejoins_its_game_from_the_saved_token() {
         rejoin_time < Duration::from_secs(1),
         "rejoined within a second of starting again: {rejoin_time:?}"
     );
+}
+
+/// `borbaman play`'s local bots keep their sessions too: when the process
+/// running them dies mid-game and a new one starts them again, they act in
+/// their old seats of the same game (rather than opening a new one and
+/// leaving the player alone with three frozen opponents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_bots_rejoin_their_game_from_their_saved_sessions() {
+    let cluster = common::cluster(2);
+    let db = common::database(&cluster).await;
+    let servers = cluster.addresses();
+    let home = tempfile::tempdir().unwrap();
+    let team = BotTeam {
+        sessions: Some(StateDir::at(home.path()).local_bots()),
+        ..BotTeam::new(3)
+    };
+    let sessions = team.sessions.clone().unwrap();
+    let pool = ServerPool::connect(&servers, PoolConfig::default())
+        .await
+        .unwrap();
+    let (mut human, _) = GameSession::join(&pool, "human", new_token())
+        .await
+        .unwrap();
+    let (_stop_tx, stop) = watch::channel(false);
+    let (outcomes, _) = mpsc::unbounded_channel();
+    let bots = spawn_bots(
+        &servers,
+        PoolConfig::default(),
+        &team,
+        stop.clone(),
+        outcomes.clone(),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while human.state().await.unwrap().0.phase() != Phase::Playing {
+        assert!(Instant::now() < deadline, "the bots did not fill the game");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let game = human.game_id();
+    let saved = sessions.load_all();
+    assert_eq!(saved.len(), 3, "{saved:?}");
+    assert!(saved.iter().all(|s| s.game_id == game), "{saved:?}");
+
+    // The process dies: the bots stop mid-call, nobody leaves.
+    drop(bots);
+    let mut last_seq = Vec::new();
+    for bot in &saved {
+        let seqs = common::applied_seqs(&db, game, bot.seat).await;
+        last_seq.push(seqs.last().copied().unwrap_or(0));
+    }
+
+    let _bots = spawn_bots(&servers, PoolConfig::default(), &team, stop, outcomes)
+        .await
+        .unwrap();
+    // Bots act at least every 2 s while their game runs.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    for (bot, before) in saved.iter().zip(last_seq) {
+        loop {
+            let seqs = common::applied_seqs(&db, game, bot.seat).await;
+            if seqs.last().is_some_and(|&seq| seq > before) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not act again in game {game} (last seq {before})",
+                bot.name
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let again = sessions.load_all();
+    assert!(again.iter().all(|s| s.game_id == game), "{again:?}");
+    let (state, _) = human.state().await.unwrap();
+    assert_eq!(state.game_id, game);
 }
