@@ -35,7 +35,8 @@ pub struct BotArgs {
     pub count: usize,
     /// Servers to bootstrap from (any live one will do), comma-separated
     /// host:port. Without it, a local cluster is started.
-    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS")]
+    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS",
+          value_parser = crate::play::server_address)]
     pub servers: Vec<String>,
     /// Bots are named <prefix>-1, <prefix>-2, …
     #[arg(long, default_value = "bot")]

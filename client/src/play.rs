@@ -55,6 +55,15 @@ const PRESENCE_INTERVAL: Duration = Duration::from_secs(2);
 static PANICKED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Keys: arrows or WASD move, space plants a bomb, r plays again once a game is \
+over, q (or Esc, Ctrl-C) quits.
+
+Without --servers: the database is DATABASE_URL if set, else a private \
+PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
+/var/lib/borbaman when run as root); logs go to ~/.local/share/borbaman/logs. \
+If the game is interrupted (a crash, a closed terminal), run the same \
+command again within the round to get back into it.")]
 pub struct PlayArgs {
     /// Your name in the game (1-16 printable characters). Defaults to your
     /// login name.
@@ -62,11 +71,35 @@ pub struct PlayArgs {
     pub name: Option<String>,
     /// Servers to bootstrap from (any live one will do), comma-separated
     /// host:port. Without it, a local cluster and 3 bots are started.
-    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS")]
+    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS", value_parser = server_address)]
     pub servers: Vec<String>,
 }
 
+/// A `--servers` entry: `host:port`, as a server's ready line prints it.
+pub fn server_address(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.contains("://") {
+        return Err("write host:port without a scheme, e.g. 127.0.0.1:50051".into());
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or("expected host:port, e.g. 127.0.0.1:50051")?;
+    let host_ok = !host.is_empty() && !host.contains(|c: char| c.is_whitespace() || c == '/');
+    if !host_ok {
+        return Err(format!("{host:?} is not a host name or IP address"));
+    }
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(text.to_string()),
+        _ => Err(format!("{port:?} is not a port number (1-65535)")),
+    }
+}
+
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    anyhow::ensure!(
+        std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
+        "borbaman play needs an interactive terminal; to run players without one, use `borbaman bot`"
+    );
     let name = match args.name {
         Some(name) => name,
         None => login_name(),
@@ -126,8 +159,11 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         PANICKED.store(true, Ordering::SeqCst);
         restore_and_report(info);
     }));
-    let ui_result = ui_loop(terminal, view_rx, command_tx, &quit_tx);
+    let ui_result = ui_loop(terminal, view_rx.clone(), command_tx, &quit_tx);
     ratatui::restore();
+    // A failure shown on screen is also left in the shell, and the exit
+    // status says so.
+    let failure = view_rx.borrow().error.clone();
 
     let _ = quit_tx.send(true);
     // Give the network task a moment to leave the game cleanly.
@@ -141,7 +177,11 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         eprintln!("stopping the local cluster…");
     }
     drop(cluster);
-    ui_result
+    ui_result?;
+    match failure {
+        Some(message) => Err(anyhow::anyhow!(message)),
+        None => Ok(()),
+    }
 }
 
 /// Draws at a steady rate and forwards key presses; returns when the player
@@ -635,6 +675,28 @@ fn init_file_logging(log_dir: &std::path::Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_addresses_are_host_and_port() {
+        assert_eq!(
+            server_address(" 127.0.0.1:50051 "),
+            Ok("127.0.0.1:50051".into())
+        );
+        assert!(server_address("game.example.org:443").is_ok());
+        assert!(server_address("[::1]:7000").is_ok());
+        for bad in [
+            "nonsense",
+            "",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "host:http",
+            ":80",
+        ] {
+            assert!(server_address(bad).is_err(), "{bad:?}");
+        }
+        let scheme = server_address("http://127.0.0.1:1").unwrap_err();
+        assert!(scheme.contains("without a scheme"), "{scheme}");
+    }
 
     #[test]
     fn names_follow_the_server_rule() {
