@@ -8,8 +8,11 @@
 //! - `Store::state`: the read-only `GetState` path;
 //! - gRPC `Ping` (no database) and gRPC `Act` against an in-process server.
 //!
-//! Prints p50/p99 per path, the ratio to the floor, and bytes per call
-//! (row sizes read and written, and WAL bytes per commit).
+//! Prints p50/p99 per path, the ratio to the floor, bytes per call (row
+//! sizes read and written, and WAL bytes per commit), and heap allocations
+//! and bytes allocated per call (a counting global allocator; process-wide,
+//! so a gRPC round trip counts client and server, and the floors show what
+//! sqlx and tonic cost on their own).
 //!
 //! `cargo bench -p borbaman-server --bench invocation`
 //! (`BENCH_ROUNDS`, `BENCH_CALLS` override the defaults.)
@@ -25,6 +28,13 @@ use borbaman_server::token;
 use hdrhistogram::Histogram;
 use sqlx::{PgPool, Row};
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{Allocated, CountingAlloc};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
 const WARMUP_CALLS: usize = 200;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -37,6 +47,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 struct Path {
     name: &'static str,
     hist: Histogram<u64>,
+    allocated: Allocated,
 }
 
 impl Path {
@@ -44,12 +55,22 @@ impl Path {
         Path {
             name,
             hist: Histogram::new_with_bounds(1, 60_000_000, 3).unwrap(),
+            allocated: Allocated::default(),
         }
     }
 
-    fn record(&mut self, took: Duration) {
+    /// Records one call that started at `started` when the allocation
+    /// counters read `before`.
+    fn record(&mut self, started: Instant, before: Allocated) {
+        let took = started.elapsed();
+        self.allocated.add(Allocated::since(before));
         self.hist.saturating_record(took.as_micros().max(1) as u64);
     }
+}
+
+/// Starts timing and counting one call.
+fn start() -> (Instant, Allocated) {
+    (Instant::now(), Allocated::now())
 }
 
 /// One of four seated players, as the bench drives it.
@@ -118,6 +139,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
     let mut state = Path::new("Store::state (read)");
     let mut ping = Path::new("gRPC Ping (floor)");
     let mut grpc_act = Path::new("gRPC Act");
+    let mut grpc_state = Path::new("gRPC GetState");
 
     let moves = [
         Action::Move(Dir::Left),
@@ -134,10 +156,10 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         let keep = round > 0;
         let wal = wal_floor.start(&pool).await;
         for _ in 0..n {
-            let t = Instant::now();
+            let (t, a) = start();
             floor_txn(&pool).await;
             if keep {
-                floor.record(t.elapsed());
+                floor.record(t, a);
             }
         }
         wal_floor.stop(&pool, wal, n, keep).await;
@@ -153,10 +175,10 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 seq: s.seq,
                 action: moves[(i / 4) % moves.len()],
             };
-            let t = Instant::now();
+            let (t, a) = start();
             store.act(&call).await.unwrap();
             if keep {
-                act.record(t.elapsed());
+                act.record(t, a);
             }
         }
         wal_act.stop(&pool, wal, n, keep).await;
@@ -164,15 +186,15 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         for i in 0..n {
             let s = &direct[i % 4];
             let hash = token::hash(&s.token);
-            let t = Instant::now();
+            let (t, a) = start();
             store.state(&hash, s.game_id).await.unwrap();
             if keep {
-                state.record(t.elapsed());
+                state.record(t, a);
             }
         }
 
         for _ in 0..n {
-            let t = Instant::now();
+            let (t, a) = start();
             client
                 .ping(pb::PingRequest {
                     payload: vec![0; 16],
@@ -180,7 +202,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 .await
                 .unwrap();
             if keep {
-                ping.record(t.elapsed());
+                ping.record(t, a);
             }
         }
 
@@ -194,10 +216,23 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 seq: s.seq,
                 action: pb::Action::Idle as i32,
             };
-            let t = Instant::now();
+            let (t, a) = start();
             client.act(request).await.unwrap();
             if keep {
-                grpc_act.record(t.elapsed());
+                grpc_act.record(t, a);
+            }
+        }
+
+        for i in 0..n {
+            let s = &remote[i % 4];
+            let request = pb::GetStateRequest {
+                token: s.token.clone(),
+                game_id: s.game_id,
+            };
+            let (t, a) = start();
+            client.get_state(request).await.unwrap();
+            if keep {
+                grpc_state.record(t, a);
             }
         }
     }
@@ -212,7 +247,8 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         "{:<22} {:>7} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
         "path", "n", "p50 us", "p90 us", "p99 us", "max us", "p50/floor", "p99/floor"
     );
-    for p in [&floor, &act, &state, &ping, &grpc_act] {
+    let paths = [&floor, &act, &state, &ping, &grpc_act, &grpc_state];
+    for p in paths {
         let h = &p.hist;
         println!(
             "{:<22} {:>7} {:>8} {:>8} {:>8} {:>8} {:>10.2} {:>10.2}",
@@ -231,6 +267,14 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         "server-side overhead of Store::act over the floor at p50: {overhead_us:.0} us ({:.0}% of the floor)",
         100.0 * overhead_us / floor_p50
     );
+
+    println!();
+    println!("heap allocations per call (process-wide: a gRPC call counts client and server)");
+    println!("{:<22} {:>10} {:>10}", "path", "allocs", "bytes");
+    for p in paths {
+        let (allocs, bytes) = p.allocated.per_op(p.hist.len());
+        println!("{:<22} {allocs:>10.1} {bytes:>10.0}", p.name);
+    }
 
     let sizes = row_sizes(&pool, direct[0].game_id).await;
     println!();
