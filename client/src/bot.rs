@@ -42,7 +42,7 @@ pub struct BotArgs {
     #[arg(long, default_value = "bot")]
     pub name_prefix: String,
     /// Stop after each bot has finished this many games (default: run until
-    /// Ctrl-C).
+    /// Ctrl-C). One line is printed per finished game.
     #[arg(long)]
     pub games: Option<u32>,
 }
@@ -110,6 +110,25 @@ impl GameOutcome {
     }
 }
 
+impl GameOutcome {
+    /// The game's result, the same whichever of its players tells it:
+    /// `game 7 finished at tick 2523 (2:06): bot-3 won`.
+    pub fn game_line(&self) -> String {
+        let seconds = u64::from(self.ticks) * u64::from(borbaman_server::game::TICK_MS) / 1000;
+        let result = match &self.winner {
+            Some(winner) => format!("{winner} won"),
+            None => "draw".to_string(),
+        };
+        format!(
+            "game {} finished at tick {} ({}:{:02}): {result}",
+            self.game_id,
+            self.ticks,
+            seconds / 60,
+            seconds % 60
+        )
+    }
+}
+
 impl std::fmt::Display for GameOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let result = match (&self.winner, self.draw) {
@@ -125,6 +144,20 @@ impl std::fmt::Display for GameOutcome {
             self.seat + 1,
             self.ticks
         )
+    }
+}
+
+/// Prints one line per finished game, however many of our bots played it.
+#[derive(Default)]
+struct GameLines {
+    printed: std::collections::HashSet<u64>,
+}
+
+impl GameLines {
+    fn add(&mut self, outcome: &GameOutcome) {
+        if self.printed.insert(outcome.game_id) {
+            println!("{}", outcome.game_line());
+        }
     }
 }
 
@@ -343,6 +376,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut report = GameLines::default();
         let team = BotTeam {
             count: args.count,
             prefix: args.name_prefix.clone(),
@@ -354,7 +388,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             .context("connecting to the servers")?;
         loop {
             tokio::select! {
-                Some(outcome) = outcome_rx.recv() => println!("{outcome}"),
+                Some(outcome) = outcome_rx.recv() => report.add(&outcome),
                 joined = bots.join_next() => if joined.is_none() { break },
                 _ = shutdown_signal() => {
                     eprintln!("stopping: the bots leave their games…");
@@ -365,7 +399,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             }
         }
         while let Ok(outcome) = outcome_rx.try_recv() {
-            println!("{outcome}");
+            report.add(&outcome);
         }
         anyhow::Ok(())
     });
@@ -387,5 +421,37 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(bot: &str, winner: Option<&str>) -> GameOutcome {
+        GameOutcome {
+            bot: bot.into(),
+            game_id: 7,
+            seat: 0,
+            winner: winner.map(String::from),
+            draw: winner.is_none(),
+            ticks: 2523,
+            regressions: 0,
+        }
+    }
+
+    #[test]
+    fn a_game_reads_the_same_from_every_bot_in_it() {
+        let line = outcome("bot-1", Some("bot-3")).game_line();
+        assert_eq!(line, "game 7 finished at tick 2523 (2:06): bot-3 won");
+        assert_eq!(outcome("bot-3", Some("bot-3")).game_line(), line);
+        assert_eq!(
+            outcome("bot-2", None).game_line(),
+            "game 7 finished at tick 2523 (2:06): draw"
+        );
+        assert_eq!(
+            outcome("bot-1", Some("bot-3")).to_string(),
+            "bot-1: game 7 (seat 1) finished at tick 2523: lost, winner bot-3"
+        );
     }
 }
