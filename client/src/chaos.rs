@@ -113,6 +113,10 @@ pub struct ChaosArgs {
     /// Run the private PostgreSQL without fsync.
     #[arg(long)]
     pub no_fsync: bool,
+    /// An extra flag for every server, replacements included, e.g.
+    /// `--server-arg=--db-min-connections=0`; repeat for several.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
 }
 
 /// When each fault of a run is due, since the start of the run.
@@ -176,7 +180,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     plan.workload.name_prefix = "chaos-".into();
     plan.floor_samples = args.floor_samples;
 
-    let cluster = bench::start_cluster(args.servers, !args.no_fsync)?;
+    let cluster = bench::start_cluster(args.servers, !args.no_fsync, &args.server_args)?;
     let target = Target {
         servers: cluster.addresses(),
         database_url: Some(cluster.database_url().to_string()),

@@ -103,6 +103,10 @@ pub struct CallInfo {
     /// When the first failed attempt started (the failover gap runs from
     /// here to the reply).
     pub first_failure: Option<Instant>,
+    /// When the attempt that answered started, if it was not the first:
+    /// the failover gap splits into noticing the failure (up to here) and
+    /// the retry (from here to the reply).
+    pub last_attempt: Option<Instant>,
     /// From the start of the call to the reply, retries included.
     pub rtt: Duration,
 }
@@ -309,6 +313,7 @@ impl ServerPool {
                         failed_over,
                         started,
                         first_failure,
+                        last_attempt: (attempts > 1).then_some(attempt_started),
                         rtt: started.elapsed(),
                     };
                     return Ok((response.into_inner(), info));
@@ -436,7 +441,14 @@ impl ServerPool {
             state.servers.len()
         };
         self.shared.live_count.send_replace(remaining);
-        self.shared.wake.notify_one();
+        // Only an empty pool needs the background task at once. With other
+        // servers live the next regular refresh will do: waking every
+        // client's task together, at the moment their calls fail over,
+        // would add a burst of health checks and registry queries to the
+        // servers taking over.
+        if remaining == 0 {
+            self.shared.wake.notify_one();
+        }
     }
 
     /// A server that did not answer in time: calls move away from it now; a

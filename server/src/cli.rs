@@ -51,6 +51,10 @@ pub struct ServerArgs {
     /// Database connections in the pool.
     #[arg(long, default_value_t = 16)]
     pub db_connections: u32,
+    /// Database connections opened at start-up and kept open, ready for
+    /// the clients of a server that dies.
+    #[arg(long, default_value_t = 8)]
+    pub db_min_connections: u32,
     /// How long start-up waits for the database.
     #[arg(long, default_value_t = 30)]
     pub startup_timeout_s: u64,
@@ -68,6 +72,7 @@ impl ServerArgs {
                 acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
                 idle_txn_timeout: Duration::from_millis(self.idle_txn_timeout_ms),
                 max_connections: self.db_connections,
+                min_connections: self.db_min_connections,
             },
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             server_ttl: Duration::from_millis(self.server_ttl_ms),

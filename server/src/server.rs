@@ -2,8 +2,10 @@
 //! health, and graceful shutdown.
 //!
 //! Start-up order matters to launchers: migrations are applied, the
-//! listener is bound (port 0 picks a free one), the server is registered,
-//! and only then is [`start`] done; the caller announces readiness.
+//! database connections are opened (so the first calls, and clients failing
+//! over from a dead server, do not wait for them), the listener is bound
+//! (port 0 picks a free one), the server is registered, and only then is
+//! [`start`] done; the caller announces readiness.
 //! Shutdown is the reverse: health turns `NOT_SERVING`, the registry row is
 //! deleted, the listener closes and in-flight calls drain.
 
@@ -62,6 +64,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let store = Store::connect(&config.database_url, &config.store)?;
     let deadline = tokio::time::Instant::now() + config.startup_timeout;
     retry_until(deadline, "applying migrations", || store.migrate()).await?;
+    retry_until(deadline, "opening database connections", || store.warm_up()).await?;
 
     let listener = TcpListener::bind(config.listen)
         .await

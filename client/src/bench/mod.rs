@@ -84,13 +84,23 @@ pub struct BenchArgs {
     /// not durable; the floors are measured on the same database).
     #[arg(long)]
     pub no_fsync: bool,
+    /// An extra flag for every server of the local cluster, e.g.
+    /// `--server-arg=--db-min-connections=0`; repeat for several.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
 }
 
 /// Starts a local cluster of `servers` servers of this binary on a
 /// throwaway PostgreSQL (or `DATABASE_URL`), saying what it does.
-pub fn start_cluster(servers: usize, fsync: bool) -> anyhow::Result<LocalCluster> {
+/// `server_args` are passed to every server.
+pub fn start_cluster(
+    servers: usize,
+    fsync: bool,
+    server_args: &[String],
+) -> anyhow::Result<LocalCluster> {
     let config = ClusterConfig {
         fsync,
+        server_args: server_args.to_vec(),
         ..ClusterConfig::temporary(servers)
     };
     LocalCluster::start(config, |step| eprintln!("{step}")).context("starting a local cluster")
@@ -168,7 +178,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     plan.floor_samples = args.floor_samples;
     let runtime = tokio::runtime::Runtime::new()?;
     let summary = if args.servers.is_empty() {
-        let cluster = start_cluster(args.local_servers, !args.no_fsync)?;
+        let cluster = start_cluster(args.local_servers, !args.no_fsync, &args.server_args)?;
         let target = Target {
             servers: cluster.addresses(),
             database_url: Some(cluster.database_url().to_string()),

@@ -38,6 +38,9 @@ pub struct Invocation {
     pub server: String,
     /// From the start of the call to its reply (or its final failure).
     pub rtt_us: u64,
+    /// How late the client started this call after its tick was due: the
+    /// client's own scheduling delay (a starved client), not in `rtt_us`.
+    pub tick_late_us: u64,
     /// Tries the pool made, 1 when the first server answered.
     pub attempts: u32,
     /// The pool moved to another server during this call.
@@ -45,6 +48,10 @@ pub struct Invocation {
     /// When the first failed attempt started, relative to the start of the
     /// call (the failover gap runs from there to the reply).
     pub first_failure_us: Option<u64>,
+    /// When the attempt that answered started, relative to the start of the
+    /// call, if it was not the first: the failover gap splits into noticing
+    /// the failure (up to here) and the retry (from here to the reply).
+    pub last_attempt_us: Option<u64>,
     /// `ok`, or the error the call ended with.
     pub status: String,
     /// State version in the reply (0 when there was none).
@@ -72,6 +79,15 @@ impl Invocation {
             let failed_at = self.first_failure_us.unwrap_or(0).min(self.rtt_us);
             self.rtt_us - failed_at
         })
+    }
+
+    /// The failover gap split in two: from the failed attempt to the start
+    /// of the attempt that answered, and that attempt itself.
+    pub fn failover_split_us(&self) -> Option<(u64, u64)> {
+        let gap = self.failover_gap_us()?;
+        let last = self.last_attempt_us?.min(self.rtt_us);
+        let retry = self.rtt_us - last;
+        Some((gap.saturating_sub(retry), retry.min(gap)))
     }
 }
 
@@ -188,9 +204,11 @@ pub(crate) mod tests {
             seq: start_us,
             server: "127.0.0.1:1".into(),
             rtt_us,
+            tick_late_us: 0,
             attempts: 1,
             failed_over: false,
             first_failure_us: None,
+            last_attempt_us: None,
             status: STATUS_OK.into(),
             version: start_us,
             replayed: false,
@@ -206,6 +224,8 @@ pub(crate) mod tests {
         failed.failed_over = true;
         failed.attempts = 2;
         failed.first_failure_us = Some(1_500);
+        failed.last_attempt_us = Some(2_500);
+        failed.tick_late_us = 70;
         failed.call = CallKind::Join;
         let mut error = act(2, 10, 20);
         error.status = "unavailable: no live server".into();
@@ -233,7 +253,13 @@ pub(crate) mod tests {
         over.first_failure_us = Some(1_000);
         assert_eq!(over.failover_gap_us(), Some(2_000));
 
+        // Noticed 1.5 ms after the failed attempt started; the retry took
+        // 0.5 ms.
+        over.last_attempt_us = Some(2_500);
+        assert_eq!(over.failover_split_us(), Some((1_500, 500)));
+
         over.status = "unavailable".into();
+        assert_eq!(over.failover_split_us(), None);
         assert_eq!(
             over.failover_gap_us(),
             None,

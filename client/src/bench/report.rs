@@ -16,7 +16,12 @@
 //!   calls that went through at once, `retry_ms` is time in failed-over calls
 //!   from the start of the failed attempt to the reply, `other_ms` is the
 //!   rest: calls that failed outright, and time a failed-over call spent
-//!   before its failed attempt (backing off while the database was away).
+//!   before its failed attempt (backing off while the database was away);
+//! - a failover gap splits into *noticing* the failure (from the failed
+//!   attempt to the start of the attempt that answered) and the *retry*
+//!   (that attempt);
+//! - tick lateness is how late a client started a call after it was due: the
+//!   client's own scheduling delay, which is in no RTT.
 
 use std::collections::BTreeMap;
 
@@ -82,6 +87,9 @@ pub struct Measurements {
     pub jitter_us: JitterStats,
     pub failovers: u64,
     pub failover_gap_ms: GapStats,
+    pub failover_notice_ms: GapStats,
+    pub failover_retry_ms: GapStats,
+    pub tick_late_us: FloorStats,
     pub time_breakdown: TimeBreakdown,
     /// Invocations per second over the measured span.
     pub throughput_per_s: f64,
@@ -150,6 +158,13 @@ pub struct Summary {
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,
+    /// The failover gap split in two: from the failed attempt to the start
+    /// of the attempt that answered, then that attempt.
+    pub failover_notice_ms: GapStats,
+    pub failover_retry_ms: GapStats,
+    /// How late the clients started their calls after they were due (their
+    /// own scheduling delay; not in any RTT).
+    pub tick_late_us: FloorStats,
     /// Calls in the first `warmup_s` seconds are in the CSV but left out of
     /// every figure here.
     pub warmup_s: f64,
@@ -195,6 +210,9 @@ impl Summary {
         self.jitter_us = m.jitter_us;
         self.failovers = m.failovers;
         self.failover_gap_ms = m.failover_gap_ms;
+        self.failover_notice_ms = m.failover_notice_ms;
+        self.failover_retry_ms = m.failover_retry_ms;
+        self.tick_late_us = m.tick_late_us;
         self.time_breakdown = m.time_breakdown;
         self.throughput_per_s = m.throughput_per_s;
         self.per_server = m.per_server;
@@ -235,6 +253,19 @@ pub fn floor_stats(values: impl IntoIterator<Item = u64>) -> FloorStats {
         max: d.max,
         mean: d.mean(),
         samples: d.histogram.len(),
+    }
+}
+
+/// p50, p99 and max in milliseconds of durations given in microseconds.
+fn gap_stats(values_us: impl IntoIterator<Item = u64>) -> GapStats {
+    match Distribution::of(values_us) {
+        None => GapStats::default(),
+        Some(d) => GapStats {
+            p50: us_to_ms(d.quantile(0.50)),
+            p99: us_to_ms(d.quantile(0.99)),
+            max: us_to_ms(d.max),
+            samples: d.histogram.len(),
+        },
     }
 }
 
@@ -328,16 +359,13 @@ pub fn measure(records: &[Invocation]) -> Measurements {
         },
     };
 
-    let gaps_us = measured.iter().filter_map(|r| r.failover_gap_us());
-    let failover_gap_ms = match Distribution::of(gaps_us) {
-        None => GapStats::default(),
-        Some(d) => GapStats {
-            p50: us_to_ms(d.quantile(0.50)),
-            p99: us_to_ms(d.quantile(0.99)),
-            max: us_to_ms(d.max),
-            samples: d.histogram.len(),
-        },
-    };
+    let failover_gap_ms = gap_stats(measured.iter().filter_map(|r| r.failover_gap_us()));
+    let splits: Vec<(u64, u64)> = measured
+        .iter()
+        .filter_map(|r| r.failover_split_us())
+        .collect();
+    let failover_notice_ms = gap_stats(splits.iter().map(|s| s.0));
+    let failover_retry_ms = gap_stats(splits.iter().map(|s| s.1));
 
     let span_us = match (
         measured.iter().map(|r| r.start_us).min(),
@@ -367,6 +395,9 @@ pub fn measure(records: &[Invocation]) -> Measurements {
         jitter_us,
         failovers: measured.iter().filter(|r| r.failed_over).count() as u64,
         failover_gap_ms,
+        failover_notice_ms,
+        failover_retry_ms,
+        tick_late_us: floor_stats(measured.iter().map(|r| r.tick_late_us)),
         time_breakdown: time_breakdown(records),
         throughput_per_s: if span_us == 0 {
             0.0
@@ -492,6 +523,7 @@ mod tests {
         over.failed_over = true;
         over.attempts = 2;
         over.first_failure_us = Some(0);
+        over.last_attempt_us = Some(1_000);
         // One that backed off 2 ms (database away) before its failed attempt.
         let mut late = act(1, 0, 9_000);
         late.failed_over = true;
@@ -525,6 +557,21 @@ mod tests {
         );
         assert_eq!(m.rtt_us.max, 9_000);
         assert_eq!(m.errors, 1);
+        // Only the first call says when its answering attempt started:
+        // noticed after 1 ms, answered 2 ms later.
+        assert_eq!(m.failover_notice_ms.samples, 1);
+        assert_eq!(m.failover_notice_ms.max, 1.0);
+        assert_eq!(m.failover_retry_ms.max, 2.0);
+    }
+
+    #[test]
+    fn tick_lateness_is_reported_apart_from_rtt() {
+        let mut late = act(0, 50_000, 100);
+        late.tick_late_us = 7_000;
+        let records = vec![act(0, 0, 100), late];
+        let m = measure(&records);
+        assert_eq!(m.tick_late_us.max, 7_000);
+        assert_eq!(m.rtt_us.max, 100, "lateness is not in the RTT");
     }
 
     #[test]

@@ -107,6 +107,7 @@ pub async fn run(
                 client,
                 ..ClientLog::default()
             },
+            tick_late_us: 0,
         };
         tasks.spawn(client_run.run());
     }
@@ -125,6 +126,8 @@ struct ClientRun {
     progress: Arc<Progress>,
     stop: watch::Receiver<bool>,
     log: ClientLog,
+    /// How late the current tick fired.
+    tick_late_us: u64,
 }
 
 impl ClientRun {
@@ -141,7 +144,12 @@ impl ClientRun {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut session: Option<GameSession> = None;
         loop {
-            ticker.tick().await;
+            // The previous call, if any, ended here.
+            let idle_from = Instant::now();
+            let due = ticker.tick().await.into_std();
+            // Late only by what the client could have done: a call that
+            // overran the interval delays the next one by its own RTT.
+            self.tick_late_us = duration_us(idle_from.max(due).elapsed());
             if Instant::now() >= deadline || *self.stop.borrow() {
                 break;
             }
@@ -305,10 +313,14 @@ impl ClientRun {
             seq,
             server: info.server.clone(),
             rtt_us: duration_us(info.rtt),
+            tick_late_us: self.tick_late_us,
             attempts: info.attempts,
             failed_over: info.failed_over,
             first_failure_us: info
                 .first_failure
+                .map(|at| duration_us(at.saturating_duration_since(info.started))),
+            last_attempt_us: info
+                .last_attempt
                 .map(|at| duration_us(at.saturating_duration_since(info.started))),
             status: STATUS_OK.into(),
             version,
@@ -339,9 +351,11 @@ impl ClientRun {
             seq,
             server: self.pool.status().current.unwrap_or_default(),
             rtt_us: duration_us(started.elapsed()),
+            tick_late_us: self.tick_late_us,
             attempts: 0,
             failed_over: matches!(error, PoolError::GaveUp { .. }),
             first_failure_us: None,
+            last_attempt_us: None,
             status: status_text(error),
             version: 0,
             replayed: false,

@@ -61,6 +61,11 @@ pub struct StoreOptions {
     pub idle_txn_timeout: Duration,
     /// Connections in the pool.
     pub max_connections: u32,
+    /// Connections opened at start-up ([`Store::warm_up`]) and kept open.
+    /// When a server dies its clients fail over to the others all at once;
+    /// a survivor that then had to open connections would pay a process
+    /// start in PostgreSQL per connection, on the failover's critical path.
+    pub min_connections: u32,
 }
 
 impl Default for StoreOptions {
@@ -70,6 +75,7 @@ impl Default for StoreOptions {
             acquire_timeout: Duration::from_millis(250),
             idle_txn_timeout: Duration::from_millis(50),
             max_connections: 16,
+            min_connections: 8,
         }
     }
 }
@@ -104,6 +110,7 @@ impl Store {
         ]);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
+            .min_connections(opts.min_connections.min(opts.max_connections))
             .acquire_timeout(opts.acquire_timeout.min(opts.db_timeout))
             // A ping per acquire would add a round trip to every call; a
             // dead connection fails its first statement instead, and the
@@ -127,6 +134,18 @@ impl Store {
         let result = MIGRATOR.run(&mut conn).await;
         let _ = conn.close().await;
         result
+    }
+
+    /// Opens the pool's `min_connections` at once, so the first calls (and
+    /// the burst of calls failing over from a dead server) find them open.
+    /// Start-up only; the pool keeps that many open afterwards.
+    pub async fn warm_up(&self) -> Result<(), Error> {
+        let wanted = self.pool.options().get_min_connections() as usize;
+        let mut held = Vec::with_capacity(wanted);
+        while self.pool.size() < wanted as u32 && held.len() < wanted {
+            held.push(self.pool.acquire().await?);
+        }
+        Ok(())
     }
 
     /// The underlying pool (for audits and benchmarks).
@@ -250,6 +269,46 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Unavailable(_)));
+        assert!(started.elapsed() < Duration::from_millis(1000));
+    }
+
+    #[tokio::test]
+    async fn warm_up_opens_the_minimum_connections_before_any_call() {
+        use crate::postgres::{LocalPostgres, PgOptions};
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(
+            &pg.url(),
+            &StoreOptions {
+                min_connections: 3,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(store.pool().size(), 0, "connections open lazily");
+        store.warm_up().await.unwrap();
+        assert_eq!(store.pool().size(), 3);
+        // Connections go back to the pool in a task of their own.
+        let returned = async {
+            while store.pool().num_idle() < 3 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(2), returned)
+            .await
+            .expect("kept open and idle, ready for calls");
+        assert_eq!(store.pool().size(), 3);
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn warm_up_fails_fast_while_the_database_is_unreachable() {
+        let store = lazy_store(300);
+        let started = std::time::Instant::now();
+        assert!(store.warm_up().await.is_err());
         assert!(started.elapsed() < Duration::from_millis(1000));
     }
 
