@@ -47,7 +47,7 @@ impl GameService {
             seat: u32::from(joined.seat),
             rejoined: joined.rejoined,
             last_seq: joined.last_seq,
-            state: Some(joined.snapshot.to_proto()),
+            state: Some(joined.snapshot.into_proto()),
         })
     }
 
@@ -65,7 +65,7 @@ impl GameService {
             outcome: outcome_to_proto(acted.outcome) as i32,
             applied_tick: acted.applied_tick,
             replayed: acted.replayed,
-            state: Some(acted.snapshot.to_proto()),
+            state: Some(acted.snapshot.into_proto()),
         })
     }
 
@@ -74,7 +74,7 @@ impl GameService {
         let game_id = check_game_id(req.game_id)?;
         let snapshot = self.store.state(&token_hash, game_id).await?;
         Ok(pb::StateReply {
-            state: Some(snapshot.to_proto()),
+            state: Some(snapshot.into_proto()),
         })
     }
 

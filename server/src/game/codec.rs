@@ -79,6 +79,15 @@ impl GameState {
     /// [`MAX_ENCODED_BYTES`].
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(WORST_CASE_BYTES);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// [`GameState::encode`] appended to `out`: lets a caller pack the state
+    /// straight into a buffer it already has (the store writes it into the
+    /// query's parameter buffer) instead of allocating one per call.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.reserve(WORST_CASE_BYTES);
         out.push(CODEC_VERSION);
         out.extend_from_slice(&self.seed.to_le_bytes());
         out.extend_from_slice(&self.tick.to_le_bytes());
@@ -109,13 +118,13 @@ impl GameState {
             out.push(p.move_cooldown);
         }
 
-        let mut bits = BitWriter::new(&mut out);
+        let mut bits = BitWriter::new(out);
         for &i in &OPEN {
             bits.put(cell_code(self.cells[i as usize]), CELL_BITS);
         }
         bits.finish();
 
-        let mut bits = BitWriter::new(&mut out);
+        let mut bits = BitWriter::new(out);
         for &i in &OPEN {
             bits.put(self.bombs[i as usize].is_some() as u32, 1);
         }
@@ -125,12 +134,12 @@ impl GameState {
             out.push(b.fuse_ticks);
         }
 
-        let mut bits = BitWriter::new(&mut out);
+        let mut bits = BitWriter::new(out);
         for &i in &OPEN {
             bits.put((self.burn[i as usize] > 0) as u32, 1);
         }
         bits.finish();
-        let mut bits = BitWriter::new(&mut out);
+        let mut bits = BitWriter::new(out);
         for &i in &OPEN {
             let t = self.burn[i as usize];
             if t > 0 {
@@ -138,7 +147,6 @@ impl GameState {
             }
         }
         bits.finish();
-        out
     }
 
     /// Reads a state back. Never panics and allocates nothing that depends
@@ -262,7 +270,14 @@ impl GameState {
     /// never see a state they could not have produced.
     pub(crate) fn validate(&self) -> Result<(), DecodeError> {
         let seated = self.seated() as usize;
-        let alive: Vec<u8> = (0..SEATS as u8).filter(|&s| self.is_alive(s)).collect();
+        // Seats alive, without allocating: decode runs on every call.
+        let mut alive_seats = [0u8; SEATS];
+        let mut alive_count = 0;
+        for seat in (0..SEATS as u8).filter(|&s| self.is_alive(s)) {
+            alive_seats[alive_count] = seat;
+            alive_count += 1;
+        }
+        let alive = &alive_seats[..alive_count];
         match (self.phase, self.ending) {
             (Phase::Waiting, None) => return self.validate_waiting(),
             (Phase::Waiting | Phase::Playing, Some(_)) => {
@@ -617,6 +632,15 @@ mod tests {
             assert_eq!(bytes[0], CODEC_VERSION);
             assert_eq!(GameState::decode(&bytes).unwrap(), g);
         }
+    }
+
+    #[test]
+    fn encode_into_appends_the_same_bytes() {
+        let g = worst_case();
+        let mut buf = vec![0xAB, 0xCD];
+        g.encode_into(&mut buf);
+        assert_eq!(buf[..2], [0xAB, 0xCD]);
+        assert_eq!(buf[2..], g.encode()[..]);
     }
 
     #[test]

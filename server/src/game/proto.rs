@@ -17,13 +17,28 @@ impl GameState {
         names: &[String; 4],
         connected: [bool; 4],
     ) -> pb::GameState {
+        self.to_proto_with_names(game_id, version, names.clone(), connected)
+    }
+
+    /// [`GameState::to_proto`] taking the names by value, so a caller that
+    /// owns them (the server, once per call) moves them instead of copying.
+    pub fn to_proto_with_names(
+        &self,
+        game_id: u64,
+        version: u64,
+        names: [String; SEATS],
+        connected: [bool; SEATS],
+    ) -> pb::GameState {
         let cells = (0..CELLS).map(|i| wire_cell(self.cells[i]) as u8).collect();
-        let players = (0..SEATS as u8)
-            .map(|seat| {
-                let p = &self.players[seat as usize];
+        let players = names
+            .into_iter()
+            .enumerate()
+            .map(|(seat, name)| {
+                let p = &self.players[seat];
+                let seat = seat as u8;
                 pb::Player {
                     seat: seat as u32,
-                    name: names[seat as usize].clone(),
+                    name,
                     x: p.x as u32,
                     y: p.y as u32,
                     alive: p.seated && p.alive,
@@ -38,24 +53,22 @@ impl GameState {
                 }
             })
             .collect();
-        let bombs = self
-            .bombs()
-            .map(|b| pb::Bomb {
-                x: b.x as u32,
-                y: b.y as u32,
-                owner: b.owner as u32,
-                range: b.range as u32,
-                fuse_ticks: b.fuse_ticks as u32,
-            })
-            .collect();
-        let blasts = self
-            .blasts()
-            .map(|b| pb::Blast {
-                x: b.x as u32,
-                y: b.y as u32,
-                ticks_left: b.ticks_left as u32,
-            })
-            .collect();
+        // Sized up front: collecting a filtered iterator would grow (and
+        // reallocate) the vectors as it goes.
+        let mut bombs = Vec::with_capacity(self.bombs.iter().flatten().count());
+        bombs.extend(self.bombs().map(|b| pb::Bomb {
+            x: b.x as u32,
+            y: b.y as u32,
+            owner: b.owner as u32,
+            range: b.range as u32,
+            fuse_ticks: b.fuse_ticks as u32,
+        }));
+        let mut blasts = Vec::with_capacity(self.burn.iter().filter(|&&t| t > 0).count());
+        blasts.extend(self.blasts().map(|b| pb::Blast {
+            x: b.x as u32,
+            y: b.y as u32,
+            ticks_left: b.ticks_left as u32,
+        }));
         let phase = match self.phase {
             Phase::Waiting => pb::Phase::Waiting,
             Phase::Playing => pb::Phase::Playing,

@@ -17,13 +17,17 @@
 //! on that key, is retried, and then finds its sequence number applied and
 //! answers with the stored reply.
 
-use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgRow, PgTypeInfo};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::Store;
 use super::queries::*;
 use crate::error::Error;
-use crate::game::{Action, Dir, Ending, GameState, Outcome, Phase, SEATS, TICK_MS, Tick};
+use crate::game::{
+    Action, Dir, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
+};
 use crate::token::TokenHash;
 use borbaman_proto::pb;
 
@@ -51,13 +55,35 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn to_proto(&self) -> pb::GameState {
-        self.state.to_proto(
+    /// The wire message; consumes the snapshot so the names move into it.
+    pub fn into_proto(self) -> pb::GameState {
+        self.state.to_proto_with_names(
             self.game_id,
             self.version,
-            &self.roster.names,
+            self.roster.names,
             self.roster.connected,
         )
+    }
+}
+
+/// A state bound as a `bytea` parameter: packed straight into the query's
+/// parameter buffer, with no intermediate `Vec` per call.
+struct Packed<'a>(&'a GameState);
+
+impl sqlx::Type<Postgres> for Packed<'_> {
+    fn type_info() -> PgTypeInfo {
+        <Vec<u8> as sqlx::Type<Postgres>>::type_info()
+    }
+}
+
+impl sqlx::Encode<'_, Postgres> for Packed<'_> {
+    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+        self.0.encode_into(buf);
+        Ok(IsNull::No)
+    }
+
+    fn size_hint(&self) -> usize {
+        MAX_ENCODED_BYTES
     }
 }
 
@@ -243,7 +269,7 @@ impl Store {
             .bind(name)
             .bind(i16::from(seat))
             .bind(session.is_some())
-            .bind(snapshot.state.encode())
+            .bind(Packed(&snapshot.state))
             .bind(phase_code(snapshot.state.phase()));
         if !new_game {
             query = query.bind(to_db_id(snapshot.game_id)?);
@@ -296,7 +322,7 @@ impl Store {
             WRITE_ACT
         };
         let mut query = sqlx::query(sql)
-            .bind(state.encode())
+            .bind(Packed(state))
             .bind(phase_code(state.phase()))
             .bind(locked.game_id)
             .bind(locked.session_id)
@@ -347,7 +373,7 @@ impl Store {
         }
         let ending = finishing(before, state);
         sqlx::query(WRITE_LEAVE)
-            .bind(state.encode())
+            .bind(Packed(state))
             .bind(phase_code(state.phase()))
             .bind(locked.game_id)
             .bind(locked.session_id)
@@ -368,12 +394,16 @@ impl Store {
     }
 
     async fn state_once(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
+        // On an acquired connection rather than `&self.pool`: same query,
+        // but the pool's executor boxes a much larger future per call.
+        let mut conn = self.pool.acquire().await?;
         let row = sqlx::query(READ_STATE)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await?
             .ok_or_else(unknown_token)?;
+        drop(conn);
         let (now_tick, mut snapshot) = game_row(&row, 0)?;
         if snapshot.game_id != game_id {
             return Err(Error::PermissionDenied(format!(
@@ -468,7 +498,7 @@ async fn write_advance(
 ) -> Result<u64, Error> {
     let ending = finishing(before, state);
     let row = sqlx::query(WRITE_ADVANCE)
-        .bind(state.encode())
+        .bind(Packed(state))
         .bind(phase_code(state.phase()))
         .bind(game_id)
         .bind(winner_code(ending))
@@ -681,5 +711,19 @@ mod sql_tests {
             }
         }
         assert!(store.rankings(10).await.unwrap().is_empty());
+
+        // A state bound with `Packed` reaches the database as its encoding.
+        let mut state = GameState::new(42, 0);
+        for _ in 0..SEATS {
+            state.seat_player(0);
+        }
+        state.apply(0, Action::Bomb, 3);
+        let echoed: Vec<u8> = sqlx::query_scalar("SELECT $1::bytea")
+            .bind(Packed(&state))
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(echoed, state.encode());
+        assert_eq!(GameState::decode(&echoed).unwrap(), state);
     }
 }
