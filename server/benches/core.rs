@@ -263,6 +263,14 @@ fn benches(c: &mut Criterion) {
     c.bench_function("to_proto", |b| {
         b.iter(|| black_box(&state).to_proto(1, 1, &names, [true; 4]))
     });
+    // What the server does once per call: the names move into the reply.
+    c.bench_function("to_proto, names moved", |b| {
+        b.iter_batched(
+            || names.clone(),
+            |n| black_box(&state).to_proto_with_names(1, 1, n, [true; 4]),
+            BatchSize::SmallInput,
+        )
+    });
     c.bench_function("load, apply, store (decode + apply + encode)", |b| {
         b.iter(|| {
             let mut g = GameState::decode(black_box(&bytes)).expect("valid");
@@ -298,7 +306,7 @@ fn report_allocations() {
         .find(|&s| state.is_alive(s))
         .expect("someone alive");
     let names = ["ann", "bob", "cy", "dee"].map(String::from);
-    let rows: [(&str, (f64, f64)); 7] = [
+    let rows: [(&str, (f64, f64)); 8] = [
         (
             "advance one tick",
             allocs_per_op(|| state.clone(), |g| g.advance(tick + 1)),
@@ -322,6 +330,13 @@ fn report_allocations() {
         (
             "to_proto",
             allocs_per_op(|| (), |_| state.to_proto(1, 1, &names, [true; 4])),
+        ),
+        (
+            "to_proto, names moved",
+            allocs_per_op(
+                || names.clone(),
+                |n| state.to_proto_with_names(1, 1, std::mem::take(n), [true; 4]),
+            ),
         ),
         (
             "decode + apply + encode",

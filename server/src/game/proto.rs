@@ -30,12 +30,16 @@ impl GameState {
         connected: [bool; SEATS],
     ) -> pb::GameState {
         let cells = (0..CELLS).map(|i| wire_cell(self.cells[i]) as u8).collect();
+        // One pass over the bombs for every seat's count and the total.
+        let mut placed = [0u32; SEATS];
+        for b in self.bombs.iter().flatten() {
+            placed[usize::from(b.owner) % SEATS] += 1;
+        }
         let players = names
             .into_iter()
             .enumerate()
             .map(|(seat, name)| {
                 let p = &self.players[seat];
-                let seat = seat as u8;
                 pb::Player {
                     seat: seat as u32,
                     name,
@@ -43,11 +47,11 @@ impl GameState {
                     y: p.y as u32,
                     alive: p.seated && p.alive,
                     bombs_max: p.bombs_max as u32,
-                    bombs_placed: self.bombs_placed(seat) as u32,
+                    bombs_placed: placed[seat],
                     range: p.range as u32,
                     speed: p.speed as u32,
                     score: p.kills as u32,
-                    connected: connected[seat as usize],
+                    connected: connected[seat],
                     seated: p.seated,
                     move_cooldown: p.move_cooldown as u32,
                 }
@@ -55,7 +59,7 @@ impl GameState {
             .collect();
         // Sized up front: collecting a filtered iterator would grow (and
         // reallocate) the vectors as it goes.
-        let mut bombs = Vec::with_capacity(self.bombs.iter().flatten().count());
+        let mut bombs = Vec::with_capacity(placed.iter().sum::<u32>() as usize);
         bombs.extend(self.bombs().map(|b| pb::Bomb {
             x: b.x as u32,
             y: b.y as u32,
