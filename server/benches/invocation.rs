@@ -4,6 +4,9 @@
 //! Starts a private PostgreSQL with fsync on, then in interleaved rounds:
 //! - floor: `BEGIN; SELECT state ... FOR UPDATE; UPDATE ...; COMMIT` on a
 //!   ~200-byte row, one client;
+//! - the same on a connection held outside the pool: the difference is what
+//!   the pool costs per call (sqlx pings a connection, one more round trip,
+//!   in a spawned task each time one is released);
 //! - `Store::act`: the exact function the gRPC `Act` runs, in-process;
 //! - `Store::state`: the read-only `GetState` path;
 //! - gRPC `Ping` (no database) and gRPC `Act` against an in-process server.
@@ -26,7 +29,7 @@ use borbaman_server::server::{self, ServerConfig};
 use borbaman_server::store::{ActCall, Store, StoreOptions};
 use borbaman_server::token;
 use hdrhistogram::Histogram;
-use sqlx::{PgPool, Row};
+use sqlx::{PgConnection, PgPool, Row};
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -135,6 +138,8 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
     let mut remote = seat_four(&store, "r").await;
 
     let mut floor = Path::new("bare txn (floor)");
+    let mut held_floor = Path::new("bare txn, held conn");
+    let mut held = pool.acquire().await.unwrap().detach();
     let mut act = Path::new("Store::act");
     let mut state = Path::new("Store::state (read)");
     let mut ping = Path::new("gRPC Ping (floor)");
@@ -163,6 +168,14 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
             }
         }
         wal_floor.stop(&pool, wal, n, keep).await;
+
+        for _ in 0..n {
+            let (t, a) = start();
+            floor_txn_on(&mut held).await;
+            if keep {
+                held_floor.record(t, a);
+            }
+        }
 
         let wal = wal_act.start(&pool).await;
         for i in 0..n {
@@ -247,7 +260,15 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         "{:<22} {:>7} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}",
         "path", "n", "p50 us", "p90 us", "p99 us", "max us", "p50/floor", "p99/floor"
     );
-    let paths = [&floor, &act, &state, &ping, &grpc_act, &grpc_state];
+    let paths = [
+        &floor,
+        &held_floor,
+        &act,
+        &state,
+        &ping,
+        &grpc_act,
+        &grpc_state,
+    ];
     for p in paths {
         let h = &p.hist;
         println!(
@@ -307,11 +328,21 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         sizes.state, sizes.game_row, sizes.session_row, sizes.action_row
     );
     server.shutdown().await.unwrap();
+    let _ = sqlx::Connection::close(held).await;
     store.close().await;
 }
 
 async fn floor_txn(pool: &PgPool) {
-    let mut tx = pool.begin().await.unwrap();
+    let tx = pool.begin().await.unwrap();
+    floor_statements(tx).await;
+}
+
+async fn floor_txn_on(conn: &mut PgConnection) {
+    let tx = sqlx::Connection::begin(conn).await.unwrap();
+    floor_statements(tx).await;
+}
+
+async fn floor_statements(mut tx: sqlx::Transaction<'_, sqlx::Postgres>) {
     let state: Vec<u8> =
         sqlx::query_scalar("SELECT state FROM floor_rows WHERE id = $1 FOR UPDATE")
             .bind(1)
