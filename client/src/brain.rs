@@ -5,11 +5,15 @@
 //! every bomb's fuse and range, chain reactions included) by the shortest
 //! path to a safe cell it can reach in time; plants a bomb beside a soft block
 //! or in line with an opponent, but only when it can still escape its own
-//! blast; walks to power-ups, then to places worth bombing, then toward
-//! opponents; during sudden death it heads for the centre; otherwise it
-//! wanders. It never steps onto a cell a bomb will hit unless it is fleeing,
-//! and it sends a move only when the move can land at once: one sent during
-//! the move cooldown would be buffered and made later on a changed board.
+//! blast, and, with an opponent within a few steps, only with two ways out
+//! (one could be closed by the opponent's bomb) unless the bomb leaves that
+//! opponent none; walks to power-ups, then to places worth bombing, then to
+//! where a bomb would reach an opponent. During sudden death it heads for the
+//! free cell that closes last, not one an opponent holds (dying together
+//! there would be a draw). Otherwise it wanders. It never steps onto a cell a
+//! bomb will hit unless it is fleeing, and it sends a move only when the move
+//! can land at once: one sent during the move cooldown would be buffered and
+//! made later on a changed board.
 //!
 //! `arena` (tests) plays whole games of four brains on the real game core
 //! and checks that they make a game of it; its `report` prints the figures
@@ -27,6 +31,10 @@ pub const FUSE_TICKS: u32 = 50;
 /// Ticks a one-cell move is assumed to take before any speed power-up; an
 /// overestimate only makes the bot more careful.
 pub const STEP_TICKS: u32 = 5;
+
+/// An opponent this close (in steps, as the crow flies) could plant a bomb
+/// across a single way out.
+const NEAR_CELLS: i32 = 4;
 
 const DIRS: [(i32, i32, pb::Action); 4] = [
     (0, -1, pb::Action::Up),
@@ -225,6 +233,106 @@ fn search(
     None
 }
 
+/// Every cell reachable from `from` over walkable, bomb-free cells that
+/// `pass` allows (given the tick of arrival), nearest first, with the first
+/// action toward it (`None` for `from` itself).
+fn explore(
+    board: &Board,
+    from: usize,
+    start_ticks: u32,
+    step: u32,
+    pass: impl Fn(usize, u32) -> bool,
+) -> Vec<(usize, Option<pb::Action>)> {
+    let mut seen = vec![false; board.cells.len()];
+    seen[from] = true;
+    let mut out = vec![(from, None, start_ticks)];
+    let mut next = 0;
+    while let Some(&(i, first, t)) = out.get(next) {
+        next += 1;
+        for (n, action) in board.neighbours(i) {
+            let arrive = t + step;
+            if seen[n] || !board.walkable(n) || board.has_bomb(n) || !pass(n, arrive) {
+                continue;
+            }
+            seen[n] = true;
+            out.push((n, Some(first.unwrap_or(action)), arrive));
+        }
+    }
+    out.into_iter().map(|(i, first, _)| (i, first)).collect()
+}
+
+/// In sudden death: the way to the free cell that closes last, over cells
+/// left before a blast reaches them. Two players on one cell would die in
+/// the same tick (a draw), so a cell an opponent holds is left to them; on
+/// a shared cell the lower seat stays. `Some(Idle)` when already there,
+/// `None` when no such cell can be reached.
+fn last_cell(
+    state: &GameState,
+    board: &Board,
+    danger: &DangerMap,
+    me: &pb::Player,
+    here: usize,
+) -> Option<pb::Action> {
+    let order = closing_order(board);
+    let claimed = |i: usize| {
+        state.players.iter().any(|p| {
+            p.alive
+                && p.seat != me.seat
+                && board.index(p.x as i32, p.y as i32) == Some(i)
+                && (i != here || p.seat < me.seat)
+        })
+    };
+    let step = step_ticks(me);
+    let pass = |i: usize, arrive: u32| danger.hit_in[i].is_none_or(|t| arrive + step < t);
+    explore(board, here, me.move_cooldown, step, pass)
+        .into_iter()
+        .filter(|&(i, _)| danger.safe(i) && !claimed(i))
+        .max_by_key(|&(i, _)| order[i])
+        .map(|(_, first)| first.unwrap_or(pb::Action::Idle))
+}
+
+/// Per cell, its place in the order sudden death closes the arena: a
+/// clockwise spiral over the cells inside the outer wall, from the top-left
+/// corner inwards (the game core's rule). Higher closes later.
+pub fn closing_order(board: &Board) -> Vec<u32> {
+    let mut order = vec![0; board.cells.len()];
+    if board.width < 3 || board.height < 3 {
+        return order;
+    }
+    let (mut left, mut top) = (1i32, 1i32);
+    let (mut right, mut bottom) = (board.width as i32 - 2, board.height as i32 - 2);
+    let mut rank = 0;
+    let mut visit = |x: i32, y: i32| {
+        if let Some(i) = board.index(x, y) {
+            rank += 1;
+            order[i] = rank;
+        }
+    };
+    while left <= right && top <= bottom {
+        for x in left..=right {
+            visit(x, top);
+        }
+        for y in top + 1..=bottom {
+            visit(right, y);
+        }
+        if bottom > top {
+            for x in (left..right).rev() {
+                visit(x, bottom);
+            }
+        }
+        if right > left {
+            for y in (top + 1..bottom).rev() {
+                visit(left, y);
+            }
+        }
+        left += 1;
+        top += 1;
+        right -= 1;
+        bottom -= 1;
+    }
+    order
+}
+
 /// The way out of danger from `from`: a path whose every cell is left
 /// before its blast arrives, ending on a cell no blast will reach.
 fn escape(
@@ -241,6 +349,22 @@ fn escape(
         Some(t) => arrive + step < t,
     };
     search(board, from, start, step, pass, |i| danger.safe(i)).map(|(a, _)| a)
+}
+
+/// How many different first steps lead out of danger from `from` (see
+/// [`escape`]): one is enough until an opponent, by planting a bomb in the
+/// way, can close it.
+fn escape_routes(board: &Board, danger: &DangerMap, from: usize, player: &pb::Player) -> usize {
+    let step = step_ticks(player);
+    let pass = |i: usize, arrive: u32| danger.hit_in[i].is_none_or(|t| arrive + step < t);
+    let mut firsts: Vec<pb::Action> = explore(board, from, player.move_cooldown, step, pass)
+        .into_iter()
+        .filter(|&(i, _)| danger.safe(i))
+        .filter_map(|(_, first)| first)
+        .collect();
+    firsts.sort_by_key(|a| *a as i32);
+    firsts.dedup();
+    firsts.len()
 }
 
 /// The next action for the player in `seat`. [`pb::Action::Idle`] when there
@@ -263,18 +387,27 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
     // One sent when a single tick is left lands as the cooldown ends.
     let may_move = me.move_cooldown <= 1;
 
-    // 1. Flee.
+    // 1. Flee (in sudden death, toward the cell that closes last).
     if !danger.safe(here) {
         if !may_move {
             return pb::Action::Idle;
         }
-        return escape(&board, &danger, here, me).unwrap_or(pb::Action::Idle);
+        let sudden_death = state
+            .sudden_death
+            .then(|| last_cell(state, &board, &danger, me, here))
+            .flatten();
+        return sudden_death
+            .or_else(|| escape(&board, &danger, here, me))
+            .unwrap_or(pb::Action::Idle);
     }
 
-    let opponents: Vec<usize> = state
+    let rivals: Vec<&pb::Player> = state
         .players
         .iter()
         .filter(|p| p.alive && p.seat != seat)
+        .collect();
+    let opponents: Vec<usize> = rivals
+        .iter()
         .filter_map(|p| board.index(p.x as i32, p.y as i32))
         .collect();
     let worth_bombing = |at: usize| {
@@ -293,7 +426,19 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
             fuse_ticks: FUSE_TICKS,
         };
         let with_bomb = danger_map(state, Some(&bomb));
-        if escape(&board, &with_bomb, here, me).is_some() {
+        let routes = escape_routes(&board, &with_bomb, here, me);
+        let (x, y) = board.xy(here);
+        let rival_near = opponents.iter().any(|&o| {
+            let (ox, oy) = board.xy(o);
+            (ox - x).abs() + (oy - y).abs() <= NEAR_CELLS
+        });
+        // A bomb that leaves an opponent no way out is worth the risk.
+        let traps = rivals.iter().any(|r| {
+            board.index(r.x as i32, r.y as i32).is_some_and(|at| {
+                !with_bomb.safe(at) && escape_routes(&board, &with_bomb, at, r) == 0
+            })
+        });
+        if routes >= 2 || (routes == 1 && (!rival_near || traps)) {
             return pb::Action::Bomb;
         }
     }
@@ -308,18 +453,10 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
     let go = |goal: &dyn Fn(usize) -> bool| {
         search(&board, here, 0, step, safe_path, goal).map(|(action, _)| action)
     };
-    if state.sudden_death {
-        let centre = ((board.width / 2) as i32, (board.height / 2) as i32);
-        let dist = |i: usize| {
-            let (x, y) = board.xy(i);
-            (x - centre.0).abs() + (y - centre.1).abs()
-        };
-        let mine = dist(here);
-        if mine > 1
-            && let Some(action) = go(&|i| dist(i) < mine)
-        {
-            return action;
-        }
+    if state.sudden_death
+        && let Some(action) = last_cell(state, &board, &danger, me, here)
+    {
+        return action;
     }
     let is_power = |i: usize| {
         matches!(
@@ -335,10 +472,10 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
     {
         return action;
     }
+    // Hunt: a cell from which a bomb would reach an opponent.
     if let Some(action) = go(&|i| {
-        opponents
-            .iter()
-            .any(|&o| board.neighbours(i).any(|(n, _)| n == o))
+        let blast = board.blast_cells(i, me.range.max(1));
+        opponents.iter().any(|o| blast.contains(o))
     }) {
         return action;
     }
@@ -558,6 +695,38 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn with_an_opponent_near_a_bot_bombs_only_with_two_ways_out() {
+        let mut rng = StdRng::seed_from_u64(8);
+        // One way out, down the left side: fine with nobody around.
+        let alone = state_from(&[
+            "#########", //
+            "#0+.....#", //
+            "#.#######", //
+            "#.......#", //
+            "#########",
+        ]);
+        assert_eq!(decide(&alone, 0, &mut rng), pb::Action::Bomb);
+        // An opponent two steps from that way could plant a bomb across it.
+        let watched = state_from(&[
+            "#########", //
+            "#0+.....#", //
+            "#.#######", //
+            "#..1....#", //
+            "#########",
+        ]);
+        assert_ne!(decide(&watched, 0, &mut rng), pb::Action::Bomb);
+        // Two ways out: it bombs even so.
+        let open = state_from(&[
+            "#########", //
+            "#..0+...#", //
+            "#.#.#####", //
+            "#...1...#", //
+            "#########",
+        ]);
+        assert_eq!(decide(&open, 0, &mut rng), pb::Action::Bomb);
+    }
+
+    #[test]
     fn a_bot_takes_a_power_up_in_reach() {
         let state = state_from(&[
             "#######", //
@@ -581,6 +750,73 @@ pub(crate) mod tests {
             let action = decide(&state, 0, &mut rng);
             assert_ne!(action, pb::Action::Right, "walks into the blast line");
         }
+    }
+
+    #[test]
+    fn sudden_death_closes_cells_in_the_order_the_core_does() {
+        use borbaman_server::game::{self, Phase};
+        let mut g = game::GameState::new(9, 0);
+        for _ in 0..4 {
+            g.seat_player(0);
+        }
+        let names = ["a", "b", "c", "d"].map(String::from);
+        let mut tick = game::ROUND_TICKS;
+        let mut last_closed = 0;
+        let mut checked = 0;
+        while g.phase() == Phase::Playing {
+            tick += 1;
+            g.advance(tick);
+            let state = g.to_proto(1, 1, &names, [true; 4]);
+            let board = Board::new(&state);
+            let order = closing_order(&board);
+            let closed: Vec<u32> = (0..state.cells.len())
+                .filter(|&i| board.cell(i) == Cell::Closed)
+                .map(|i| order[i])
+                .collect();
+            let open = (0..state.cells.len())
+                .filter(|&i| !matches!(board.cell(i), Cell::Closed | Cell::Pillar));
+            let first_open = open.map(|i| order[i]).min().unwrap();
+            assert!(closed.iter().all(|&rank| rank < first_open), "tick {tick}");
+            checked += (closed.len() > last_closed) as u32;
+            last_closed = closed.len();
+        }
+        assert!(checked >= 10, "only {checked} cells closed");
+    }
+
+    #[test]
+    fn in_sudden_death_a_bot_leaves_the_last_cell_to_an_opponent_holding_it() {
+        // (7,6) closes last, then (6,5)... The opponent holds (7,6).
+        let mut state = state_from(&[
+            "###############",
+            "#xxxxxxxxxxxxx#",
+            "#x#x#x#x#x#x#x#",
+            "#xxxxxxxxxxxxx#",
+            "#x#x#x#x#x#x#x#",
+            "#xxxx.....xxxx#",
+            "#x#x#.#.#.#x#x#",
+            "#xxxx..0..xxxx#",
+            "#x#x#x#x#x#x#x#",
+            "#xxxxxxxxxxxxx#",
+            "#x#x#x#x#x#x#x#",
+            "#xxxxxxxxxxxxx#",
+            "###############",
+        ]);
+        state.sudden_death = true;
+        let board = Board::new(&state);
+        let order = closing_order(&board);
+        let open = |i: usize| board.walkable(i);
+        let last = (0..order.len())
+            .filter(|&i| open(i))
+            .max_by_key(|&i| order[i]);
+        assert_eq!(last.map(|i| board.xy(i)), Some((7, 6)));
+        let mut rng = StdRng::seed_from_u64(7);
+        // Alone, it heads for (7,6): up from (7,7).
+        assert_eq!(decide(&state, 0, &mut rng), pb::Action::Up);
+        // With an opponent on (7,6), it goes elsewhere: never up.
+        let mut rival = state.players[0].clone();
+        (rival.seat, rival.x, rival.y) = (1, 7, 6);
+        state.players.push(rival);
+        assert_ne!(decide(&state, 0, &mut rng), pb::Action::Up);
     }
 
     #[test]
@@ -709,7 +945,9 @@ pub(crate) mod arena {
     /// winner, few players blow themselves up, power-ups get taken and
     /// opponents get killed. (Before bots waited out their move cooldown,
     /// stale buffered moves made them walk into fire: 2.7 of 3 deaths per
-    /// game were their own fault.)
+    /// game were their own fault; before they asked for two ways out with
+    /// an opponent near, 1.2 were; before they kept off an opponent's cell
+    /// in sudden death, 16% of games were draws.)
     #[test]
     fn bots_play_decent_games() {
         let games = season(40);
