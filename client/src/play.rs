@@ -122,7 +122,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let (view_tx, view_rx) = watch::channel(View {
         name: name.clone(),
-        progress: vec!["connecting…".to_string()],
+        progress: vec!["starting…".to_string()],
         ..View::default()
     });
     let (command_tx, command_rx) = mpsc::channel::<Command>(64);
