@@ -192,6 +192,20 @@ fn without_truecolor_the_256_colour_palette_is_used() {
     assert_eq!(ColorMode::from_colorterm(None), ColorMode::Indexed256);
     let buffer = render(&view(state(Phase::Playing)), 80, 24, ColorMode::Indexed256);
     assert!(matches!(buffer[(3, 2)].bg, Color::Indexed(_)));
+    let buffer = render(&view(state(Phase::Playing)), 80, 24, ColorMode::TrueColor);
+    assert!(matches!(buffer[(3, 2)].bg, Color::Rgb(..)));
+}
+
+#[test]
+fn a_player_who_is_out_is_told_so_and_how_to_leave() {
+    let mut playing = view(state(Phase::Playing));
+    let screen = text(&render(&playing, 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("space bomb"), "{screen}");
+    assert!(!screen.contains("You are out"), "{screen}");
+    playing.state.as_mut().unwrap().players[0].alive = false;
+    let screen = text(&render(&playing, 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("You are out: watching"), "{screen}");
+    assert!(screen.contains("q quits"), "{screen}");
 }
 
 #[test]
@@ -227,8 +241,23 @@ fn game_over_names_the_winner_ranks_players_and_offers_another_game() {
             draws: 1,
         },
     ];
+    v.state.as_mut().unwrap().players[1].score = 2;
+    v.state.as_mut().unwrap().players[0].score = 1;
     let screen = text(&render(&v, 80, 24, ColorMode::TrueColor));
     assert!(screen.contains("Winner: bob"), "{screen}");
+    let line = |name: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(&format!(" {name} ")) && l.contains("kill"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("bob").contains("survived  2 kills"), "{screen}");
+    assert!(line("ann").contains("1 kill"), "{screen}");
+    assert!(
+        line("cy").contains("out") && line("cy").contains("0 kills"),
+        "{screen}"
+    );
     assert!(screen.contains("Rankings"), "{screen}");
     let bob_row = screen
         .lines()

@@ -164,11 +164,15 @@ fn draw_game_over(frame: &mut Frame, view: &View, area: Rect, palette: &Palette)
         None => Line::from("Game over").bold(),
     };
     let mut lines = vec![verdict, Line::from("")];
-    for player in &state.players {
+    for player in state.players.iter().filter(|p| p.seated) {
         let fate = if player.alive { "survived" } else { "out" };
+        let kills = match player.score {
+            1 => "1 kill".to_string(),
+            n => format!("{n} kills"),
+        };
         lines.push(Line::from(vec![
             player_span(player, palette),
-            Span::raw(format!(" {:<16} {fate}", player.name)),
+            Span::raw(format!(" {:<16} {fate:<9} {kills}", player.name)),
         ]));
     }
     let block = Block::bordered().title(" Borbaman · game over ");
@@ -306,8 +310,14 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
     lines.push(Line::from(""));
     lines.extend(net_lines(&view.net));
     lines.push(Line::from(""));
-    lines.push(Line::from("←↑↓→/WASD move").dim());
-    lines.push(Line::from("space bomb · q quit").dim());
+    if me.is_some_and(|me| !me.alive) {
+        let out = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+        lines.push(Line::styled("You are out: watching", out));
+        lines.push(Line::from("the end · q quits").dim());
+    } else {
+        lines.push(Line::from("←↑↓→/WASD move").dim());
+        lines.push(Line::from("space bomb · q quit").dim());
+    }
     lines
 }
 
