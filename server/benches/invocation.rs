@@ -51,6 +51,8 @@ struct Path {
     name: &'static str,
     hist: Histogram<u64>,
     allocated: Allocated,
+    /// CPU time over the measured calls.
+    cpu: Cpu,
 }
 
 impl Path {
@@ -59,6 +61,7 @@ impl Path {
             name,
             hist: Histogram::new_with_bounds(1, 60_000_000, 3).unwrap(),
             allocated: Allocated::default(),
+            cpu: Cpu::default(),
         }
     }
 
@@ -74,6 +77,84 @@ impl Path {
 /// Starts timing and counting one call.
 fn start() -> (Instant, Allocated) {
     (Instant::now(), Allocated::now())
+}
+
+/// CPU time (user + system) used so far by this process and by the
+/// PostgreSQL cluster (the postmaster and its children, from /proc, in
+/// clock ticks of usually 10 ms: meaningful summed over many calls). Read
+/// around a batch of calls, not each call, so it stays out of the timings.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cpu {
+    ours: Duration,
+    postgres: Duration,
+}
+
+impl Cpu {
+    fn now(postmaster: u32) -> Cpu {
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage only writes the struct we pass.
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+        let tv = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+        };
+        Cpu {
+            ours: tv(usage.ru_utime) + tv(usage.ru_stime),
+            postgres: cluster_cpu(postmaster),
+        }
+    }
+
+    fn add_since(&mut self, earlier: Cpu, postmaster: u32) {
+        let now = Cpu::now(postmaster);
+        self.ours += now.ours.saturating_sub(earlier.ours);
+        self.postgres += now.postgres.saturating_sub(earlier.postgres);
+    }
+}
+
+/// CPU used by the postmaster `pid` and its live children.
+fn cluster_cpu(pid: u32) -> Duration {
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut ticks = 0u64;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    for entry in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name (which may hold spaces): state,
+        // ppid, ..., utime (12th), stime (13th).
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let own_pid: u32 = head
+            .split('(')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ppid: u32 = fields.get(1).and_then(|f| f.parse().ok()).unwrap_or(0);
+        if own_pid == pid || ppid == pid {
+            let field = |i: usize| {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            ticks += field(11) + field(12);
+        }
+    }
+    Duration::from_secs_f64(ticks as f64 / ticks_per_s)
+}
+
+/// The postmaster's pid, from the first line of `postmaster.pid`.
+fn postmaster_pid(pg: &LocalPostgres) -> u32 {
+    std::fs::read_to_string(pg.data_dir().join("postmaster.pid"))
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()))
+        .unwrap_or(0)
 }
 
 /// One of four seated players, as the bench drives it.
@@ -100,11 +181,18 @@ fn main() {
     // same with commits not waiting: the CPU side alone, far less noisy on
     // a shared disk.
     let async_url = format!("{}?options=-c%20synchronous_commit%3Doff", pg.url());
-    runtime.block_on(run(&pg.url(), "fsync on", rounds, calls));
-    runtime.block_on(run(&async_url, "synchronous_commit off", rounds, calls));
+    let pg_pid = postmaster_pid(&pg);
+    runtime.block_on(run(&pg.url(), "fsync on", rounds, calls, pg_pid));
+    runtime.block_on(run(
+        &async_url,
+        "synchronous_commit off",
+        rounds,
+        calls,
+        pg_pid,
+    ));
 }
 
-async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
+async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
     let store = Store::connect(url, &StoreOptions::default()).unwrap();
     store.migrate().await.unwrap();
     let pool = store.pool().clone();
@@ -160,6 +248,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
         let n = if round == 0 { WARMUP_CALLS } else { calls };
         let keep = round > 0;
         let wal = wal_floor.start(&pool).await;
+        let cpu = Cpu::now(pg_pid);
         for _ in 0..n {
             let (t, a) = start();
             floor_txn(&pool).await;
@@ -167,8 +256,12 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 floor.record(t, a);
             }
         }
+        if keep {
+            floor.cpu.add_since(cpu, pg_pid);
+        }
         wal_floor.stop(&pool, wal, n, keep).await;
 
+        let cpu = Cpu::now(pg_pid);
         for _ in 0..n {
             let (t, a) = start();
             floor_txn_on(&mut held).await;
@@ -176,8 +269,12 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 held_floor.record(t, a);
             }
         }
+        if keep {
+            held_floor.cpu.add_since(cpu, pg_pid);
+        }
 
         let wal = wal_act.start(&pool).await;
+        let cpu = Cpu::now(pg_pid);
         for i in 0..n {
             let s = &mut direct[i % 4];
             s.seq += 1;
@@ -194,8 +291,12 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 act.record(t, a);
             }
         }
+        if keep {
+            act.cpu.add_since(cpu, pg_pid);
+        }
         wal_act.stop(&pool, wal, n, keep).await;
 
+        let cpu = Cpu::now(pg_pid);
         for i in 0..n {
             let s = &direct[i % 4];
             let hash = token::hash(&s.token);
@@ -205,7 +306,11 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 state.record(t, a);
             }
         }
+        if keep {
+            state.cpu.add_since(cpu, pg_pid);
+        }
 
+        let cpu = Cpu::now(pg_pid);
         for _ in 0..n {
             let (t, a) = start();
             client
@@ -218,7 +323,11 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 ping.record(t, a);
             }
         }
+        if keep {
+            ping.cpu.add_since(cpu, pg_pid);
+        }
 
+        let cpu = Cpu::now(pg_pid);
         for i in 0..n {
             let s = &mut remote[i % 4];
             s.seq += 1;
@@ -235,7 +344,11 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
                 grpc_act.record(t, a);
             }
         }
+        if keep {
+            grpc_act.cpu.add_since(cpu, pg_pid);
+        }
 
+        let cpu = Cpu::now(pg_pid);
         for i in 0..n {
             let s = &remote[i % 4];
             let request = pb::GetStateRequest {
@@ -247,6 +360,9 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
             if keep {
                 grpc_state.record(t, a);
             }
+        }
+        if keep {
+            grpc_state.cpu.add_since(cpu, pg_pid);
         }
     }
 
@@ -290,11 +406,23 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize) {
     );
 
     println!();
-    println!("heap allocations per call (process-wide: a gRPC call counts client and server)");
-    println!("{:<22} {:>10} {:>10}", "path", "allocs", "bytes");
+    println!(
+        "per call: heap allocations and CPU in this process (a gRPC call counts client and \
+         server), CPU in PostgreSQL"
+    );
+    println!(
+        "{:<22} {:>10} {:>10} {:>10} {:>10}",
+        "path", "allocs", "bytes", "CPU us", "PG CPU us"
+    );
     for p in paths {
+        let n = p.hist.len().max(1) as f64;
         let (allocs, bytes) = p.allocated.per_op(p.hist.len());
-        println!("{:<22} {allocs:>10.1} {bytes:>10.0}", p.name);
+        let cpu_us = p.cpu.ours.as_secs_f64() * 1e6 / n;
+        let pg_us = p.cpu.postgres.as_secs_f64() * 1e6 / n;
+        println!(
+            "{:<22} {allocs:>10.1} {bytes:>10.0} {cpu_us:>10.1} {pg_us:>10.1}",
+            p.name
+        );
     }
 
     let sizes = row_sizes(&pool, direct[0].game_id).await;
