@@ -107,6 +107,8 @@ pub struct CallInfo {
     /// the failover gap splits into noticing the failure (up to here) and
     /// the retry (from here to the reply).
     pub last_attempt: Option<Instant>,
+    /// What the last failed attempt ended with (empty when none failed).
+    pub last_failure: String,
     /// From the start of the call to the reply, retries included.
     pub rtt: Duration,
 }
@@ -314,6 +316,7 @@ impl ServerPool {
                         started,
                         first_failure,
                         last_attempt: (attempts > 1).then_some(attempt_started),
+                        last_failure,
                         rtt: started.elapsed(),
                     };
                     return Ok((response.into_inner(), info));

@@ -46,8 +46,10 @@ impl Error {
 
 /// SQLSTATEs for conflicts that a retry resolves: serialization failure,
 /// deadlock, lock not available, unique violation (two joins racing on one
-/// token: the retry finds the winner's session).
-const RETRY_STATES: &[&str] = &["40001", "40P01", "55P03", "23505"];
+/// token: the retry finds the winner's session), and a transaction the
+/// database ended because this server went quiet in it for longer than the
+/// idle-in-transaction timeout (a CPU stall; nothing was committed).
+const RETRY_STATES: &[&str] = &["40001", "40P01", "55P03", "23505", "25P03"];
 
 /// SQLSTATE classes and codes that mean the database is going away or
 /// overloaded: connection exceptions (08), insufficient resources (53),

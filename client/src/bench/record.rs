@@ -52,6 +52,9 @@ pub struct Invocation {
     /// call, if it was not the first: the failover gap splits into noticing
     /// the failure (up to here) and the retry (from here to the reply).
     pub last_attempt_us: Option<u64>,
+    /// What the last failed attempt of a call that succeeded on a retry
+    /// ended with, as the pool saw it (empty when no attempt failed).
+    pub failure: String,
     /// `ok`, or the error the call ended with.
     pub status: String,
     /// State version in the reply (0 when there was none).
@@ -209,6 +212,7 @@ pub(crate) mod tests {
             failed_over: false,
             first_failure_us: None,
             last_attempt_us: None,
+            failure: String::new(),
             status: STATUS_OK.into(),
             version: start_us,
             replayed: false,
@@ -225,6 +229,7 @@ pub(crate) mod tests {
         failed.attempts = 2;
         failed.first_failure_us = Some(1_500);
         failed.last_attempt_us = Some(2_500);
+        failed.failure = "Unknown from 127.0.0.1:1: transport error".into();
         failed.tick_late_us = 70;
         failed.call = CallKind::Join;
         let mut error = act(2, 10, 20);

@@ -322,6 +322,7 @@ impl ClientRun {
             last_attempt_us: info
                 .last_attempt
                 .map(|at| duration_us(at.saturating_duration_since(info.started))),
+            failure: info.last_failure.clone(),
             status: STATUS_OK.into(),
             version,
             replayed,
@@ -356,6 +357,7 @@ impl ClientRun {
             failed_over: matches!(error, PoolError::GaveUp { .. }),
             first_failure_us: None,
             last_attempt_us: None,
+            failure: error.to_string(),
             status: status_text(error),
             version: 0,
             replayed: false,

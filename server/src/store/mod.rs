@@ -304,6 +304,35 @@ mod tests {
         store.close().await;
     }
 
+    /// A server stalled (CPU-starved, not hung) for longer than the idle
+    /// timeout between two statements loses its transaction: that is for
+    /// the store to retry on another connection, not an internal error.
+    #[tokio::test]
+    async fn a_transaction_ended_by_the_idle_timeout_is_retried() {
+        use crate::postgres::{LocalPostgres, PgOptions};
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(
+            &pg.url(),
+            &StoreOptions {
+                idle_txn_timeout: Duration::from_millis(20),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        let mut tx = store.pool().begin().await.unwrap();
+        sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let err = sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap_err();
+        let err = Error::from(err);
+        assert!(err.is_transient(), "{err:?}");
+        drop(tx);
+        store.close().await;
+    }
+
     #[tokio::test]
     async fn warm_up_fails_fast_while_the_database_is_unreachable() {
         let store = lazy_store(300);
