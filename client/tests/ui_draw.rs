@@ -197,6 +197,23 @@ fn without_truecolor_the_256_colour_palette_is_used() {
 }
 
 #[test]
+fn players_sharing_a_cell_are_all_shown() {
+    let mut shared = view(state(Phase::Playing));
+    let players = &mut shared.state.as_mut().unwrap().players;
+    (players[1].x, players[1].y) = (5, 5);
+    (players[3].x, players[3].y) = (5, 5);
+    let buffer = render(&shared, 80, 24, ColorMode::TrueColor);
+    assert_eq!(cell(&buffer, 5, 5), "24", "seats 2 and 4");
+    // With the player at this terminal among them, its colour is on top.
+    let players = &mut shared.state.as_mut().unwrap().players;
+    (players[0].x, players[0].y) = (5, 5);
+    let buffer = render(&shared, 80, 24, ColorMode::TrueColor);
+    assert_eq!(cell(&buffer, 5, 5), "1+", "three players");
+    let ann = render(&view(state(Phase::Playing)), 80, 24, ColorMode::TrueColor);
+    assert_eq!(buffer[(11, 6)].bg, ann[(3, 2)].bg, "drawn in ann's colour");
+}
+
+#[test]
 fn a_player_who_is_out_is_told_so_and_how_to_leave() {
     let mut playing = view(state(Phase::Playing));
     let screen = text(&render(&playing, 80, 24, ColorMode::TrueColor));

@@ -4,7 +4,8 @@
 //! The grid takes two terminal columns per cell, drawn with single-codepoint
 //! glyphs only (no emoji or combining sequences, whose width terminals
 //! disagree on). Each player has a colour; players are drawn as their
-//! initial and seat number on that colour.
+//! initial and seat number on that colour (players sharing a cell as their
+//! seat numbers).
 
 use std::time::Duration;
 
@@ -229,14 +230,36 @@ pub fn grid_lines(state: &GameState, me: Option<u32>, palette: &Palette) -> Vec<
             cells[i] = Span::styled(format!("{GLYPH_BOMB}{seconds}"), palette.bomb);
         }
     }
+    // Players may share a cell: a lone player shows as itself; two or more
+    // show their seat numbers ("24"; "2+" for three or more), on the
+    // colour of the player at this terminal if it is one of them.
+    let mut here: Vec<Vec<&Player>> = vec![Vec::new(); width * height];
     for player in state.players.iter().filter(|p| p.alive && p.seated) {
         if let Some(i) = index(player.x, player.y) {
-            let mut span = player_span(player, palette);
-            if Some(player.seat) == me {
-                span = span.add_modifier(Modifier::UNDERLINED);
-            }
-            cells[i] = span;
+            here[i].push(player);
         }
+    }
+    for (i, players) in here.iter().enumerate() {
+        let Some(&first) = players.first() else {
+            continue;
+        };
+        let top = players
+            .iter()
+            .copied()
+            .find(|p| Some(p.seat) == me)
+            .unwrap_or(first);
+        let mut span = match players.as_slice() {
+            [one] => player_span(one, palette),
+            [a, b] => Span::styled(
+                format!("{}{}", a.seat + 1, b.seat + 1),
+                palette.player(top.seat),
+            ),
+            _ => Span::styled(format!("{}+", first.seat + 1), palette.player(top.seat)),
+        };
+        if Some(top.seat) == me {
+            span = span.add_modifier(Modifier::UNDERLINED);
+        }
+        cells[i] = span;
     }
     for blast in state.blasts.iter().filter(|b| b.ticks_left > 0) {
         if let Some(i) = index(blast.x, blast.y) {
