@@ -53,6 +53,9 @@ const PRESENCE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Set by the panic hook: a panic anywhere ends the UI loop.
 static PANICKED: AtomicBool = AtomicBool::new(false);
+/// Set on SIGHUP (the terminal was closed): the game is not left, so that
+/// running the command again rejoins it, but what was started here stops.
+static HUNG_UP: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -150,6 +153,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         bot::shutdown_signal().await;
         let _ = signal_quit.send(true);
     });
+    runtime.spawn(on_hangup(cluster_slot.clone()));
 
     let terminal = ratatui::try_init().context("setting up the terminal")?;
     // ratatui's hook restores the terminal on a panic; ours also stops the
@@ -160,6 +164,16 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         restore_and_report(info);
     }));
     let ui_result = ui_loop(terminal, view_rx.clone(), command_tx, &quit_tx);
+    if ui_result.is_err() {
+        // A closed terminal fails the UI a moment before SIGHUP arrives.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if HUNG_UP.load(Ordering::SeqCst) {
+        // `on_hangup` stops the cluster and ends the process.
+        loop {
+            std::thread::park();
+        }
+    }
     ratatui::restore();
     // A failure shown on screen is also left in the shell, and the exit
     // status says so.
@@ -184,6 +198,29 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     }
 }
 
+/// On SIGHUP (the terminal is gone): stops the local cluster and exits at
+/// once, without leaving the game, as a crash would but tidily: the saved
+/// sessions bring the player and its bots back to it on the next start.
+async fn on_hangup(cluster_slot: Arc<Mutex<Option<LocalCluster>>>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    hangup.recv().await;
+    HUNG_UP.store(true, Ordering::SeqCst);
+    tracing::info!("the terminal was closed; stopping, the game can be rejoined");
+    let _ = tokio::task::spawn_blocking(move || {
+        drop(
+            cluster_slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        std::process::exit(129);
+    })
+    .await;
+}
+
 /// Draws at a steady rate and forwards key presses; returns when the player
 /// quits (or a signal asks to).
 fn ui_loop(
@@ -196,7 +233,7 @@ fn ui_loop(
     let frame_time = Duration::from_secs(1) / FPS;
     let mut next_frame = Instant::now();
     loop {
-        if *quit.borrow() {
+        if *quit.borrow() || HUNG_UP.load(Ordering::SeqCst) {
             return Ok(());
         }
         if PANICKED.load(Ordering::SeqCst) {
