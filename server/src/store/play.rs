@@ -301,13 +301,14 @@ impl Store {
         let kind = action_code(call.action);
         let seq = to_db_seq(call.seq)?;
         if seq == locked.last_seq && locked.last_kind == kind {
-            let snapshot = commit_advance(tx, &locked).await?;
+            let outcome = outcome_from_code(locked.last_outcome);
+            let applied_tick = locked.last_tick.max(0) as Tick;
             return Ok(Acted {
                 seq: call.seq,
-                outcome: outcome_from_code(locked.last_outcome),
-                applied_tick: locked.last_tick.max(0) as Tick,
+                outcome,
+                applied_tick,
                 replayed: true,
-                snapshot,
+                snapshot: commit_advance(tx, locked).await?,
             });
         }
         check_fresh(&locked, seq)?;
@@ -471,9 +472,9 @@ async fn load_locked(
 /// clock alone finished it, committed (we hold the lock already).
 async fn commit_advance(
     mut tx: Transaction<'_, Postgres>,
-    locked: &Locked,
+    locked: Locked,
 ) -> Result<Snapshot, Error> {
-    let mut state = locked.state.clone();
+    let mut state = locked.state;
     let before = state.phase();
     state.advance(state.tick().max(locked.now_tick));
     let mut version = locked.version as u64;
@@ -485,7 +486,7 @@ async fn commit_advance(
         game_id: locked.game_id as u64,
         version,
         state,
-        roster: locked.roster.clone(),
+        roster: locked.roster,
     })
 }
 
