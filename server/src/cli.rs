@@ -55,6 +55,10 @@ pub struct ServerArgs {
     /// the clients of a server that dies.
     #[arg(long, default_value_t = 8)]
     pub db_min_connections: u32,
+    /// A player seated in a waiting game who sends nothing for this long
+    /// loses the seat to the next player who joins.
+    #[arg(long, default_value_t = 3000)]
+    pub lobby_seat_ttl_ms: u64,
     /// How long start-up waits for the database.
     #[arg(long, default_value_t = 30)]
     pub startup_timeout_s: u64,
@@ -73,6 +77,7 @@ impl ServerArgs {
                 idle_txn_timeout: Duration::from_millis(self.idle_txn_timeout_ms),
                 max_connections: self.db_connections,
                 min_connections: self.db_min_connections,
+                lobby_seat_ttl: Duration::from_millis(self.lobby_seat_ttl_ms),
             },
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             server_ttl: Duration::from_millis(self.server_ttl_ms),

@@ -66,6 +66,11 @@ pub struct StoreOptions {
     /// a survivor that then had to open connections would pay a process
     /// start in PostgreSQL per connection, on the failover's critical path.
     pub min_connections: u32,
+    /// A player seated in a waiting game who has made no call that writes
+    /// (a join or an `Act`) for this long loses the seat to the next
+    /// joiner, so a crashed client does not start a game with a player who
+    /// never moves. Clients in a lobby act (idle) well within it.
+    pub lobby_seat_ttl: Duration,
 }
 
 impl Default for StoreOptions {
@@ -76,6 +81,7 @@ impl Default for StoreOptions {
             idle_txn_timeout: Duration::from_millis(50),
             max_connections: 16,
             min_connections: 8,
+            lobby_seat_ttl: Duration::from_millis(3000),
         }
     }
 }
@@ -87,6 +93,7 @@ pub struct Store {
     /// Connection options without the per-call timeouts, for migrations.
     plain: PgConnectOptions,
     db_timeout: Duration,
+    lobby_seat_ttl_ms: i64,
 }
 
 impl Store {
@@ -121,6 +128,7 @@ impl Store {
             pool,
             plain,
             db_timeout: opts.db_timeout,
+            lobby_seat_ttl_ms: i64::try_from(opts.lobby_seat_ttl.as_millis()).unwrap_or(i64::MAX),
         })
     }
 

@@ -12,6 +12,20 @@
 //! state's tick never goes backwards. Reading the state takes no lock and
 //! never waits for writers.
 //!
+//! Lobby seats: a player seated in a waiting game who has made no writing
+//! call (a join or an `Act`; `GetState` is a read and does not count) for
+//! the lobby seat TTL (`--lobby-seat-ttl-ms`, by the database clock) loses
+//! the seat to the next joiner. The join frees such seats of the oldest
+//! waiting game before it seats the newcomer, in its own transaction (under
+//! the lobby and game locks), so a crashed client never starts a game as a
+//! player who does not move. The freed session keeps its token but no seat
+//! (`sessions.seat` = -1, `in_game` false): its `Act`, `Leave` and
+//! `GetState` calls fail with `PERMISSION_DENIED` saying the seat was given
+//! away, and a `Join` with the same token seats it again as a new player
+//! (`rejoined` false, its sequence numbers continue) in the oldest waiting
+//! game. Clients keep their seat by acting (idle) every second while their
+//! game waits.
+//!
 //! Exactly once: the action log's primary key is (session, seq). A call
 //! that raced a copy of itself (a client retrying on another server) loses
 //! on that key, is retried, and then finds its sequence number applied and
@@ -232,11 +246,14 @@ impl Store {
         sqlx::query(LOCK_LOBBY).execute(&mut *tx).await?;
         let waiting = sqlx::query(LOAD_WAITING_LOCKED)
             .bind(i64::from(TICK_MS))
+            .bind(self.lobby_seat_ttl_ms)
             .fetch_optional(&mut *tx)
             .await?;
         let mut seated = None;
         if let Some(row) = waiting {
             let (now_tick, mut snapshot) = game_row(&row, 0)?;
+            let silent: Vec<bool> = row.try_get(6)?;
+            free_silent_seats(&mut tx, &mut snapshot, &silent).await?;
             let tick = snapshot.state.tick().max(now_tick);
             if let Some(seat) = snapshot.state.seat_player(tick) {
                 seated = Some((seat, snapshot));
@@ -406,6 +423,9 @@ impl Store {
             .ok_or_else(unknown_token)?;
         drop(conn);
         let (now_tick, mut snapshot) = game_row(&row, 0)?;
+        if row.try_get::<i16, _>(6)? < 0 {
+            return Err(seat_freed(snapshot.game_id as i64));
+        }
         if snapshot.game_id != game_id {
             return Err(Error::PermissionDenied(format!(
                 "game {game_id} is not your game (yours is {})",
@@ -437,6 +457,39 @@ impl Store {
         tx.commit().await?;
         Ok(snapshot)
     }
+}
+
+/// Frees the seats of the locked waiting game `snapshot` whose players were
+/// silent for the lobby seat TTL (`silent`, per seat), in the database and
+/// in `snapshot`, so the joiner can take one.
+async fn free_silent_seats(
+    tx: &mut Transaction<'_, Postgres>,
+    snapshot: &mut Snapshot,
+    silent: &[bool],
+) -> Result<(), Error> {
+    let candidates: Vec<i16> = (0..SEATS as u8)
+        .filter(|&seat| silent.get(usize::from(seat)) == Some(&true))
+        .filter(|&seat| snapshot.state.player(seat).is_some_and(|p| p.seated))
+        .map(i16::from)
+        .collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let freed: Vec<i16> = sqlx::query_scalar(FREE_SILENT_SEATS)
+        .bind(to_db_id(snapshot.game_id)?)
+        .bind(&candidates)
+        .fetch_all(&mut **tx)
+        .await?;
+    for &seat in &freed {
+        let index = seat_index(seat);
+        snapshot.state.unseat_player(index as u8);
+        snapshot.roster.names[index].clear();
+        snapshot.roster.connected[index] = false;
+    }
+    if !freed.is_empty() {
+        tracing::info!(game_id = snapshot.game_id, seats = ?freed, "freed silent lobby seats");
+    }
+    Ok(())
 }
 
 /// Loads and locks the caller's session and game; an unknown token is
@@ -521,12 +574,24 @@ impl Locked {
     }
 }
 
+/// A session whose lobby seat went to another player (see the module doc).
+fn seat_freed(game_id: i64) -> Error {
+    Error::PermissionDenied(format!(
+        "your seat in game {game_id} was given to another player: you sent nothing \
+         while the game was waiting for players; join again to play"
+    ))
+}
+
 fn unknown_token() -> Error {
     Error::Unauthenticated("unknown session token; join a game first".into())
 }
 
-/// The request's game and seat must be the session's.
+/// The request's game and seat must be the session's, and the session must
+/// still hold its seat.
 fn check_owner(locked: &Locked, game_id: u64, seat: u8) -> Result<(), Error> {
+    if locked.seat < 0 {
+        return Err(seat_freed(locked.game_id));
+    }
     if Some(locked.game_id) != i64::try_from(game_id).ok() {
         return Err(Error::PermissionDenied(format!(
             "game {game_id} is not your game (yours is {})",

@@ -101,12 +101,12 @@ pub const LOAD_LOCKED: &str = concat!(
      WHERE s.token_hash = $1::bytea FOR UPDATE OF s, g"
 );
 
-/// The caller's game, without locking anything. `$1` token hash, `$2` tick
-/// length.
+/// The caller's game, without locking anything, then the caller's seat
+/// (-1 once freed). `$1` token hash, `$2` tick length.
 pub const READ_STATE: &str = concat!(
     "SELECT ",
     game_cols!("$2"),
-    " FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
+    ", s.seat FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
 );
 
 /// One game, locked (to commit an advance). `$1` game, `$2` tick length.
@@ -127,12 +127,55 @@ pub const READ_GAME: &str = concat!(
 /// game instead of each opening a new one.
 pub const LOCK_LOBBY: &str = "SELECT id FROM lobby WHERE id = 1 FOR UPDATE";
 
-/// The oldest waiting game, locked. `$1` tick length.
+/// "Not heard from within `$ttl_ms`" for seat index `$i` (1-based): no
+/// activity recorded, or the last is at least that old.
+macro_rules! silent {
+    ($i:literal, $ttl_ms:literal) => {
+        concat!(
+            "coalesce(g.active_at[",
+            $i,
+            "] <= now() - ",
+            $ttl_ms,
+            "::bigint * interval '1 millisecond', true)"
+        )
+    };
+}
+
+/// The oldest waiting game, locked, then per seat whether its player has
+/// been silent for the lobby seat TTL. `$1` tick length, `$2` TTL in ms.
 pub const LOAD_WAITING_LOCKED: &str = concat!(
     "SELECT ",
     game_cols!("$1"),
-    " FROM games g WHERE g.phase = 1 ORDER BY g.id LIMIT 1 FOR UPDATE"
+    ", ARRAY[",
+    silent!(1, "$2"),
+    ", ",
+    silent!(2, "$2"),
+    ", ",
+    silent!(3, "$2"),
+    ", ",
+    silent!(4, "$2"),
+    "] FROM games g WHERE g.phase = 1 ORDER BY g.id LIMIT 1 FOR UPDATE"
 );
+
+/// Frees the seats `$2` of waiting game `$1` (locked by the caller) whose
+/// players went silent: their sessions leave the game and lose their seat
+/// (seat -1 marks a freed session), their `seats` rows go, and the game
+/// row forgets their names and activity. A session locked by a call in
+/// progress is being heard from right now: it is skipped, not waited for
+/// (waiting could deadlock with that call, which holds the session and
+/// waits for the game). Returns the seats freed.
+pub const FREE_SILENT_SEATS: &str = "WITH f AS (SELECT id, seat FROM sessions \
+                WHERE game_id = $1::bigint AND seat = ANY($2::smallint[]) AND in_game \
+                FOR UPDATE SKIP LOCKED), \
+     s AS (UPDATE sessions SET in_game = false, seat = -1 WHERE id IN (SELECT id FROM f)), \
+     d AS (DELETE FROM seats WHERE game_id = $1::bigint AND seat IN (SELECT seat FROM f)), \
+     g AS (UPDATE games SET \
+             names = ARRAY(SELECT CASE WHEN i - 1 IN (SELECT seat FROM f) THEN '' \
+                                  ELSE names[i] END FROM generate_series(1, 4) i ORDER BY i), \
+             active_at = ARRAY(SELECT CASE WHEN i - 1 IN (SELECT seat FROM f) THEN NULL \
+                                      ELSE active_at[i] END FROM generate_series(1, 4) i ORDER BY i) \
+           WHERE id = $1::bigint AND EXISTS (SELECT 1 FROM f)) \
+     SELECT seat FROM f ORDER BY seat";
 
 /// A joining token's session (locked), its game's phase and its last
 /// sequence number. `$1` token hash.
@@ -284,6 +327,7 @@ pub const ALL: &[&str] = &[
     READ_GAME,
     LOCK_LOBBY,
     LOAD_WAITING_LOCKED,
+    FREE_SILENT_SEATS,
     LOAD_SESSION_LOCKED,
     WRITE_ACT,
     WRITE_ACT_FINISHING,
