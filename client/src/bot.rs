@@ -252,7 +252,8 @@ async fn play_one(
             .latest()
             .is_some_and(|s| s.phase() == Phase::Playing);
         let present = last_act.elapsed() < PRESENCE_INTERVAL;
-        let result = if action == pb::Action::Idle && (present || !running) {
+        let quiet = present || !running;
+        let result = if action == pb::Action::Idle && quiet && !session.lobby_idle_due() {
             session.state().await.map(|_| ())
         } else {
             last_act = tokio::time::Instant::now();

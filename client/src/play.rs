@@ -476,6 +476,8 @@ struct Player {
 /// What the player wants once a game is over.
 enum Next {
     PlayAgain,
+    /// The session lost its seat (see [`session::seat_lost`]).
+    JoinAgain,
     Quit,
 }
 
@@ -493,6 +495,7 @@ impl Player {
                         v.progress = vec!["joining a new game…".into()];
                     });
                 }
+                Next::JoinAgain => {}
                 Next::Quit => return,
             }
         }
@@ -582,7 +585,9 @@ impl Player {
                     }
                     None => continue,
                 },
-                None if last_act.elapsed() >= PRESENCE_INTERVAL && playing(session) => {
+                None if session.lobby_idle_due()
+                    || (last_act.elapsed() >= PRESENCE_INTERVAL && playing(session)) =>
+                {
                     last_act = Instant::now();
                     session.act(pb::Action::Idle).await.map(|(_, info)| info)
                 }
@@ -592,6 +597,12 @@ impl Player {
                 Ok(info) => {
                     let state = session.latest().cloned();
                     self.record(&info, state);
+                }
+                Err(e) if session::seat_lost(&e) => {
+                    // Seated again with the same token, in a waiting game.
+                    tracing::info!(error = %e, "seat lost; joining again");
+                    self.record_error(&e);
+                    return Next::JoinAgain;
                 }
                 Err(e) => self.record_error(&e),
             }

@@ -8,6 +8,15 @@
 //! player's view: it remembers the highest state version seen and never
 //! hands out an older state; a server that answers with one is counted as a
 //! regression (bench and chaos report them).
+//!
+//! It also knows when the player must be heard from: the servers give the
+//! seat of a player who sent nothing for a few seconds in a game still
+//! waiting for players to the next joiner (a crashed client must not start
+//! a game as a player who never moves), and reading the state does not
+//! count. Every front end asks [`GameSession::lobby_idle_due`] before it
+//! polls, and sends `Act(IDLE)` instead when it is due.
+
+use std::time::{Duration, Instant};
 
 use borbaman_proto::pb::{
     self, ActReply, ActRequest, GameState, GetStateRequest, JoinRequest, LeaveRequest, Ranking,
@@ -24,6 +33,11 @@ pub fn new_token() -> Vec<u8> {
     rand::random::<[u8; TOKEN_BYTES]>().to_vec()
 }
 
+/// How often a player whose game is waiting for players acts (idle): well
+/// within the servers' lobby seat TTL (`--lobby-seat-ttl-ms`, 3 s by
+/// default), past which its seat goes to the next joiner.
+pub const LOBBY_PRESENCE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// A player's seat in a game.
 pub struct GameSession {
     pool: ServerPool,
@@ -34,6 +48,9 @@ pub struct GameSession {
     rejoined: bool,
     latest: Option<GameState>,
     regressions: u64,
+    /// When the last join or act that the server records as activity was
+    /// sent; `None` after a rejoin, which records none.
+    last_heard: Option<Instant>,
 }
 
 impl GameSession {
@@ -68,6 +85,7 @@ impl GameSession {
             rejoined: reply.rejoined,
             latest: None,
             regressions: 0,
+            last_heard: (!reply.rejoined).then(Instant::now),
         };
         if let Some(state) = reply.state {
             session.observe(state, false);
@@ -96,10 +114,26 @@ impl GameSession {
         // been applied must not be re-sent with a different action.
         self.next_seq += 1;
         let (mut reply, info) = result?;
+        self.last_heard = Some(Instant::now());
         if let Some(state) = reply.state.take() {
             reply.state = Some(self.observe(state, reply.replayed));
         }
         Ok((reply, info))
+    }
+
+    /// True when the game is waiting for players and the server has not
+    /// heard from this session (a join or an act) for
+    /// [`LOBBY_PRESENCE_INTERVAL`]: send `Act(IDLE)` rather than only read
+    /// the state, or the seat may go to someone else.
+    pub fn lobby_idle_due(&self) -> bool {
+        let waiting = self
+            .latest
+            .as_ref()
+            .is_some_and(|s| s.phase() == pb::Phase::Waiting);
+        waiting
+            && self
+                .last_heard
+                .is_none_or(|at| at.elapsed() >= LOBBY_PRESENCE_INTERVAL)
     }
 
     /// The game's state, advanced to the current tick by the server.
@@ -191,6 +225,14 @@ impl GameSession {
     pub fn pool(&self) -> &ServerPool {
         &self.pool
     }
+}
+
+/// True when a call failed because the session no longer holds its seat
+/// (its lobby seat went to another player, or the server does not know its
+/// token): the player must join again to play on.
+pub fn seat_lost(error: &PoolError) -> bool {
+    matches!(error, PoolError::Status(status)
+        if matches!(status.code(), tonic::Code::PermissionDenied | tonic::Code::Unauthenticated))
 }
 
 /// The top `limit` players across all finished games.

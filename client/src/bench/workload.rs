@@ -4,9 +4,9 @@
 //! randomly picked server), making one invocation every interval like the
 //! original's `update()` calls. A client in a game that is running sends the brain's
 //! action (`Act`); in a lobby that is still filling it polls the state
-//! (`GetState`); when its game ends it joins the next one at once, so the
-//! load stays steady for the whole run. At the end every client leaves its
-//! game.
+//! (`GetState`), acting idle once a second to keep its seat; when its game
+//! ends it joins the next one at once, so the load stays steady for the
+//! whole run. At the end every client leaves its game.
 //!
 //! Each client records every call ([`Recorder`]) and keeps the proof the
 //! invariant checker needs: every session token it used, every `(token,
@@ -164,6 +164,8 @@ impl ClientRun {
             } else if phase == pb::Phase::Playing as i32 {
                 let action = brain::decide(current.latest().unwrap(), current.seat(), &mut rng);
                 self.act(current, action).await;
+            } else if current.lobby_idle_due() {
+                self.act(current, pb::Action::Idle).await;
             } else {
                 self.poll(current).await;
             }
