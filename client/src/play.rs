@@ -18,6 +18,11 @@
 //! any of those servers that dies, and the bots keep their sessions in the
 //! state directory beside the player's: a `play` restarted after a crash
 //! puts the player and its bots back in their running game.
+//!
+//! A player who is out of a running game may press `r` to leave it and join
+//! the next one, as from the game-over screen. Local bots play their own
+//! game to its end and then join the next waiting game, so they fill the
+//! player's new lobby once that game is over.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +41,7 @@ use crate::pool::{CallInfo, PoolConfig, PoolError, ServerPool};
 use crate::session::{self, GameSession, new_token};
 use crate::state_dir::{SavedSession, StateDir};
 use crate::ui::input::{Command, command_for};
-use crate::ui::{ColorMode, NetStats, View, draw};
+use crate::ui::{ColorMode, NetStats, View, draw, out_of_game};
 
 /// Frames drawn per second.
 const FPS: u32 = 30;
@@ -60,7 +65,7 @@ static HUNG_UP: AtomicBool = AtomicBool::new(false);
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Keys: arrows or WASD move, space plants a bomb, r plays again once a game is \
-over, q (or Esc, Ctrl-C) quits.
+over or you are out of it, q (or Esc, Ctrl-C) quits.
 
 Without --servers: the database is DATABASE_URL if set, else a private \
 PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
@@ -473,7 +478,7 @@ struct Player {
     rtt: Histogram<u64>,
 }
 
-/// What the player wants once a game is over.
+/// What the player wants once a game is over (or once out of it).
 enum Next {
     PlayAgain,
     /// The session lost its seat (see [`session::seat_lost`]).
@@ -578,6 +583,12 @@ impl Player {
                     self.leave(session).await;
                     return Next::Quit;
                 }
+                Some(Command::PlayAgain) if is_out(session) => {
+                    // Leaving forfeits, which changes nothing for a player
+                    // already out; then on as from the game-over screen.
+                    self.leave(session).await;
+                    return Next::PlayAgain;
+                }
                 Some(command) => match command.action() {
                     Some(action) => {
                         last_act = Instant::now();
@@ -672,6 +683,13 @@ impl Player {
             command = self.commands.recv() => matches!(command, None | Some(Command::Quit)),
         }
     }
+}
+
+/// True when the player is out of its running game (see [`out_of_game`]).
+fn is_out(session: &GameSession) -> bool {
+    session
+        .latest()
+        .is_some_and(|s| out_of_game(s, session.seat()))
 }
 
 fn playing(session: &GameSession) -> bool {

@@ -214,15 +214,23 @@ fn players_sharing_a_cell_are_all_shown() {
 }
 
 #[test]
-fn a_player_who_is_out_is_told_so_and_how_to_leave() {
+fn a_player_who_is_out_is_told_so_and_how_to_move_on() {
     let mut playing = view(state(Phase::Playing));
     let screen = text(&render(&playing, 80, 24, ColorMode::TrueColor));
     assert!(screen.contains("space bomb"), "{screen}");
     assert!(!screen.contains("You are out"), "{screen}");
     playing.state.as_mut().unwrap().players[0].alive = false;
     let screen = text(&render(&playing, 80, 24, ColorMode::TrueColor));
-    assert!(screen.contains("You are out: watching"), "{screen}");
-    assert!(screen.contains("q quits"), "{screen}");
+    assert!(screen.contains("You are out: watching the end"), "{screen}");
+    assert!(screen.contains("r next game · q quits"), "{screen}");
+    assert!(!screen.contains("space bomb"), "{screen}");
+    // Another player being out changes nothing for this one.
+    let mut other_out = view(state(Phase::Playing));
+    other_out.seat = Some(1);
+    other_out.state.as_mut().unwrap().players[0].alive = false;
+    let screen = text(&render(&other_out, 80, 24, ColorMode::TrueColor));
+    assert!(!screen.contains("You are out"), "{screen}");
+    assert!(!screen.contains("r next game"), "{screen}");
 }
 
 #[test]

@@ -16,7 +16,7 @@ use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Row, Table, Wrap};
 
-use super::{ColorMode, NetStats, Screen, View};
+use super::{ColorMode, NetStats, Screen, View, out_of_game};
 
 /// Smallest terminal the game screen fits in.
 pub const MIN_WIDTH: u16 = 66;
@@ -333,10 +333,10 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
     lines.push(Line::from(""));
     lines.extend(net_lines(&view.net));
     lines.push(Line::from(""));
-    if me.is_some_and(|me| !me.alive) {
+    if view.seat.is_some_and(|seat| out_of_game(state, seat)) {
         let out = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
-        lines.push(Line::styled("You are out: watching", out));
-        lines.push(Line::from("the end · q quits").dim());
+        lines.push(Line::styled("You are out: watching the end", out));
+        lines.push(Line::from("r next game · q quits").dim());
     } else {
         lines.push(Line::from("←↑↓→/WASD move").dim());
         lines.push(Line::from("space bomb · q quit").dim());

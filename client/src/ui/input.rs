@@ -1,5 +1,6 @@
 //! Key presses to commands. Arrows or WASD move, space plants a bomb, `r`
-//! plays again after a game, `q`, Esc or Ctrl-C quits.
+//! plays again after a game (or once out of a running one), `q`, Esc or
+//! Ctrl-C quits.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 

@@ -70,6 +70,17 @@ impl View {
     }
 }
 
+/// True when the player at `seat` is out of a running game: seated but no
+/// longer alive, the game not over. Such a player may leave and start the
+/// next game (`r`) instead of watching this one to its end.
+pub fn out_of_game(state: &GameState, seat: u32) -> bool {
+    state.phase() == Phase::Playing
+        && state
+            .players
+            .iter()
+            .any(|p| p.seat == seat && p.seated && !p.alive)
+}
+
 /// How colours are written: 24-bit where the terminal says it supports it
 /// (`COLORTERM=truecolor` or `24bit`), the 256-colour palette elsewhere.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,5 +101,38 @@ impl ColorMode {
             Some("truecolor" | "24bit") => ColorMode::TrueColor,
             _ => ColorMode::Indexed256,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borbaman_proto::pb::Player;
+
+    fn game(phase: Phase, alive: [bool; 2]) -> GameState {
+        GameState {
+            phase: phase as i32,
+            players: (0..2)
+                .map(|seat| Player {
+                    seat,
+                    seated: true,
+                    alive: alive[seat as usize],
+                    ..Player::default()
+                })
+                .collect(),
+            ..GameState::default()
+        }
+    }
+
+    #[test]
+    fn only_a_dead_player_in_a_running_game_is_out() {
+        let running = game(Phase::Playing, [false, true]);
+        assert!(out_of_game(&running, 0));
+        assert!(!out_of_game(&running, 1), "alive");
+        assert!(!out_of_game(&running, 3), "no such seat");
+        assert!(!out_of_game(&game(Phase::Finished, [false, true]), 0));
+        let mut unseated = running.clone();
+        unseated.players[0].seated = false;
+        assert!(!out_of_game(&unseated, 0), "left the game");
     }
 }
