@@ -14,9 +14,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use borbaman::cluster::{ClusterConfig, LocalCluster};
-use borbaman::pool::{PoolConfig, ServerPool};
-use borbaman::session::{GameSession, new_token};
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_client::session::{GameSession, new_token};
+use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::Action;
 use hdrhistogram::Histogram;
 

@@ -18,10 +18,10 @@ use rand::rngs::StdRng;
 use tokio::sync::watch;
 
 use crate::brain;
-use crate::cluster::{ClusterConfig, LocalCluster};
-use crate::pool::{PoolConfig, PoolError, ServerPool};
-use crate::session::{GameSession, new_token};
-use crate::state_dir::{SavedSession, StateDir};
+use borbaman_client::pool::{PoolConfig, PoolError, ServerPool};
+use borbaman_client::session::{GameSession, new_token};
+use borbaman_client::state_dir::{SavedSession, StateDir};
+use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 
 /// A bot that only polls still acts (idle) this often while its game runs,
 /// so other players see it as connected (the servers count a seat as
@@ -114,7 +114,7 @@ impl GameOutcome {
     /// The game's result, the same whichever of its players tells it:
     /// `game 7 finished at tick 2523 (2:06): bot-3 won`.
     pub fn game_line(&self) -> String {
-        let seconds = u64::from(self.ticks) * u64::from(borbaman_server::game::TICK_MS) / 1000;
+        let seconds = u64::from(self.ticks) * u64::from(borbaman_game::TICK_MS) / 1000;
         let result = match &self.winner {
             Some(winner) => format!("{winner} won"),
             None => "draw".to_string(),

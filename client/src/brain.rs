@@ -754,7 +754,8 @@ pub(crate) mod tests {
 
     #[test]
     fn sudden_death_closes_cells_in_the_order_the_core_does() {
-        use borbaman_server::game::{self, Phase};
+        use borbaman_game::{self as game, Phase};
+        use borbaman_server::wire::ToProto;
         let mut g = game::GameState::new(9, 0);
         for _ in 0..4 {
             g.seat_player(0);
@@ -835,7 +836,8 @@ pub(crate) mod tests {
 /// how often a game ends with a winner, how players die.
 #[cfg(test)]
 pub(crate) mod arena {
-    use borbaman_server::game::{self, Cell as CoreCell, Dir, Phase};
+    use borbaman_game::{self as game, Cell as CoreCell, Dir, Phase};
+    use borbaman_server::wire::ToProto;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 
 use crate::bench::record::{RunClock, duration_us};
 use crate::bench::{self, Injector, RunPlan, Target};
-use crate::cluster::{ClusterError, LocalCluster};
+use borbaman_cluster::local::{ClusterError, LocalCluster};
 
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]

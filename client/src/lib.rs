@@ -1,10 +1,10 @@
-//! Borbaman terminal client.
+//! Borbaman, the application: the terminal game, the bots, the
+//! measurement and fault-injection runs, and `borbaman server`.
 //!
-//! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
-//! - [`session`]: `GameSession`, one player's seat, safe to retry.
-//! - [`state_dir`]: the saved session that lets a restarted client rejoin.
-//! - [`cluster`]: `LocalCluster`, PostgreSQL plus server processes on this
-//!   machine, for `play`, tests, bench and chaos.
+//! It assembles the other crates: `borbaman-client` (pool, session, state
+//! dir), `borbaman-game` (the rules), `borbaman-cluster` (a local cluster)
+//! and `borbaman-server` (embedded as `borbaman server`).
+//!
 //! - [`brain`]: the bot AI, a pure function of the game state.
 //! - [`ui`]: the terminal screens (state, input and drawing kept apart).
 //! - [`play`]: `borbaman play`, the terminal game.
@@ -16,9 +16,5 @@ pub mod bench;
 pub mod bot;
 pub mod brain;
 pub mod chaos;
-pub mod cluster;
 pub mod play;
-pub mod pool;
-pub mod session;
-pub mod state_dir;
 pub mod ui;

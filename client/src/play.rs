@@ -36,12 +36,12 @@ use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, watch};
 
 use crate::bot;
-use crate::cluster::{ClusterConfig, ClusterError, Database, LocalCluster};
-use crate::pool::{CallInfo, PoolConfig, PoolError, ServerPool};
-use crate::session::{self, GameSession, new_token};
-use crate::state_dir::{SavedSession, StateDir};
 use crate::ui::input::{Command, command_for};
 use crate::ui::{ColorMode, NetStats, View, draw, out_of_game};
+use borbaman_client::pool::{CallInfo, PoolConfig, PoolError, ServerPool};
+use borbaman_client::session::{self, GameSession, new_token};
+use borbaman_client::state_dir::{SavedSession, StateDir};
+use borbaman_cluster::local::{ClusterConfig, ClusterError, Database, LocalCluster};
 
 /// Frames drawn per second.
 const FPS: u32 = 30;
@@ -715,7 +715,7 @@ fn login_name() -> String {
 /// or invisible characters: names are drawn in other players' terminals),
 /// checked before anything starts.
 pub fn validate_name(name: &str) -> Result<(), String> {
-    borbaman_server::names::check(name)
+    borbaman_game::names::check(name)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
-use borbaman::pool::PoolConfig;
+use borbaman_client::pool::PoolConfig;
 use tokio::sync::{mpsc, watch};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use borbaman::cluster::ClusterError;
-use borbaman::pool::{PoolConfig, ServerPool};
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::local::ClusterError;
 use borbaman_proto::pb::Action;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

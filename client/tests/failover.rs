@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use borbaman::pool::{PoolConfig, ServerPool};
+use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_proto::pb::Action;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

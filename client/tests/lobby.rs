@@ -8,9 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use borbaman::bot::{BotTeam, spawn_bots};
-use borbaman::cluster::{ClusterConfig, LocalCluster};
-use borbaman::pool::{PoolConfig, ServerPool};
-use borbaman::session::{GameSession, new_token, seat_lost};
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_client::session::{GameSession, new_token, seat_lost};
+use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::{Action, Phase};
 use tokio::sync::{mpsc, watch};
 

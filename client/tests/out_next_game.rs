@@ -6,9 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use borbaman::pool::{PoolConfig, ServerPool};
-use borbaman::session::{GameSession, new_token};
 use borbaman::ui::out_of_game;
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_client::session::{GameSession, new_token};
 use borbaman_proto::pb::{Action, Phase};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use borbaman::bot::{BotTeam, spawn_bots};
-use borbaman::pool::{PoolConfig, ServerPool};
-use borbaman::session::{GameSession, new_token};
-use borbaman::state_dir::{SavedSession, StateDir};
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_client::session::{GameSession, new_token};
+use borbaman_client::state_dir::{SavedSession, StateDir};
 use borbaman_proto::pb::{Action, Phase};
 use tokio::sync::{mpsc, watch};
 

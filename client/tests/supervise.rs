@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use borbaman::pool::{PoolConfig, ServerPool};
+use borbaman_client::pool::{PoolConfig, ServerPool};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_from_outside_is_started_again_on_its_address() {

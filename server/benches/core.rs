@@ -14,9 +14,10 @@
 use std::collections::VecDeque;
 use std::hint::black_box;
 
-use borbaman_server::game::{
+use borbaman_game::{
     Action, Cell, Dir, GameState, HEIGHT, MAX_ENCODED_BYTES, Phase, SEATS, Tick, WIDTH,
 };
+use borbaman_server::wire::ToProto;
 use criterion::{BatchSize, Criterion, criterion_group};
 
 #[path = "support/counting_alloc.rs"]

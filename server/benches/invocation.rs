@@ -22,9 +22,9 @@
 
 use std::time::{Duration, Instant};
 
+use borbaman_cluster::{LocalPostgres, PgOptions};
+use borbaman_game::{Action, Dir};
 use borbaman_proto::pb;
-use borbaman_server::game::{Action, Dir};
-use borbaman_server::postgres::{LocalPostgres, PgOptions};
 use borbaman_server::server::{self, ServerConfig};
 use borbaman_server::store::{ActCall, Store, StoreOptions};
 use borbaman_server::token;

@@ -1,14 +1,14 @@
 //! The `borbaman-server` command line: flags, runtime, logging, signals.
 //!
 //! Shared by the `borbaman-server` binary and `borbaman server`. Once ready
-//! it prints exactly one line to stdout,
-//! `borbaman-server listening on <addr> id=<id>`, for launchers to wait on;
-//! all logs go to stderr.
+//! it prints exactly one line to stdout, a [`ReadyLine`], for launchers to
+//! wait on; all logs go to stderr.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
 use crate::server::{self, ServerConfig};
@@ -101,11 +101,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         let running = server::start(args.config()).await?;
         {
             let mut out = std::io::stdout().lock();
-            writeln!(
-                out,
-                "borbaman-server listening on {} id={}",
-                running.addr, running.server_id
-            )?;
+            let ready = ReadyLine {
+                address: running.addr.to_string(),
+                id: running.server_id.to_string(),
+            };
+            writeln!(out, "{ready}")?;
             out.flush()?;
         }
         shutdown_signal().await?;

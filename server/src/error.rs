@@ -90,8 +90,8 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-impl From<crate::game::DecodeError> for Error {
-    fn from(err: crate::game::DecodeError) -> Self {
+impl From<borbaman_game::DecodeError> for Error {
+    fn from(err: borbaman_game::DecodeError) -> Self {
         Error::Corrupt(err.to_string())
     }
 }

@@ -10,10 +10,11 @@ use borbaman_proto::pb;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
-use crate::game::{self, Action, Dir, Outcome, SEATS};
-use crate::names;
 use crate::store::{ActCall, LeaveCall, Store};
 use crate::token;
+use crate::wire;
+use borbaman_game::names;
+use borbaman_game::{Action, SEATS};
 
 /// Rankings returned when the request asks for none in particular, and the
 /// most it may ask for.
@@ -33,7 +34,7 @@ impl GameService {
     }
 
     async fn join(&self, req: pb::JoinRequest) -> Result<pb::JoinReply, Error> {
-        let name = names::check(&req.name)?;
+        let name = names::check(&req.name).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let token = if req.token.is_empty() {
             token::draw()
         } else {
@@ -62,7 +63,7 @@ impl GameService {
         let acted = self.store.act(&call).await?;
         Ok(pb::ActReply {
             seq: acted.seq,
-            outcome: outcome_to_proto(acted.outcome) as i32,
+            outcome: wire::outcome_to_proto(acted.outcome) as i32,
             applied_tick: acted.applied_tick,
             replayed: acted.replayed,
             state: Some(acted.snapshot.into_proto()),
@@ -176,29 +177,14 @@ fn check_seq(seq: u64) -> Result<u64, Error> {
 }
 
 fn check_action(action: i32) -> Result<Action, Error> {
-    match pb::Action::try_from(action) {
-        Ok(pb::Action::Up) => Ok(Action::Move(Dir::Up)),
-        Ok(pb::Action::Down) => Ok(Action::Move(Dir::Down)),
-        Ok(pb::Action::Left) => Ok(Action::Move(Dir::Left)),
-        Ok(pb::Action::Right) => Ok(Action::Move(Dir::Right)),
-        Ok(pb::Action::Bomb) => Ok(Action::Bomb),
-        Ok(pb::Action::Idle) => Ok(Action::Idle),
-        Ok(pb::Action::Unspecified) | Err(_) => Err(Error::InvalidArgument(format!(
+    wire::action_from_proto(action).ok_or_else(|| {
+        Error::InvalidArgument(format!(
             "action must be one of UP, DOWN, LEFT, RIGHT, BOMB, IDLE (1-6), got {action}"
-        ))),
-    }
-}
-
-fn outcome_to_proto(outcome: Outcome) -> pb::Outcome {
-    match outcome {
-        Outcome::Applied => pb::Outcome::Applied,
-        Outcome::Queued => pb::Outcome::Queued,
-        Outcome::NoEffect => pb::Outcome::NoEffect,
-    }
+        ))
+    })
 }
 
 // Keeps the core's grid constants and the wire's in step.
-const _: () = assert!(game::SEATS == 4);
 
 #[cfg(test)]
 mod tests {

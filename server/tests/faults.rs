@@ -5,8 +5,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use borbaman_game::GameState;
 use borbaman_proto::pb;
-use borbaman_server::game::GameState;
 use common::*;
 use tonic::Code;
 

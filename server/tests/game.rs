@@ -5,8 +5,9 @@ mod common;
 
 use std::time::Duration;
 
+use borbaman_game::{Action, Dir, GameState};
 use borbaman_proto::pb;
-use borbaman_server::game::{Action, Dir, GameState};
+use borbaman_server::wire::ToProto;
 use common::*;
 use tonic::Code;
 

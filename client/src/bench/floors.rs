@@ -23,7 +23,7 @@ use tokio::time::timeout;
 use tonic::transport::Channel;
 
 use super::record::duration_us;
-use crate::pool::ServerPool;
+use borbaman_client::pool::ServerPool;
 
 /// A probe sample slower than this is abandoned.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);

@@ -36,8 +36,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::chaos::FaultEvent;
-use crate::cluster::{ClusterConfig, LocalCluster};
-use crate::pool::{PoolConfig, ServerPool};
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use floors::DbFloor;
 use plot::{FaultMark, Reference};
 use record::{Recorder, RunClock};

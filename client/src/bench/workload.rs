@@ -23,8 +23,8 @@ use tokio::sync::watch;
 
 use super::record::{CallKind, Invocation, Recorder, RunClock, STATUS_OK, duration_us};
 use crate::brain;
-use crate::pool::{CallInfo, PoolError, ServerPool};
-use crate::session::{GameSession, new_token};
+use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
+use borbaman_client::session::{GameSession, new_token};
 
 /// What the clients do and for how long.
 #[derive(Clone, Debug)]

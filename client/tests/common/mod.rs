@@ -4,9 +4,9 @@
 
 #![allow(dead_code)]
 
-use borbaman::cluster::{ClusterConfig, LocalCluster};
-use borbaman::pool::ServerPool;
-use borbaman::session::{GameSession, new_token};
+use borbaman_client::pool::ServerPool;
+use borbaman_client::session::{GameSession, new_token};
+use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::Phase;
 use sqlx::PgPool;
 

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 
 use sqlx::PgPool;
 
-use crate::game::{GameState, Phase};
 use crate::token::{self, TokenHash};
+use borbaman_game::{GameState, Phase};
 
 /// One row of the action log, with its session's token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,11 +149,7 @@ pub fn check_game(row: &GameRow) -> GameVerdict {
         Err(e) => return GameVerdict::Inconsistent(format!("game {}: {e}", row.id)),
     };
     let phase = state.phase();
-    let stored_phase = match phase {
-        Phase::Waiting => 1,
-        Phase::Playing => 2,
-        Phase::Finished => 3,
-    };
+    let stored_phase = phase.code();
     if row.phase != stored_phase {
         return GameVerdict::Inconsistent(format!(
             "game {}: row says phase {}, state says {phase:?}",

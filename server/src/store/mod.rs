@@ -282,7 +282,7 @@ mod tests {
 
     #[tokio::test]
     async fn warm_up_opens_the_minimum_connections_before_any_call() {
-        use crate::postgres::{LocalPostgres, PgOptions};
+        use borbaman_cluster::{LocalPostgres, PgOptions};
         let pg = LocalPostgres::start_temp(PgOptions {
             fsync: false,
             port: None,
@@ -317,7 +317,7 @@ mod tests {
     /// the store to retry on another connection, not an internal error.
     #[tokio::test]
     async fn a_transaction_ended_by_the_idle_timeout_is_retried() {
-        use crate::postgres::{LocalPostgres, PgOptions};
+        use borbaman_cluster::{LocalPostgres, PgOptions};
         let pg = LocalPostgres::start_temp(PgOptions {
             fsync: false,
             port: None,

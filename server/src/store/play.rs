@@ -39,18 +39,16 @@ use sqlx::{Postgres, Row, Transaction};
 use super::Store;
 use super::queries::*;
 use crate::error::Error;
-use crate::game::{
-    Action, Dir, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
-};
 use crate::token::TokenHash;
+use borbaman_game::{
+    Action, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
+};
 use borbaman_proto::pb;
 
-/// A seat counts as connected if its player acted this recently (the SQL in
-/// `queries` uses the same window).
-pub const CONNECTED_WINDOW_MS: u32 = 3000;
+use crate::wire::ToProto;
 
-/// `actions.action` of a Leave (Acts use the proto Action numbers 1-6).
-const KIND_LEAVE: i16 = 7;
+/// `actions.action` of a Leave (Acts use their own codes, 1-6).
+const KIND_LEAVE: i16 = Action::LEAVE_CODE;
 
 /// Names and "connected" flags of a game's seats (not part of the state).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -226,7 +224,7 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
         let last_seq = session.map_or(0, |s| s.5.max(0) as u64);
-        let running = session.filter(|s| s.3 && s.4 != phase_code(Phase::Finished));
+        let running = session.filter(|s| s.3 && s.4 != Phase::Finished.code());
         if let Some((_, game_id, seat, ..)) = running {
             let row = sqlx::query(READ_GAME)
                 .bind(game_id)
@@ -287,7 +285,7 @@ impl Store {
             .bind(i16::from(seat))
             .bind(session.is_some())
             .bind(Packed(&snapshot.state))
-            .bind(phase_code(snapshot.state.phase()));
+            .bind(snapshot.state.phase().code());
         if !new_game {
             query = query.bind(to_db_id(snapshot.game_id)?);
         }
@@ -315,7 +313,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let mut locked = load_locked(&mut tx, &call.token_hash).await?;
         check_owner(&locked, call.game_id, call.seat)?;
-        let kind = action_code(call.action);
+        let kind = call.action.code();
         let seq = to_db_seq(call.seq)?;
         if seq == locked.last_seq && locked.last_kind == kind {
             let outcome = outcome_from_code(locked.last_outcome);
@@ -341,14 +339,14 @@ impl Store {
         };
         let mut query = sqlx::query(sql)
             .bind(Packed(state))
-            .bind(phase_code(state.phase()))
+            .bind(state.phase().code())
             .bind(locked.game_id)
             .bind(locked.session_id)
             .bind(seq)
             .bind(kind)
             .bind(tick as i32)
             .bind(locked.seat)
-            .bind(outcome_code(outcome));
+            .bind(outcome.code());
         if ending.is_some() {
             query = query
                 .bind(winner_code(ending))
@@ -392,7 +390,7 @@ impl Store {
         let ending = finishing(before, state);
         sqlx::query(WRITE_LEAVE)
             .bind(Packed(state))
-            .bind(phase_code(state.phase()))
+            .bind(state.phase().code())
             .bind(locked.game_id)
             .bind(locked.session_id)
             .bind(seq)
@@ -553,7 +551,7 @@ async fn write_advance(
     let ending = finishing(before, state);
     let row = sqlx::query(WRITE_ADVANCE)
         .bind(Packed(state))
-        .bind(phase_code(state.phase()))
+        .bind(state.phase().code())
         .bind(game_id)
         .bind(winner_code(ending))
         .bind(ending == Some(Ending::Draw))
@@ -684,43 +682,8 @@ fn to_db_seq(seq: u64) -> Result<i64, Error> {
         .map_err(|_| Error::InvalidArgument(format!("seq {seq} is too large (max {})", i64::MAX)))
 }
 
-/// The proto Phase number, stored in `games.phase`.
-pub(crate) fn phase_code(phase: Phase) -> i16 {
-    match phase {
-        Phase::Waiting => pb::Phase::Waiting as i16,
-        Phase::Playing => pb::Phase::Playing as i16,
-        Phase::Finished => pb::Phase::Finished as i16,
-    }
-}
-
-/// The proto Action number, stored in `actions.action`.
-fn action_code(action: Action) -> i16 {
-    let a = match action {
-        Action::Move(Dir::Up) => pb::Action::Up,
-        Action::Move(Dir::Down) => pb::Action::Down,
-        Action::Move(Dir::Left) => pb::Action::Left,
-        Action::Move(Dir::Right) => pb::Action::Right,
-        Action::Bomb => pb::Action::Bomb,
-        Action::Idle => pb::Action::Idle,
-    };
-    a as i16
-}
-
-fn outcome_code(outcome: Outcome) -> i16 {
-    let o = match outcome {
-        Outcome::Applied => pb::Outcome::Applied,
-        Outcome::Queued => pb::Outcome::Queued,
-        Outcome::NoEffect => pb::Outcome::NoEffect,
-    };
-    o as i16
-}
-
 fn outcome_from_code(code: i16) -> Outcome {
-    match pb::Outcome::try_from(i32::from(code)) {
-        Ok(pb::Outcome::Applied) => Outcome::Applied,
-        Ok(pb::Outcome::Queued) => Outcome::Queued,
-        _ => Outcome::NoEffect,
-    }
+    Outcome::from_code(code).unwrap_or(Outcome::NoEffect)
 }
 
 /// The winner's seat for the rankings, or -1.
@@ -736,15 +699,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_match_the_wire_numbers() {
-        assert_eq!(action_code(Action::Move(Dir::Up)), 1);
-        assert_eq!(action_code(Action::Idle), 6);
-        assert_ne!(action_code(Action::Bomb), KIND_LEAVE);
-        for o in [Outcome::Applied, Outcome::Queued, Outcome::NoEffect] {
-            assert_eq!(outcome_from_code(outcome_code(o)), o);
-        }
-        assert_eq!(phase_code(Phase::Waiting), 1);
-        assert_eq!(phase_code(Phase::Finished), 3);
+    fn winner_codes() {
         assert_eq!(winner_code(Some(Ending::Winner(2))), 2);
         assert_eq!(winner_code(Some(Ending::Draw)), -1);
     }
@@ -753,8 +708,8 @@ mod tests {
 #[cfg(test)]
 mod sql_tests {
     use super::*;
-    use crate::postgres::{LocalPostgres, PgOptions};
     use crate::store::StoreOptions;
+    use borbaman_cluster::{LocalPostgres, PgOptions};
     use sqlx::Executor;
 
     /// Every statement parses, type-checks and plans against the migrated

@@ -4,6 +4,38 @@
 //! types. A game's columns are always selected in the same order (see
 //! `game_cols!`) so one parser reads them.
 
+use borbaman_game::Phase;
+use borbaman_game::codes::CONNECTED_WINDOW_MS;
+
+// SQL text is built from literals (`concat!`), and the partial index
+// `games_waiting` is declared on `phase = 1`, so the codes appear as
+// literals here; these assertions tie each literal to the core's code.
+
+/// `Phase::Waiting`'s code as an SQL literal.
+macro_rules! waiting {
+    () => {
+        "1"
+    };
+}
+/// `Phase::Finished`'s code as an SQL literal.
+macro_rules! finished {
+    () => {
+        "3"
+    };
+}
+/// [`CONNECTED_WINDOW_MS`] as an SQL literal.
+macro_rules! connected_window_ms {
+    () => {
+        "3000"
+    };
+}
+
+const _: () = {
+    assert!(Phase::WAITING_CODE == 1);
+    assert!(Phase::FINISHED_CODE == 3);
+    assert!(CONNECTED_WINDOW_MS == 3000);
+};
+
 /// The game's clock now, in ticks since the game row was created
 /// (`$tick_ms`: the tick length).
 macro_rules! now_tick {
@@ -22,7 +54,9 @@ macro_rules! active {
         concat!(
             "coalesce(g.active_at[",
             $i,
-            "] > now() - interval '3000 milliseconds', false)"
+            "] > now() - interval '",
+            connected_window_ms!(),
+            " milliseconds', false)"
         )
     };
 }
@@ -57,7 +91,9 @@ macro_rules! update_game {
             $phase,
             "::smallint, updated_at = now(), finished_at = CASE WHEN ",
             $phase,
-            "::smallint = 3 THEN coalesce(finished_at, now()) END",
+            "::smallint = ",
+            finished!(),
+            " THEN coalesce(finished_at, now()) END",
             $extra,
             " WHERE id = ",
             $game,
@@ -154,7 +190,9 @@ pub const LOAD_WAITING_LOCKED: &str = concat!(
     silent!(3, "$2"),
     ", ",
     silent!(4, "$2"),
-    "] FROM games g WHERE g.phase = 1 ORDER BY g.id LIMIT 1 FOR UPDATE"
+    "] FROM games g WHERE g.phase = ",
+    waiting!(),
+    " ORDER BY g.id LIMIT 1 FOR UPDATE"
 );
 
 /// Frees the seats `$2` of waiting game `$1` (locked by the caller) whose

@@ -9,10 +9,10 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use borbaman_cluster::{LocalPostgres, PgOptions, ReadyLine};
 use borbaman_proto::pb;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
-use borbaman_server::postgres::{LocalPostgres, PgOptions};
 use rand::RngCore;
 use sqlx::PgPool;
 use tonic::transport::Channel;
@@ -67,16 +67,13 @@ impl ServerProcess {
             let _ = child.kill();
             panic!("borbaman-server did not become ready within 30 s");
         };
-        let rest = line
-            .trim()
-            .strip_prefix("borbaman-server listening on ")
-            .unwrap_or_else(|| panic!("unexpected readiness line {line:?}"));
-        let (addr, id) = rest.split_once(" id=").expect("readiness line has an id");
+        let ready =
+            ReadyLine::parse(&line).unwrap_or_else(|| panic!("unexpected readiness line {line:?}"));
         ServerProcess {
             child,
             _stdout: reader,
-            addr: addr.to_string(),
-            id: id.to_string(),
+            addr: ready.address,
+            id: ready.id,
         }
     }
 

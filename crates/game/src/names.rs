@@ -1,7 +1,5 @@
 //! Player names: drawn in other players' terminals, so only printable text.
 
-use crate::error::Error;
-
 /// Longest name, in characters.
 pub const MAX_NAME_CHARS: usize = 16;
 
@@ -18,11 +16,16 @@ fn is_invisible_format(c: char) -> bool {
         | '\u{FFF9}'..='\u{FFFB}')
 }
 
+/// Why a name was refused; the message tells the player what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NameError(String);
+
 /// Checks a player name: 1-16 printable characters, not only spaces.
-pub fn check(name: &str) -> Result<&str, Error> {
+pub fn check(name: &str) -> Result<&str, NameError> {
     let chars = name.chars().count();
     if chars == 0 || chars > MAX_NAME_CHARS {
-        return Err(Error::InvalidArgument(format!(
+        return Err(NameError(format!(
             "name must be 1-{MAX_NAME_CHARS} characters, got {chars}"
         )));
     }
@@ -30,15 +33,13 @@ pub fn check(name: &str) -> Result<&str, Error> {
         .chars()
         .find(|&c| c.is_control() || is_invisible_format(c))
     {
-        return Err(Error::InvalidArgument(format!(
+        return Err(NameError(format!(
             "name contains a control or invisible character (U+{:04X}); use printable characters only",
             c as u32
         )));
     }
     if name.trim().is_empty() {
-        return Err(Error::InvalidArgument(
-            "name must not be only spaces".into(),
-        ));
+        return Err(NameError("name must not be only spaces".into()));
     }
     Ok(name)
 }

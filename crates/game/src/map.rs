@@ -30,7 +30,7 @@ pub enum PowerUp {
     Speed,
 }
 
-pub(crate) const CELLS: usize = WIDTH as usize * HEIGHT as usize;
+pub const CELLS: usize = WIDTH as usize * HEIGHT as usize;
 
 /// Share of open cells (outside the spawn corners) drawn as soft blocks, %.
 const SOFT_PERCENT: u32 = 65;
@@ -47,7 +47,7 @@ pub(crate) const SPAWNS: [(u8, u8); 4] = [
 ];
 
 /// Row-major index of (x, y).
-pub(crate) const fn index(x: u8, y: u8) -> usize {
+pub const fn index(x: u8, y: u8) -> usize {
     y as usize * WIDTH as usize + x as usize
 }
 

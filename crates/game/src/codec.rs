@@ -581,7 +581,7 @@ impl<'a> BitReader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::game::Action;
+    use crate::Action;
 
     fn started(seed: u64) -> GameState {
         let mut g = GameState::new(seed, 0);

@@ -96,11 +96,17 @@
 //! - `rng`: the seeded generator the map is drawn from;
 //! - `rules`: the tick loop and the actions;
 //! - `codec`: the packed binary storage format (at most 256 bytes);
-//! - `proto`: conversion to the wire message.
+//! - [`names`]: what a player name may hold;
+//! - [`codes`]: the numbers that stand for phases, actions and outcomes in
+//!   SQL and on the wire, and the presence windows.
+//!
+//! Conversion to the wire message lives with the server (`borbaman-server`'s
+//! `wire` module): the core knows nothing of gRPC.
 
 mod codec;
+pub mod codes;
 mod map;
-mod proto;
+pub mod names;
 mod rng;
 mod rules;
 
@@ -108,7 +114,7 @@ mod rules;
 mod props;
 
 pub use codec::{CODEC_VERSION, DecodeError, MAX_ENCODED_BYTES};
-pub use map::{Cell, PowerUp};
+pub use map::{CELLS, Cell, PowerUp, index};
 
 pub const WIDTH: u8 = 15;
 pub const HEIGHT: u8 = 13;
@@ -412,6 +418,30 @@ impl GameState {
                 fuse_ticks: b.fuse_ticks,
             })
         })
+    }
+
+    /// Every cell, row-major (see [`index`]).
+    pub fn cells(&self) -> &[Cell; CELLS] {
+        &self.cells
+    }
+
+    /// Every seat, seated or not.
+    pub fn players(&self) -> &[Player; SEATS] {
+        &self.players
+    }
+
+    /// Bombs on the board per seat, in one pass.
+    pub fn bombs_per_seat(&self) -> [u8; SEATS] {
+        let mut placed = [0u8; SEATS];
+        for b in self.bombs.iter().flatten() {
+            placed[usize::from(b.owner) % SEATS] += 1;
+        }
+        placed
+    }
+
+    /// How many cells burn.
+    pub fn burning_cells(&self) -> usize {
+        self.burn.iter().filter(|&&t| t > 0).count()
     }
 
     /// Bombs `seat` has on the board.

@@ -294,7 +294,7 @@ fn light(lit_by: &mut [u8; CELLS], i: usize, owner: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::game::{Player, ROUND_TICKS, START_BOMBS};
+    use crate::{Player, ROUND_TICKS, START_BOMBS};
 
     /// A started game (tick 0) with every soft block cleared.
     fn open_arena() -> GameState {

@@ -1,16 +1,41 @@
-//! The game as the wire sees it: [`GameState`] to `pb::GameState`. Hidden
-//! power-ups stay hidden: a soft block shows as a soft block.
+//! The game as the wire sees it: the core's types to and from `pb`.
+//!
+//! [`ToProto`] turns a [`GameState`] into a `pb::GameState`; hidden
+//! power-ups stay hidden: a soft block shows as a soft block. Phase, action
+//! and outcome numbers are the core's [`borbaman_game::codes`]; the
+//! assertions below keep the `.proto` enums equal to them.
 
+use borbaman_game::{
+    Action, Cell, Ending, GameState, HEIGHT, Outcome, Phase, PowerUp, SEATS, TICK_MS, WIDTH,
+};
 use borbaman_proto::pb;
 
-use super::map::{CELLS, Cell, PowerUp};
-use super::{Ending, GameState, HEIGHT, Phase, SEATS, TICK_MS, WIDTH};
-
-impl GameState {
+/// The wire message of a game.
+pub trait ToProto {
     /// The wire message for clients. `version` is the stored row version;
     /// `names` and `connected` come from the sessions, which the core does
     /// not know about.
-    pub fn to_proto(
+    fn to_proto(
+        &self,
+        game_id: u64,
+        version: u64,
+        names: &[String; 4],
+        connected: [bool; 4],
+    ) -> pb::GameState;
+
+    /// [`ToProto::to_proto`] taking the names by value, so a caller that
+    /// owns them (the server, once per call) moves them instead of copying.
+    fn to_proto_with_names(
+        &self,
+        game_id: u64,
+        version: u64,
+        names: [String; SEATS],
+        connected: [bool; SEATS],
+    ) -> pb::GameState;
+}
+
+impl ToProto for GameState {
+    fn to_proto(
         &self,
         game_id: u64,
         version: u64,
@@ -20,26 +45,20 @@ impl GameState {
         self.to_proto_with_names(game_id, version, names.clone(), connected)
     }
 
-    /// [`GameState::to_proto`] taking the names by value, so a caller that
-    /// owns them (the server, once per call) moves them instead of copying.
-    pub fn to_proto_with_names(
+    fn to_proto_with_names(
         &self,
         game_id: u64,
         version: u64,
         names: [String; SEATS],
         connected: [bool; SEATS],
     ) -> pb::GameState {
-        let cells = (0..CELLS).map(|i| wire_cell(self.cells[i]) as u8).collect();
-        // One pass over the bombs for every seat's count and the total.
-        let mut placed = [0u32; SEATS];
-        for b in self.bombs.iter().flatten() {
-            placed[usize::from(b.owner) % SEATS] += 1;
-        }
+        let cells = self.cells().iter().map(|&c| wire_cell(c) as u8).collect();
+        let placed = self.bombs_per_seat().map(u32::from);
         let players = names
             .into_iter()
             .enumerate()
             .map(|(seat, name)| {
-                let p = &self.players[seat];
+                let p = &self.players()[seat];
                 pb::Player {
                     seat: seat as u32,
                     name,
@@ -67,17 +86,12 @@ impl GameState {
             range: b.range as u32,
             fuse_ticks: b.fuse_ticks as u32,
         }));
-        let mut blasts = Vec::with_capacity(self.burn.iter().filter(|&&t| t > 0).count());
+        let mut blasts = Vec::with_capacity(self.burning_cells());
         blasts.extend(self.blasts().map(|b| pb::Blast {
             x: b.x as u32,
             y: b.y as u32,
             ticks_left: b.ticks_left as u32,
         }));
-        let phase = match self.phase {
-            Phase::Waiting => pb::Phase::Waiting,
-            Phase::Playing => pb::Phase::Playing,
-            Phase::Finished => pb::Phase::Finished,
-        };
         pb::GameState {
             game_id,
             version,
@@ -87,20 +101,46 @@ impl GameState {
             players,
             bombs,
             blasts,
-            tick: self.tick,
+            tick: self.tick(),
             tick_ms: TICK_MS,
-            phase: phase as i32,
-            winner: match self.ending {
+            phase: i32::from(self.phase().code()),
+            winner: match self.ending() {
                 Some(Ending::Winner(seat)) => Some(seat as u32),
                 _ => None,
             },
-            draw: self.ending == Some(Ending::Draw),
+            draw: self.ending() == Some(Ending::Draw),
             round_ticks_left: self.round_ticks_left(),
             sudden_death: self.sudden_death(),
             seated: self.seated() as u32,
         }
     }
 }
+
+/// The core's action for a wire number; `None` for UNSPECIFIED and unknowns.
+pub fn action_from_proto(action: i32) -> Option<Action> {
+    i16::try_from(action).ok().and_then(Action::from_code)
+}
+
+pub fn outcome_to_proto(outcome: Outcome) -> pb::Outcome {
+    pb::Outcome::try_from(i32::from(outcome.code())).unwrap_or(pb::Outcome::Unspecified)
+}
+
+// The wire's enum numbers are the core's codes.
+const _: () = {
+    assert!(pb::Phase::Waiting as i32 == Phase::WAITING_CODE as i32);
+    assert!(pb::Phase::Playing as i32 == Phase::PLAYING_CODE as i32);
+    assert!(pb::Phase::Finished as i32 == Phase::FINISHED_CODE as i32);
+    assert!(pb::Action::Up as i32 == Action::UP_CODE as i32);
+    assert!(pb::Action::Down as i32 == Action::DOWN_CODE as i32);
+    assert!(pb::Action::Left as i32 == Action::LEFT_CODE as i32);
+    assert!(pb::Action::Right as i32 == Action::RIGHT_CODE as i32);
+    assert!(pb::Action::Bomb as i32 == Action::BOMB_CODE as i32);
+    assert!(pb::Action::Idle as i32 == Action::IDLE_CODE as i32);
+    assert!(pb::Outcome::Applied as i32 == Outcome::APPLIED_CODE as i32);
+    assert!(pb::Outcome::Queued as i32 == Outcome::QUEUED_CODE as i32);
+    assert!(pb::Outcome::NoEffect as i32 == Outcome::NO_EFFECT_CODE as i32);
+    assert!(SEATS == 4);
+};
 
 fn wire_cell(cell: Cell) -> pb::Cell {
     match cell {
@@ -117,7 +157,7 @@ fn wire_cell(cell: Cell) -> pb::Cell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::game::{Action, map};
+    use borbaman_game::{CELLS, ROUND_TICKS, index};
 
     #[test]
     fn proto_carries_the_board_players_and_hides_power_ups() {
@@ -130,8 +170,8 @@ mod tests {
         let pb = g.to_proto(9, 17, &names, [true, false, true, true]);
         assert_eq!((pb.game_id, pb.version, pb.tick), (9, 17, 5));
         assert_eq!(pb.cells.len(), CELLS);
-        assert_eq!(pb.cells[map::index(0, 0)], pb::Cell::Pillar as u8);
-        assert_eq!(pb.cells[map::index(1, 1)], pb::Cell::Floor as u8);
+        assert_eq!(pb.cells[index(0, 0)], pb::Cell::Pillar as u8);
+        assert_eq!(pb.cells[index(1, 1)], pb::Cell::Floor as u8);
         assert!(pb.cells.iter().all(|&c| c <= pb::Cell::Soft as u8));
         assert_eq!(pb.players.len(), 4);
         assert_eq!(pb.players[1].name, "b");
@@ -141,7 +181,7 @@ mod tests {
         assert_eq!(pb.bombs[0].fuse_ticks, 50);
         assert_eq!(pb.phase, pb::Phase::Playing as i32);
         assert_eq!(pb.seated, 4);
-        assert_eq!(pb.round_ticks_left, crate::game::ROUND_TICKS - 2);
+        assert_eq!(pb.round_ticks_left, ROUND_TICKS - 2);
         assert!(pb.winner.is_none() && !pb.draw && !pb.sudden_death);
     }
 }

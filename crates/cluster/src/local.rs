@@ -6,8 +6,7 @@
 //! ([`LocalPostgres`]) in a given data directory or a throwaway one. Servers
 //! are processes of this very binary (`borbaman server …`, via
 //! `current_exe()`) or of a given binary, on OS-chosen ports; each one's
-//! readiness is its single stdout line `borbaman-server listening on <addr>
-//! id=<id>`. Their logs go to files in the log directory, never to the
+//! readiness is its single stdout line, a [`ReadyLine`]. Their logs go to files in the log directory, never to the
 //! terminal (the UI owns it). Everything started here is stopped by PID when
 //! the cluster is dropped, and, should this process be killed outright, the
 //! servers get SIGTERM from the kernel (`PR_SET_PDEATHSIG`) and exit too.
@@ -25,10 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use borbaman_server::postgres::{LocalPostgres, PgError, PgOptions};
-
-/// Prefix of the line a server prints on stdout when it is ready.
-pub const READY_PREFIX: &str = "borbaman-server listening on ";
+use crate::postgres::{LocalPostgres, PgError, PgOptions};
+use crate::ready::ReadyLine;
 
 /// Listen address of a new server: a free port on loopback.
 const ANY_PORT: &str = "127.0.0.1:0";
@@ -75,12 +72,13 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// `servers` servers of this binary on a throwaway database (or
-    /// `DATABASE_URL`).
+    /// `servers` servers of this binary on a throwaway database of their
+    /// own (never `DATABASE_URL`: tests and measurements must not touch a
+    /// database someone keeps).
     pub fn temporary(servers: usize) -> ClusterConfig {
         ClusterConfig {
             servers,
-            database: Database::from_env_or(Database::Temporary),
+            database: Database::Temporary,
             fsync: false,
             server_command: None,
             server_args: Vec::new(),
@@ -507,8 +505,8 @@ impl LocalCluster {
                 ));
             }
         };
-        match parse_ready_line(&line) {
-            Some((address, id)) => Ok(ServerProcess {
+        match ReadyLine::parse(&line) {
+            Some(ReadyLine { address, id }) => Ok(ServerProcess {
                 child,
                 address,
                 id,
@@ -604,18 +602,6 @@ fn spawn_tied_to_this_thread(command: &mut Command) -> std::io::Result<Child> {
     command.spawn()
 }
 
-/// `(address, id)` from `borbaman-server listening on <addr> id=<id>`.
-pub fn parse_ready_line(line: &str) -> Option<(String, String)> {
-    let rest = line.trim().strip_prefix(READY_PREFIX)?;
-    let mut parts = rest.split_whitespace();
-    let address = parts.next()?.to_string();
-    let id = parts
-        .find_map(|p| p.strip_prefix("id="))
-        .unwrap_or_default()
-        .to_string();
-    Some((address, id))
-}
-
 fn signal(child: &Child, signal: libc::c_int) {
     // SAFETY: kill(2) with a pid we spawned and have not reaped yet.
     unsafe {
@@ -635,18 +621,4 @@ fn wait_or_kill(child: &mut Child, grace: Duration) {
     }
     signal(child, libc::SIGKILL);
     let _ = child.wait();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ready_lines_are_parsed() {
-        assert_eq!(
-            parse_ready_line("borbaman-server listening on 127.0.0.1:4242 id=abc-1\n"),
-            Some(("127.0.0.1:4242".into(), "abc-1".into()))
-        );
-        assert_eq!(parse_ready_line("some log line"), None);
-    }
 }

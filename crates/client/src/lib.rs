@@ -1,0 +1,13 @@
+//! How a Borbaman client reaches its game, whatever it draws or decides:
+//! the terminal game, the bots, bench and chaos runs all sit on this.
+//!
+//! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
+//! - [`session`]: `GameSession`, one player's seat, safe to retry.
+//! - [`state_dir`]: the saved session that lets a restarted client rejoin.
+//!
+//! It knows the wire contract and the game core, never the server or the
+//! database.
+
+pub mod pool;
+pub mod session;
+pub mod state_dir;

@@ -1,0 +1,20 @@
+//! Borbaman on one machine, for `borbaman play`, bench and chaos runs and
+//! the tests.
+//!
+//! - [`postgres`]: `LocalPostgres`, a private PostgreSQL from the machine's
+//!   own binaries.
+//! - [`local`]: `LocalCluster`, a database plus N game-server processes, and
+//!   the faults chaos runs inject into them.
+//! - [`ready`]: the line a server prints when it serves, which launchers
+//!   wait for.
+//!
+//! Nothing here links the server or the database driver: servers are
+//! processes, and the database is reached by its binaries.
+
+pub mod local;
+pub mod postgres;
+pub mod ready;
+
+pub use local::{ClusterConfig, ClusterError, Database, LocalCluster};
+pub use postgres::{LocalPostgres, PgError, PgOptions};
+pub use ready::ReadyLine;
