@@ -1,10 +1,10 @@
 //! `borbaman bot`: headless AI players.
 //!
 //! Each bot is a [`GameSession`] on its own [`ServerPool`] (so bots spread
-//! over the servers like separate clients would) driven by the [`brain`]:
-//! every tick it reads the state (from its last reply, or `GetState` when it
-//! has nothing to do) and sends the brain's action. When a game ends it
-//! reports the outcome and joins the next one. `borbaman play` runs the same
+//! over the servers like separate clients would) driven by a [`Driver`],
+//! the same decision loop the bench clients run: every tick it acts on the
+//! brain's choice while the game runs and keeps its seat in a lobby. When a
+//! game ends it reports the outcome and joins the next one. `borbaman play` runs the same
 //! loop in-process to fill a local game; those bots keep their sessions in
 //! the state directory, like the player, so that a `play` restarted after a
 //! crash brings them back into their running game too.
@@ -12,32 +12,23 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use borbaman_proto::pb::{self, GameState, Phase};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use tokio::sync::watch;
-
-use crate::brain;
 use borbaman_client::pool::{PoolConfig, PoolError, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_client::state_dir::{SavedSession, StateDir};
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use borbaman_proto::pb::GameState;
 
-/// A bot that only polls still acts (idle) this often while its game runs,
-/// so other players see it as connected (the servers count a seat as
-/// connected for 3 s after an action).
-const PRESENCE_INTERVAL: Duration = Duration::from_secs(2);
+use crate::args::ServersArg;
+use crate::driver::{self, Driver, Step};
+use crate::shutdown::{self, Shutdown};
 
 #[derive(Debug, clap::Args)]
 pub struct BotArgs {
     /// Number of bots to run.
     #[arg(long, default_value_t = 4)]
     pub count: usize,
-    /// Servers to bootstrap from (any live one will do), comma-separated
-    /// host:port. Without it, a local cluster is started.
-    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS",
-          value_parser = crate::play::server_address)]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServersArg,
     /// Bots are named <prefix>-1, <prefix>-2, …
     #[arg(long, default_value = "bot")]
     pub name_prefix: String,
@@ -168,13 +159,13 @@ impl GameLines {
 pub async fn play_games(
     pool: ServerPool,
     options: BotOptions,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Shutdown,
     mut on_game: impl FnMut(GameOutcome),
 ) {
-    let mut rng = StdRng::seed_from_u64(options.seed);
+    let mut driver = Driver::new(options.seed);
     let mut finished = 0u32;
     let sessions = options.sessions.as_ref();
-    while options.games.is_none_or(|games| finished < games) && !*stop.borrow() {
+    while options.games.is_none_or(|games| finished < games) && !stop.is_shutdown() {
         let saved = sessions.and_then(|dir| dir.load(&options.name));
         let token = saved
             .as_ref()
@@ -188,7 +179,7 @@ pub async fn play_games(
                     // The servers refuse the saved session: start afresh.
                     dir.clear(&options.name);
                 }
-                if pause(&mut stop, Duration::from_millis(500)).await {
+                if stop.sleep(Duration::from_millis(500)).await {
                     return;
                 }
                 continue;
@@ -206,13 +197,13 @@ pub async fn play_games(
                 tracing::warn!(bot = options.name, error = %e, "cannot save the bot's session");
             }
         }
-        let played = play_one(&mut session, &options, &mut rng, &mut stop).await;
+        let played = play_one(&mut session, &options, &mut driver, &mut stop).await;
         match played {
             Some(state) => {
                 finished += 1;
                 on_game(GameOutcome::from_state(&options.name, &session, &state));
             }
-            None if *stop.borrow() => {
+            None if stop.is_shutdown() => {
                 let _ = session.leave().await;
             }
             None => {}
@@ -220,7 +211,7 @@ pub async fn play_games(
         if let Some(dir) = sessions {
             dir.clear(&options.name);
         }
-        if *stop.borrow() {
+        if stop.is_shutdown() {
             return;
         }
     }
@@ -230,68 +221,34 @@ pub async fn play_games(
 async fn play_one(
     session: &mut GameSession,
     options: &BotOptions,
-    rng: &mut StdRng,
-    stop: &mut watch::Receiver<bool>,
+    driver: &mut Driver,
+    stop: &mut Shutdown,
 ) -> Option<GameState> {
     let mut ticker = tokio::time::interval(options.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_act = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = stop.changed() => return None,
+            _ = stop.recv() => return None,
         }
-        if *stop.borrow() {
-            return None;
-        }
-        let action = session
-            .latest()
-            .map(|state| brain::decide(state, session.seat(), rng))
-            .unwrap_or(pb::Action::Idle);
-        let running = session
-            .latest()
-            .is_some_and(|s| s.phase() == Phase::Playing);
-        let present = last_act.elapsed() < PRESENCE_INTERVAL;
-        let quiet = present || !running;
-        let result = if action == pb::Action::Idle && quiet && !session.lobby_idle_due() {
-            session.state().await.map(|_| ())
-        } else {
-            last_act = tokio::time::Instant::now();
-            session.act(action).await.map(|_| ())
+        let result = match driver.next(session) {
+            Step::GameOver => return session.latest().cloned(),
+            Step::Act(action) => session.act(action).await.map(|_| ()),
+            Step::Poll => session.state().await.map(|_| ()),
         };
         match result {
             Ok(()) => {}
-            Err(PoolError::Status(status))
-                if matches!(
-                    status.code(),
-                    tonic::Code::Unauthenticated
-                        | tonic::Code::PermissionDenied
-                        | tonic::Code::NotFound
-                ) =>
-            {
-                tracing::warn!(%status, "session no longer accepted; joining again");
+            Err(e) if driver::must_rejoin(&e) => {
+                tracing::warn!(error = %e, "session no longer accepted; joining again");
                 return None;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "call failed");
-                if pause(stop, Duration::from_millis(200)).await {
+                if stop.sleep(Duration::from_millis(200)).await {
                     return None;
                 }
             }
         }
-        if let Some(state) = session.latest()
-            && state.phase() == Phase::Finished
-        {
-            return Some(state.clone());
-        }
-    }
-}
-
-/// Sleeps, unless stopped first; true when stopped.
-async fn pause(stop: &mut watch::Receiver<bool>, duration: Duration) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(duration) => *stop.borrow(),
-        _ = stop.changed() => true,
     }
 }
 
@@ -325,7 +282,7 @@ pub async fn spawn_bots(
     servers: &[String],
     config: PoolConfig,
     team: &BotTeam,
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
     outcomes: tokio::sync::mpsc::UnboundedSender<GameOutcome>,
 ) -> Result<tokio::task::JoinSet<()>, PoolError> {
     let mut bots = tokio::task::JoinSet::new();
@@ -360,7 +317,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
         "--name-prefix must be 1-10 characters (names are at most 16)"
     );
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    let cluster = if args.servers.is_empty() {
+    let cluster = if args.servers.servers.is_empty() {
         eprintln!("no --servers given: starting a local cluster (PostgreSQL and 3 servers)…");
         let config = ClusterConfig::temporary(3);
         Some(
@@ -372,10 +329,10 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
     };
     let servers = match &cluster {
         Some(cluster) => cluster.addresses(),
-        None => args.servers.clone(),
+        None => args.servers.servers.clone(),
     };
     let result = runtime.block_on(async {
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let (stopper, stop) = shutdown::channel();
         let (outcome_tx, mut outcome_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut report = GameLines::default();
         let team = BotTeam {
@@ -384,16 +341,16 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             games: args.games,
             sessions: None,
         };
-        let mut bots = spawn_bots(&servers, PoolConfig::default(), &team, stop_rx, outcome_tx)
+        let mut bots = spawn_bots(&servers, PoolConfig::default(), &team, stop, outcome_tx)
             .await
             .context("connecting to the servers")?;
         loop {
             tokio::select! {
                 Some(outcome) = outcome_rx.recv() => report.add(&outcome),
                 joined = bots.join_next() => if joined.is_none() { break },
-                _ = shutdown_signal() => {
+                _ = shutdown::signal() => {
                     eprintln!("stopping: the bots leave their games…");
-                    let _ = stop_tx.send(true);
+                    stopper.stop();
                     let _ = tokio::time::timeout(Duration::from_secs(5), bots.join_all()).await;
                     break;
                 }
@@ -406,23 +363,6 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
     });
     drop(cluster);
     result
-}
-
-/// Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(term) => {
-                term.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }
 
 #[cfg(test)]

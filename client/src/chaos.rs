@@ -12,58 +12,19 @@
 //! Besides the bench outputs it writes `faults.csv` (time, kind, target),
 //! and like bench it exits non-zero, naming the invariant, when one fails.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::bench::record::{RunClock, duration_us};
-use crate::bench::{self, Injector, RunPlan, Target};
+use crate::measure::faults::{FaultEvent, FaultKind};
+use crate::measure::record::{RunClock, duration_us};
+use crate::measure::{self, Injector, RunPlan, Target};
+use crate::shutdown::Shutdown;
 use borbaman_cluster::local::{ClusterError, LocalCluster};
-
-/// A kind of fault.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FaultKind {
-    Kill,
-    Hang,
-    Restart,
-    DbRestart,
-}
-
-impl fmt::Display for FaultKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FaultKind::Kill => "kill",
-            FaultKind::Hang => "hang",
-            FaultKind::Restart => "restart",
-            FaultKind::DbRestart => "db-restart",
-        })
-    }
-}
-
-/// One injected fault: a row of `faults.csv`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct FaultEvent {
-    /// When it was injected, in seconds since the start of the run.
-    pub time_s: f64,
-    /// The same in microseconds (to line up with invocations.csv).
-    pub at_us: u64,
-    pub kind: FaultKind,
-    /// The server's address, or `database`.
-    pub target: String,
-    /// From injection until the cluster was whole again (replacement ready,
-    /// server resumed, database back).
-    pub recovered_ms: f64,
-    /// Empty, or why the fault could not be injected or recovered from.
-    pub error: String,
-}
 
 /// Flags of `borbaman chaos`.
 #[derive(Clone, Debug, clap::Args)]
@@ -143,7 +104,7 @@ impl Schedule {
 
 /// `borbaman chaos`.
 pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
-    bench::init_tracing();
+    measure::init_tracing();
     anyhow::ensure!(
         args.servers >= 2,
         "--servers must be at least 2 to survive a fault"
@@ -180,7 +141,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     plan.workload.name_prefix = "chaos-".into();
     plan.floor_samples = args.floor_samples;
 
-    let cluster = bench::start_cluster(args.servers, !args.no_fsync, &args.server_args)?;
+    let cluster = measure::start_cluster(args.servers, !args.no_fsync, &args.server_args)?;
     let target = Target {
         servers: cluster.addresses(),
         database_url: Some(cluster.database_url().to_string()),
@@ -195,11 +156,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         })
     };
     let runtime = tokio::runtime::Runtime::new()?;
-    let summary = runtime.block_on(bench::run_measured(&plan, &target, Some(injector)));
+    let summary = runtime.block_on(measure::run_measured(&plan, &target, Some(injector)));
     drop(runtime);
     drop(cluster);
     let summary = summary?;
-    bench::conclude(&summary, &args.out)
+    measure::conclude(&summary, &args.out)
 }
 
 /// How long faults last.
@@ -217,7 +178,7 @@ async fn inject(
     timing: FaultTiming,
     seed: u64,
     clock: RunClock,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Shutdown,
 ) -> Vec<FaultEvent> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut events = Vec::new();
@@ -225,7 +186,7 @@ async fn inject(
         let at = tokio::time::Instant::from_std(clock.started() + *due);
         tokio::select! {
             _ = tokio::time::sleep_until(at) => {}
-            _ = stop.wait_for(|stopped| *stopped) => break,
+            _ = stop.recv() => break,
         }
         let kind = kinds[rng.random_range(0..kinds.len())];
         let servers = cluster.lock().unwrap().len();
@@ -314,19 +275,5 @@ mod tests {
         let secs: Vec<f64> = s.at.iter().map(|d| d.as_secs_f64()).collect();
         assert_eq!(secs, [7.0, 11.0, 15.0]);
         assert_eq!(s.total, Duration::from_secs(19));
-    }
-
-    #[test]
-    fn fault_kinds_parse_and_print_as_typed() {
-        use clap::ValueEnum;
-        for kind in [
-            FaultKind::Kill,
-            FaultKind::Hang,
-            FaultKind::Restart,
-            FaultKind::DbRestart,
-        ] {
-            let typed = kind.to_string();
-            assert_eq!(FaultKind::from_str(&typed, false), Ok(kind));
-        }
     }
 }

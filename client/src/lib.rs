@@ -6,15 +6,23 @@
 //! and `borbaman-server` (embedded as `borbaman server`).
 //!
 //! - [`brain`]: the bot AI, a pure function of the game state.
+//! - [`driver`]: what a headless player does next, for bots and bench.
+//! - [`shutdown`]: one way to tell tasks to stop, and the signals that do.
+//! - [`args`]: command-line pieces shared by several subcommands.
 //! - [`ui`]: the terminal screens (state, input and drawing kept apart).
 //! - [`play`]: `borbaman play`, the terminal game.
 //! - [`bot`]: `borbaman bot`, headless AI players.
 //! - [`bench`]: `borbaman bench`, RTT and jitter measurement runs.
 //! - [`chaos`]: `borbaman chaos`, fault-injection runs.
+//! - [`measure`]: the measurement engine both drive.
 
+pub mod args;
 pub mod bench;
 pub mod bot;
 pub mod brain;
 pub mod chaos;
+pub mod driver;
+pub mod measure;
 pub mod play;
+pub mod shutdown;
 pub mod ui;

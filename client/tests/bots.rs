@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
 use borbaman_client::pool::PoolConfig;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_bots_finish_a_game() {
     let cluster = common::cluster(3);
-    let (_stop_tx, stop) = watch::channel(false);
+    let (_stopper, stop) = borbaman::shutdown::channel();
     let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
     let bots = spawn_bots(
         &cluster.addresses(),

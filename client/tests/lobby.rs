@@ -12,7 +12,7 @@ use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token, seat_lost};
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::{Action, Phase};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 /// The servers' lobby seat TTL here: twice the clients' idle interval.
 const TTL: Duration = Duration::from_millis(2000);
@@ -69,7 +69,7 @@ async fn a_polling_client_keeps_its_lobby_seat_and_a_silent_one_loses_it() {
 async fn a_bot_waiting_for_players_keeps_its_seat() {
     let cluster = cluster();
     let servers = cluster.addresses();
-    let (_stop_tx, stop) = watch::channel(false);
+    let (_stopper, stop) = borbaman::shutdown::channel();
     let (outcomes, _) = mpsc::unbounded_channel();
     let _bots = spawn_bots(
         &servers,

@@ -11,7 +11,7 @@ use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_client::state_dir::{SavedSession, StateDir};
 use borbaman_proto::pb::{Action, Phase};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_client_rejoins_its_game_from_the_saved_token() {
@@ -86,7 +86,7 @@ async fn restarted_bots_rejoin_their_game_from_their_saved_sessions() {
     let (mut human, _) = GameSession::join(&pool, "human", new_token())
         .await
         .unwrap();
-    let (_stop_tx, stop) = watch::channel(false);
+    let (_stopper, stop) = borbaman::shutdown::channel();
     let (outcomes, _) = mpsc::unbounded_channel();
     let bots = spawn_bots(
         &servers,

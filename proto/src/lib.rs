@@ -13,3 +13,6 @@ pub use pb::*;
 /// Largest request a server accepts, in bytes. Every legal request is far
 /// smaller; anything bigger is refused before it is decoded.
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024;
+
+pub mod reason;
+pub use reason::Reason;

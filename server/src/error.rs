@@ -4,6 +4,7 @@
 //! Validation, the store and the service return [`Error`]; tonic sees only
 //! the [`tonic::Status`] built by `impl From<Error> for Status`.
 
+use borbaman_proto::Reason;
 use tonic::{Code, Status};
 
 /// Why a call failed.
@@ -18,6 +19,10 @@ pub enum Error {
     /// The token is valid, but the game or seat is not the caller's.
     #[error("{0}")]
     PermissionDenied(String),
+    /// The session's lobby seat went to another player; joining again with
+    /// the same token seats it anew.
+    #[error("{0}")]
+    SeatGivenAway(String),
     /// The request is well formed but out of order (an older sequence
     /// number, a call after leaving).
     #[error("{0}")]
@@ -98,14 +103,16 @@ impl From<borbaman_game::DecodeError> for Error {
 
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
-        let code = match &err {
-            Error::InvalidArgument(_) => Code::InvalidArgument,
-            Error::Unauthenticated(_) => Code::Unauthenticated,
-            Error::PermissionDenied(_) => Code::PermissionDenied,
-            Error::FailedPrecondition(_) => Code::FailedPrecondition,
-            Error::Unavailable(_) => Code::Unavailable,
-            Error::Transient(_) => Code::Unavailable,
-            Error::Corrupt(_) | Error::Internal(_) => Code::Internal,
+        let (code, reason) = match &err {
+            Error::InvalidArgument(_) => (Code::InvalidArgument, None),
+            Error::Unauthenticated(_) => (Code::Unauthenticated, Some(Reason::UnknownSession)),
+            Error::PermissionDenied(_) => (Code::PermissionDenied, Some(Reason::NotYours)),
+            Error::SeatGivenAway(_) => (Code::PermissionDenied, Some(Reason::SeatGivenAway)),
+            Error::FailedPrecondition(_) => (Code::FailedPrecondition, None),
+            Error::Unavailable(_) | Error::Transient(_) => {
+                (Code::Unavailable, Some(Reason::DatabaseUnavailable))
+            }
+            Error::Corrupt(_) | Error::Internal(_) => (Code::Internal, None),
         };
         if code == Code::Internal {
             tracing::error!(error = %err, "call failed");
@@ -115,7 +122,10 @@ impl From<Error> for Status {
             Error::Transient(m) => format!("database unavailable: retries ran out: {m}"),
             other => other.to_string(),
         };
-        Status::new(code, message)
+        match reason {
+            Some(reason) => reason.status(code, message),
+            None => Status::new(code, message),
+        }
     }
 }
 
@@ -142,6 +152,32 @@ mod tests {
             Status::from(Error::PermissionDenied("x".into())).code(),
             Code::PermissionDenied
         );
+    }
+
+    #[test]
+    fn statuses_say_why_in_a_reason_clients_can_read() {
+        let reason = |e: Error| Reason::of(&Status::from(e));
+        assert_eq!(
+            reason(Error::Unavailable("x".into())),
+            Some(Reason::DatabaseUnavailable)
+        );
+        assert_eq!(
+            reason(Error::Transient("x".into())),
+            Some(Reason::DatabaseUnavailable)
+        );
+        assert_eq!(
+            reason(Error::SeatGivenAway("x".into())),
+            Some(Reason::SeatGivenAway)
+        );
+        assert_eq!(
+            reason(Error::PermissionDenied("x".into())),
+            Some(Reason::NotYours)
+        );
+        assert_eq!(
+            reason(Error::Unauthenticated("x".into())),
+            Some(Reason::UnknownSession)
+        );
+        assert_eq!(reason(Error::InvalidArgument("database".into())), None);
     }
 
     #[test]

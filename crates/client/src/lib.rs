@@ -4,6 +4,7 @@
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
 //! - [`state_dir`]: the saved session that lets a restarted client rejoin.
+//! - [`wire_check`]: a server's game state checked before anyone uses it.
 //!
 //! It knows the wire contract and the game core, never the server or the
 //! database.
@@ -11,3 +12,4 @@
 pub mod pool;
 pub mod session;
 pub mod state_dir;
+pub mod wire_check;

@@ -141,6 +141,10 @@ pub enum PoolError {
     /// The server refused the request; retrying elsewhere would not help.
     #[error("{}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
+    /// A server answered with a game state this client cannot use (another
+    /// version of the game, or a hostile server).
+    #[error("server sent an invalid game state: {0}")]
+    InvalidState(String),
     #[error("gave up after {} ms: {last}", after.as_millis())]
     GaveUp {
         after: Duration,

@@ -23,7 +23,10 @@ use borbaman_proto::pb::{
     RankingsRequest,
 };
 
+use borbaman_proto::Reason;
+
 use crate::pool::{CallInfo, PoolError, ServerPool};
+use crate::wire_check::check_state;
 
 /// Bytes in a session token.
 pub const TOKEN_BYTES: usize = 16;
@@ -88,7 +91,7 @@ impl GameSession {
             last_heard: (!reply.rejoined).then(Instant::now),
         };
         if let Some(state) = reply.state {
-            session.observe(state, false);
+            session.observe(state, false)?;
         }
         Ok((session, info))
     }
@@ -116,7 +119,7 @@ impl GameSession {
         let (mut reply, info) = result?;
         self.last_heard = Some(Instant::now());
         if let Some(state) = reply.state.take() {
-            reply.state = Some(self.observe(state, reply.replayed));
+            reply.state = Some(self.observe(state, reply.replayed)?);
         }
         Ok((reply, info))
     }
@@ -152,7 +155,7 @@ impl GameSession {
         let state = reply
             .state
             .ok_or_else(|| PoolError::Status(tonic::Status::internal("server sent no state")))?;
-        Ok((self.observe(state, false), info))
+        Ok((self.observe(state, false)?, info))
     }
 
     /// Leaves the game (forfeiting it if it is running).
@@ -177,8 +180,11 @@ impl GameSession {
     /// Keeps the newest state: returns `state` if it is not older than the
     /// newest seen, else that newest one. A stored reply replayed for a
     /// retried request legitimately carries an old state and is not counted.
-    fn observe(&mut self, state: GameState, replayed: bool) -> GameState {
-        match &self.latest {
+    /// A state that fails [`check_state`] is refused here, once, so nothing
+    /// downstream meets it.
+    fn observe(&mut self, state: GameState, replayed: bool) -> Result<GameState, PoolError> {
+        check_state(&state).map_err(PoolError::InvalidState)?;
+        Ok(match &self.latest {
             Some(latest) if latest.version > state.version => {
                 if !replayed {
                     self.regressions += 1;
@@ -194,7 +200,7 @@ impl GameSession {
                 self.latest = Some(state.clone());
                 state
             }
-        }
+        })
     }
 
     pub fn token(&self) -> &[u8] {
@@ -230,9 +236,13 @@ impl GameSession {
 /// True when a call failed because the session no longer holds its seat
 /// (its lobby seat went to another player, or the server does not know its
 /// token): the player must join again to play on.
+///
+/// Decided by the status's [`Reason`], not its code: a `PERMISSION_DENIED`
+/// for a request naming another game is the caller's mistake, and joining
+/// again would not fix it.
 pub fn seat_lost(error: &PoolError) -> bool {
     matches!(error, PoolError::Status(status)
-        if matches!(status.code(), tonic::Code::PermissionDenied | tonic::Code::Unauthenticated))
+        if matches!(Reason::of(status), Some(Reason::SeatGivenAway | Reason::UnknownSession)))
 }
 
 /// The top `limit` players across all finished games.

@@ -574,7 +574,7 @@ impl Locked {
 
 /// A session whose lobby seat went to another player (see the module doc).
 fn seat_freed(game_id: i64) -> Error {
-    Error::PermissionDenied(format!(
+    Error::SeatGivenAway(format!(
         "your seat in game {game_id} was given to another player: you sent nothing \
          while the game was waiting for players; join again to play"
     ))

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use borbaman_proto::Reason;
 use rand::Rng;
 use tonic::Code;
 
@@ -29,12 +30,15 @@ pub enum FailureKind {
 /// `UNAVAILABLE`. A server that closes its connections while draining on
 /// SIGTERM can end a call with `INTERNAL` "h2 protocol error": that is the
 /// transport too, not the server refusing the request. Servers answer
-/// `UNAVAILABLE` with a message naming the database when PostgreSQL is
-/// unreachable.
+/// `UNAVAILABLE` with the reason [`Reason::DatabaseUnavailable`] when
+/// PostgreSQL is unreachable. Only the transport's own failures, which no
+/// server wrote, are told apart by their text.
 pub fn classify(status: &tonic::Status) -> FailureKind {
     let message = status.message().to_ascii_lowercase();
     match status.code() {
-        Code::Unavailable if message.contains("database") => FailureKind::DatabaseUnavailable,
+        Code::Unavailable if Reason::of(status) == Some(Reason::DatabaseUnavailable) => {
+            FailureKind::DatabaseUnavailable
+        }
         Code::Unavailable | Code::Cancelled => FailureKind::ServerDown,
         Code::Unknown | Code::Internal if is_transport_message(&message) => FailureKind::ServerDown,
         Code::DeadlineExceeded => FailureKind::Timeout,
@@ -99,8 +103,11 @@ mod tests {
 
     #[test]
     fn the_database_being_down_does_not_mark_servers_down() {
-        let status = tonic::Status::unavailable("database unavailable: connection refused");
+        let status = Reason::DatabaseUnavailable.status(Code::Unavailable, "connection refused");
         assert_eq!(classify(&status), FailureKind::DatabaseUnavailable);
+        // The text alone decides nothing.
+        let status = tonic::Status::unavailable("database unavailable: connection refused");
+        assert_eq!(classify(&status), FailureKind::ServerDown);
     }
 
     #[test]

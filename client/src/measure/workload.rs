@@ -2,11 +2,12 @@
 //! playing a real game through its own [`GameSession`] on its own
 //! [`ServerPool`] (as every player has one: its own connections, its own
 //! randomly picked server), making one invocation every interval like the
-//! original's `update()` calls. A client in a game that is running sends the brain's
-//! action (`Act`); in a lobby that is still filling it polls the state
-//! (`GetState`), acting idle once a second to keep its seat; when its game
-//! ends it joins the next one at once, so the load stays steady for the
-//! whole run. At the end every client leaves its game.
+//! original's `update()` calls. What each call is, a [`Driver`] decides, the
+//! same as for `borbaman bot`: in a running game the brain's action (`Act`);
+//! in a lobby that is still filling a poll (`GetState`), acting idle once a
+//! second to keep its seat; when its game ends (or its session is lost) it
+//! joins the next one at once, so the load stays steady for the whole run.
+//! At the end every client leaves its game.
 //!
 //! Each client records every call ([`Recorder`]) and keeps the proof the
 //! invariant checker needs: every session token it used, every `(token,
@@ -16,15 +17,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use borbaman_proto::pb;
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use tokio::sync::watch;
-
-use super::record::{CallKind, Invocation, Recorder, RunClock, STATUS_OK, duration_us};
-use crate::brain;
 use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
+use borbaman_proto::pb;
+
+use super::record::{CallKind, Invocation, Recorder, RunClock, STATUS_OK, duration_us};
+use crate::driver::{self, Driver, Step};
+use crate::shutdown::Shutdown;
 
 /// What the clients do and for how long.
 #[derive(Clone, Debug)]
@@ -90,7 +89,7 @@ pub async fn run(
     clock: RunClock,
     recorder: &Recorder,
     progress: &Arc<Progress>,
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
 ) -> Vec<ClientLog> {
     let mut tasks = tokio::task::JoinSet::new();
     for (client, pool) in (0u32..).zip(pools) {
@@ -124,7 +123,7 @@ struct ClientRun {
     clock: RunClock,
     recorder: Recorder,
     progress: Arc<Progress>,
-    stop: watch::Receiver<bool>,
+    stop: Shutdown,
     log: ClientLog,
     /// How late the current tick fired.
     tick_late_us: u64,
@@ -133,7 +132,7 @@ struct ClientRun {
 impl ClientRun {
     async fn run(mut self) -> ClientLog {
         let deadline = self.clock.started() + self.config.total;
-        let mut rng = StdRng::seed_from_u64(u64::from(self.client));
+        let mut driver = Driver::new(u64::from(self.client));
         // Spread the clients' calls over the interval instead of all at once.
         let offset = self.config.interval * self.client / self.config.clients.max(1);
         let mut ticker = tokio::time::interval_at(
@@ -150,24 +149,25 @@ impl ClientRun {
             // Late only by what the client could have done: a call that
             // overran the interval delays the next one by its own RTT.
             self.tick_late_us = duration_us(idle_from.max(due).elapsed());
-            if Instant::now() >= deadline || *self.stop.borrow() {
+            if Instant::now() >= deadline || self.stop.is_shutdown() {
                 break;
             }
             let Some(current) = session.as_mut() else {
                 session = self.join().await;
                 continue;
             };
-            let phase = current.latest().map(|s| s.phase).unwrap_or_default();
-            if phase == pb::Phase::Finished as i32 {
-                self.close(current, true);
+            let lost = match driver.next(current) {
+                Step::GameOver => {
+                    self.close(current, true);
+                    session = self.join().await;
+                    continue;
+                }
+                Step::Act(action) => self.act(current, action).await,
+                Step::Poll => self.poll(current).await,
+            };
+            if lost {
+                self.close(current, false);
                 session = self.join().await;
-            } else if phase == pb::Phase::Playing as i32 {
-                let action = brain::decide(current.latest().unwrap(), current.seat(), &mut rng);
-                self.act(current, action).await;
-            } else if current.lobby_idle_due() {
-                self.act(current, pb::Action::Idle).await;
-            } else {
-                self.poll(current).await;
             }
         }
         if let Some(mut current) = session {
@@ -195,7 +195,8 @@ impl ClientRun {
         }
     }
 
-    async fn act(&mut self, session: &mut GameSession, action: pb::Action) {
+    /// Sends one action; true when the session turned out to be lost.
+    async fn act(&mut self, session: &mut GameSession, action: pb::Action) -> bool {
         let seq = session.next_seq();
         let started = Instant::now();
         match session.act(action).await {
@@ -211,38 +212,49 @@ impl ClientRun {
                     version,
                     reply.replayed,
                 );
+                false
             }
-            Err(e) => self.record_error(
-                CallKind::Act,
-                session.game_id(),
-                session.seat(),
-                seq,
-                started,
-                &e,
-            ),
+            Err(e) => {
+                self.record_error(
+                    CallKind::Act,
+                    session.game_id(),
+                    session.seat(),
+                    seq,
+                    started,
+                    &e,
+                );
+                driver::must_rejoin(&e)
+            }
         }
     }
 
-    async fn poll(&mut self, session: &mut GameSession) {
+    /// Reads the state; true when the session turned out to be lost.
+    async fn poll(&mut self, session: &mut GameSession) -> bool {
         let started = Instant::now();
         match session.state().await {
-            Ok((state, info)) => self.record(
-                CallKind::State,
-                session,
-                0,
-                &info,
-                started,
-                state.version,
-                false,
-            ),
-            Err(e) => self.record_error(
-                CallKind::State,
-                session.game_id(),
-                session.seat(),
-                0,
-                started,
-                &e,
-            ),
+            Ok((state, info)) => {
+                self.record(
+                    CallKind::State,
+                    session,
+                    0,
+                    &info,
+                    started,
+                    state.version,
+                    false,
+                );
+                false
+            }
+            Err(e) => {
+                self.record_error(
+                    CallKind::State,
+                    session.game_id(),
+                    session.seat(),
+                    0,
+                    started,
+                    &e,
+                );
+                driver::must_rejoin(&e)
+            }
         }
     }
 
@@ -376,5 +388,6 @@ fn status_text(error: &PoolError) -> String {
         PoolError::GaveUp { .. } => "gave_up".into(),
         PoolError::NoServerReachable { .. } => "no_server".into(),
         PoolError::InvalidAddress { .. } => "invalid_address".into(),
+        PoolError::InvalidState(_) => "invalid_state".into(),
     }
 }

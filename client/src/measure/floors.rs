@@ -18,11 +18,11 @@ use borbaman_proto::pb::game_client::GameClient;
 use borbaman_server::store::audit;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
-use tokio::sync::watch;
 use tokio::time::timeout;
 use tonic::transport::Channel;
 
 use super::record::duration_us;
+use crate::shutdown::Shutdown;
 use borbaman_client::pool::ServerPool;
 
 /// A probe sample slower than this is abandoned.
@@ -152,7 +152,7 @@ pub async fn probe(
     mut db: Option<DbFloor>,
     from: Instant,
     interval: Duration,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Shutdown,
 ) -> (FloorSamples, Option<DbFloor>) {
     let mut out = FloorSamples::default();
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::from_std(from), interval);
@@ -161,7 +161,7 @@ pub async fn probe(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = stop.wait_for(|stopped| *stopped) => break,
+            _ = stop.recv() => break,
         }
         let servers = pool.live_channels();
         if !servers.is_empty() {

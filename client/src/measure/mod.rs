@@ -1,14 +1,15 @@
-//! `borbaman bench`: headless clients play real games through the same
-//! `ServerPool` as players, one invocation every interval, and the run is
-//! written up in a directory:
+//! The measurement engine that `borbaman bench` and `borbaman chaos` drive:
+//! headless clients play real games through the same `ServerPool` as
+//! players, one invocation every interval, beside floor probes (and, in a
+//! chaos run, a fault injector), and the run is written up in a directory:
 //!
 //! - `invocations.csv`: one row per call;
 //! - `summary.json`: percentiles, jitter, failovers, floors and ratios,
 //!   invariants;
-//! - `ecdf.svg` and `rtt.svg`: the charts.
+//! - `ecdf.svg` and `rtt.svg`: the charts;
+//! - `faults.csv` when faults were injected.
 //!
-//! [`run_measured`] is the run itself, shared with `borbaman chaos`, which
-//! adds a fault injector beside the clients.
+//! [`run_measured`] is the run itself.
 //!
 //! - [`record`]: per-invocation records and CSV.
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
@@ -16,7 +17,9 @@
 //! - [`floors`]: the bare gRPC ping and bare PostgreSQL transaction floors.
 //! - [`workload`]: the headless clients.
 //! - [`invariants`]: what must hold after every run.
+//! - [`faults`]: the kinds of fault and the record of each injected one.
 
+pub mod faults;
 pub mod floors;
 pub mod invariants;
 pub mod plot;
@@ -32,63 +35,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use sqlx::postgres::PgPoolOptions;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::chaos::FaultEvent;
+use crate::shutdown::{self, Shutdown};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use faults::FaultEvent;
 use floors::DbFloor;
 use plot::{FaultMark, Reference};
 use record::{Recorder, RunClock};
 use report::{FloorRatios, Summary, floor_stats, measure};
 use workload::{Progress, WorkloadConfig};
-
-/// Flags of `borbaman bench`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct BenchArgs {
-    /// Headless clients, each a bot playing a real game (4 per game).
-    #[arg(long, default_value_t = 16)]
-    pub clients: u32,
-    /// Games played at once; must be clients / 4 (default).
-    #[arg(long)]
-    pub games: Option<u32>,
-    /// Time between two invocations of one client.
-    #[arg(long, default_value_t = 50)]
-    pub interval_ms: u64,
-    /// Measured time, after the warm-up.
-    #[arg(long, default_value_t = 60)]
-    pub duration_s: u64,
-    /// Warm-up: calls made in it are written to the CSV but left out of
-    /// every figure.
-    #[arg(long, default_value_t = 5)]
-    pub warmup_s: u64,
-    /// Directory for invocations.csv, summary.json, ecdf.svg, rtt.svg.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Servers to measure (host:port,...; any live one will do). Without
-    /// it, a local cluster is started and stopped.
-    #[arg(long, value_delimiter = ',')]
-    pub servers: Vec<String>,
-    /// The servers' database, for the transaction floor and the invariant
-    /// checks (with --servers; a local cluster has its own).
-    #[arg(long, env = "DATABASE_URL")]
-    pub database_url: Option<String>,
-    /// Servers in the local cluster.
-    #[arg(long, default_value_t = 3)]
-    pub local_servers: usize,
-    /// Samples of each floor taken on the idle cluster before the run.
-    #[arg(long, default_value_t = 300)]
-    pub floor_samples: usize,
-    /// Run the local cluster's private PostgreSQL without fsync (faster,
-    /// not durable; the floors are measured on the same database).
-    #[arg(long)]
-    pub no_fsync: bool,
-    /// An extra flag for every server of the local cluster, e.g.
-    /// `--server-arg=--db-min-connections=0`; repeat for several.
-    #[arg(long = "server-arg", allow_hyphen_values = true)]
-    pub server_args: Vec<String>,
-}
 
 /// Starts a local cluster of `servers` servers of this binary on a
 /// throwaway PostgreSQL (or `DATABASE_URL`), saying what it does.
@@ -161,40 +118,7 @@ pub struct Target {
 
 /// Starts the fault injector of a chaos run once the clock starts; its task
 /// returns the faults it injected.
-pub type Injector =
-    Box<dyn FnOnce(RunClock, watch::Receiver<bool>) -> JoinHandle<Vec<FaultEvent>> + Send>;
-
-/// `borbaman bench`.
-pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    init_tracing();
-    let mut plan = RunPlan::new(
-        args.clients,
-        args.games,
-        args.interval_ms,
-        args.warmup_s,
-        args.duration_s,
-        args.out.clone(),
-    )?;
-    plan.floor_samples = args.floor_samples;
-    let runtime = tokio::runtime::Runtime::new()?;
-    let summary = if args.servers.is_empty() {
-        let cluster = start_cluster(args.local_servers, !args.no_fsync, &args.server_args)?;
-        let target = Target {
-            servers: cluster.addresses(),
-            database_url: Some(cluster.database_url().to_string()),
-        };
-        let summary = runtime.block_on(run_measured(&plan, &target, None));
-        drop(cluster);
-        summary?
-    } else {
-        let target = Target {
-            servers: args.servers.clone(),
-            database_url: args.database_url.clone(),
-        };
-        runtime.block_on(run_measured(&plan, &target, None))?
-    };
-    conclude(&summary, &plan.out)
-}
+pub type Injector = Box<dyn FnOnce(RunClock, Shutdown) -> JoinHandle<Vec<FaultEvent>> + Send>;
 
 /// Prints the headline figures and fails, naming them, if invariants broke.
 pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
@@ -278,7 +202,7 @@ pub async fn run_measured(
         .context("measuring the floors")?;
 
     let clock = RunClock::start();
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stopper, stop) = shutdown::channel();
     let recorder = Recorder::new();
     let progress = Arc::new(Progress::default());
     // The prober measures the measured window only, beside the clients.
@@ -287,13 +211,13 @@ pub async fn run_measured(
         db_floor,
         clock.started() + plan.workload.warmup,
         plan.workload.interval,
-        stop_rx.clone(),
+        stop.clone(),
     ));
-    let injector = injector.map(|start| start(clock, stop_rx.clone()));
-    let bar = progress_bar(plan, clock, progress.clone(), stop_rx.clone());
+    let injector = injector.map(|start| start(clock, stop.clone()));
+    let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
-    let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop_rx).await;
-    let _ = stop_tx.send(true);
+    let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop).await;
+    stopper.stop();
     let (probed, db_floor) = prober.await?;
     let faults = match injector {
         Some(task) => task.await?,
@@ -430,7 +354,7 @@ fn progress_bar(
     plan: &RunPlan,
     clock: RunClock,
     progress: Arc<Progress>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Shutdown,
 ) -> JoinHandle<()> {
     let total = plan.workload.total;
     let warmup = plan.workload.warmup;
@@ -446,7 +370,7 @@ fn progress_bar(
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
-                _ = stop.wait_for(|stopped| *stopped) => break,
+                _ = stop.recv() => break,
             }
             let elapsed = clock.started().elapsed();
             bar.set_prefix(if elapsed < warmup {

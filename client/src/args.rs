@@ -1,0 +1,57 @@
+//! Command-line pieces shared by several subcommands.
+
+/// A `--servers` entry: `host:port`, as a server's ready line prints it.
+pub fn server_address(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.contains("://") {
+        return Err("write host:port without a scheme, e.g. 127.0.0.1:50051".into());
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or("expected host:port, e.g. 127.0.0.1:50051")?;
+    let host_ok = !host.is_empty() && !host.contains(|c: char| c.is_whitespace() || c == '/');
+    if !host_ok {
+        return Err(format!("{host:?} is not a host name or IP address"));
+    }
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => Ok(text.to_string()),
+        _ => Err(format!("{port:?} is not a port number (1-65535)")),
+    }
+}
+
+/// `--servers host:port,…` (or `BORBAMAN_SERVERS`): the servers to
+/// bootstrap from; any live one will do, the others are found through it.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ServersArg {
+    /// Servers to bootstrap from (any live one will do), comma-separated
+    /// host:port. Without it, a local cluster is started.
+    #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS", value_parser = server_address)]
+    pub servers: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_addresses_are_host_and_port() {
+        assert_eq!(
+            server_address(" 127.0.0.1:50051 "),
+            Ok("127.0.0.1:50051".into())
+        );
+        assert!(server_address("game.example.org:443").is_ok());
+        assert!(server_address("[::1]:7000").is_ok());
+        for bad in [
+            "nonsense",
+            "",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "host:http",
+            ":80",
+        ] {
+            assert!(server_address(bad).is_err(), "{bad:?}");
+        }
+        let scheme = server_address("http://127.0.0.1:1").unwrap_err();
+        assert!(scheme.contains("without a scheme"), "{scheme}");
+    }
+}

@@ -1,0 +1,379 @@
+//! `borbaman play`: the terminal game.
+//!
+//! This module holds the command line and the start-up; [`player`] is the
+//! player's game loop, [`local`] the local cluster, its supervision and its
+//! bots. At run time three parts each own one thing:
+//! - the *network task* owns the [`GameSession`]: it joins (rejoining with
+//!   the saved token after a crash), polls the state about 20 times a second,
+//!   sends the player's actions from a channel, and publishes a [`View`] on a
+//!   watch channel;
+//! - a *status task* copies the pool's status (current server, failovers,
+//!   "waiting for a server") into the view every 100 ms, so the HUD shows it
+//!   even while a call is waiting;
+//! - the *UI thread* (the main thread) draws the latest view at a steady
+//!   30 frames per second and turns key presses into commands; it never waits
+//!   on a call.
+//!
+//! Without `--servers` it first starts a [`LocalCluster`] (PostgreSQL and 3
+//! servers) and 3 in-process bots, showing progress while they start; all of
+//! it stops when the game is left. Meanwhile a supervisor task starts again
+//! any of those servers that dies, and the bots keep their sessions in the
+//! state directory beside the player's: a `play` restarted after a crash
+//! puts the player and its bots back in their running game.
+//!
+//! A player who is out of a running game may press `r` to leave it and join
+//! the next one, as from the game-over screen. Local bots play their own
+//! game to its end and then join the next waiting game, so they fill the
+//! player's new lobby once that game is over.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use crossterm::event::{self, Event};
+use tokio::sync::{mpsc, watch};
+
+mod local;
+mod player;
+
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_client::state_dir::StateDir;
+use borbaman_cluster::local::LocalCluster;
+
+use crate::args::ServersArg;
+use crate::shutdown::{self, Shutdown, Stopper};
+use crate::ui::input::{Command, command_for};
+use crate::ui::{ColorMode, View, draw};
+use player::Player;
+
+/// Frames drawn per second.
+const FPS: u32 = 30;
+
+/// Set by the panic hook: a panic anywhere ends the UI loop.
+static PANICKED: AtomicBool = AtomicBool::new(false);
+/// Set on SIGHUP (the terminal was closed): the game is not left, so that
+/// running the command again rejoins it, but what was started here stops.
+static HUNG_UP: AtomicBool = AtomicBool::new(false);
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Keys: arrows or WASD move, space plants a bomb, r plays again once a game is \
+over or you are out of it, q (or Esc, Ctrl-C) quits.
+
+Without --servers: the database is DATABASE_URL if set, else a private \
+PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
+/var/lib/borbaman when run as root); logs go to ~/.local/share/borbaman/logs. \
+If the game is interrupted (a crash, a closed terminal), run the same \
+command again within the round to get back into it.")]
+pub struct PlayArgs {
+    /// Your name in the game (1-16 printable characters). Defaults to your
+    /// login name.
+    #[arg(long)]
+    pub name: Option<String>,
+    #[command(flatten)]
+    pub servers: ServersArg,
+}
+
+pub fn run(args: PlayArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    anyhow::ensure!(
+        std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
+        "borbaman play needs an interactive terminal; to run players without one, use `borbaman bot`"
+    );
+    let name = match args.name {
+        Some(name) => name,
+        None => login_name(),
+    };
+    validate_name(&name).map_err(|reason| {
+        anyhow::anyhow!("invalid player name {name:?}: {reason}; choose another with --name")
+    })?;
+    let data_dir = dirs::data_dir()
+        .or_else(dirs::data_local_dir)
+        .context("no data directory for this user (is HOME set?)")?
+        .join("borbaman");
+    let log_dir = data_dir.join("logs");
+    init_file_logging(&log_dir);
+    let state_dir = StateDir::for_user()?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (view_tx, view_rx) = watch::channel(View {
+        name: name.clone(),
+        progress: vec!["starting…".to_string()],
+        ..View::default()
+    });
+    let (command_tx, command_rx) = mpsc::channel::<Command>(64);
+    // The cluster is dropped on this thread, after the terminal is restored
+    // (or while unwinding from a panic): its servers stop by PID.
+    let cluster_slot: Arc<Mutex<Option<LocalCluster>>> = Arc::default();
+    let (stopper, quit) = shutdown::channel();
+
+    let setup = Setup {
+        name,
+        servers: args.servers.servers,
+        data_dir,
+        log_dir,
+        state_dir,
+    };
+    let network = runtime.spawn(network(
+        setup,
+        view_tx,
+        command_rx,
+        cluster_slot.clone(),
+        quit,
+    ));
+    let signal_quit = stopper.clone();
+    runtime.spawn(async move {
+        shutdown::signal().await;
+        signal_quit.stop();
+    });
+    runtime.spawn(on_hangup(cluster_slot.clone()));
+
+    let terminal = ratatui::try_init().context("setting up the terminal")?;
+    // ratatui's hook restores the terminal on a panic; ours also stops the
+    // UI loop when the panic happened in another thread (a network task).
+    let restore_and_report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::SeqCst);
+        restore_and_report(info);
+    }));
+    let ui_result = ui_loop(terminal, view_rx.clone(), command_tx, &stopper);
+    if ui_result.is_err() {
+        // A closed terminal fails the UI a moment before SIGHUP arrives.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if HUNG_UP.load(Ordering::SeqCst) {
+        // `on_hangup` stops the cluster and ends the process.
+        loop {
+            std::thread::park();
+        }
+    }
+    ratatui::restore();
+    // A failure shown on screen is also left in the shell, and the exit
+    // status says so.
+    let failure = view_rx.borrow().error.clone();
+
+    stopper.stop();
+    // Give the network task a moment to leave the game cleanly.
+    let _ = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(3), network).await });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    let cluster = cluster_slot
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if cluster.is_some() {
+        eprintln!("stopping the local cluster…");
+    }
+    drop(cluster);
+    ui_result?;
+    match failure {
+        Some(message) => Err(anyhow::anyhow!(message)),
+        None => Ok(()),
+    }
+}
+
+/// On SIGHUP (the terminal is gone): stops the local cluster and exits at
+/// once, without leaving the game, as a crash would but tidily: the saved
+/// sessions bring the player and its bots back to it on the next start.
+async fn on_hangup(cluster_slot: Arc<Mutex<Option<LocalCluster>>>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    hangup.recv().await;
+    HUNG_UP.store(true, Ordering::SeqCst);
+    tracing::info!("the terminal was closed; stopping, the game can be rejoined");
+    let _ = tokio::task::spawn_blocking(move || {
+        drop(
+            cluster_slot
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+        std::process::exit(129);
+    })
+    .await;
+}
+
+/// Draws at a steady rate and forwards key presses; returns when the player
+/// quits (or a signal asks to).
+fn ui_loop(
+    mut terminal: ratatui::DefaultTerminal,
+    view: watch::Receiver<View>,
+    commands: mpsc::Sender<Command>,
+    quit: &Stopper,
+) -> anyhow::Result<()> {
+    let colors = ColorMode::detect();
+    let frame_time = Duration::from_secs(1) / FPS;
+    let mut next_frame = Instant::now();
+    loop {
+        if quit.is_stopped() || HUNG_UP.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if PANICKED.load(Ordering::SeqCst) {
+            anyhow::bail!("internal error (see the message above); the game stopped");
+        }
+        let snapshot = view.borrow().clone();
+        terminal.draw(|frame| draw::draw(frame, &snapshot, colors))?;
+        next_frame += frame_time;
+        let now = Instant::now();
+        if next_frame < now {
+            next_frame = now;
+        }
+        // Handle input until the next frame is due.
+        while let Some(wait) = next_frame.checked_duration_since(Instant::now()) {
+            if !event::poll(wait)? {
+                break;
+            }
+            let Event::Key(key) = event::read()? else {
+                continue;
+            };
+            let Some(command) = command_for(key) else {
+                continue;
+            };
+            // Never wait on the network: a full queue drops the key.
+            let _ = commands.try_send(command);
+            if command == Command::Quit {
+                quit.stop();
+                return Ok(());
+            }
+        }
+    }
+}
+
+struct Setup {
+    name: String,
+    servers: Vec<String>,
+    data_dir: PathBuf,
+    log_dir: PathBuf,
+    state_dir: StateDir,
+}
+
+/// The network task: start-up, then games until the player quits.
+async fn network(
+    setup: Setup,
+    view: watch::Sender<View>,
+    commands: mpsc::Receiver<Command>,
+    cluster_slot: Arc<Mutex<Option<LocalCluster>>>,
+    quit: Shutdown,
+) {
+    let fail = |message: String| view.send_modify(|v| v.error = Some(message));
+    let (servers, local) = if setup.servers.is_empty() {
+        match local::start(&setup, &view, &cluster_slot, &quit).await {
+            Ok(addresses) => (addresses, true),
+            Err(e) => return fail(format!("{e:#}")),
+        }
+    } else {
+        (setup.servers.clone(), false)
+    };
+    if quit.is_shutdown() {
+        return;
+    }
+    progress(&view, "connecting to the servers…");
+    let pool = match ServerPool::connect(&servers, PoolConfig::default()).await {
+        Ok(pool) => pool,
+        Err(e) => return fail(e.to_string()),
+    };
+    tokio::spawn(player::publish_status(
+        pool.clone(),
+        view.clone(),
+        quit.clone(),
+    ));
+    let bots = if local {
+        tokio::spawn(local::supervise(cluster_slot.clone(), quit.clone()));
+        progress(&view, "starting 3 bots…");
+        match local::start_bots(&setup, &servers, quit.clone()).await {
+            Ok(bots) => Some(bots),
+            Err(e) => return fail(format!("starting the bots: {e}")),
+        }
+    } else {
+        None
+    };
+    // The saved session remembers where it was played: a local game is
+    // rejoined through whatever local cluster runs next time.
+    let servers_key = if local {
+        "local".into()
+    } else {
+        servers.join(",")
+    };
+    let player = Player::new(
+        pool,
+        setup.name,
+        setup.state_dir,
+        servers_key,
+        view,
+        commands,
+        quit,
+    );
+    player.play().await;
+    if let Some(bots) = bots {
+        // They saw the quit too: let them leave their games and forget
+        // their sessions, or the next start would put them back there.
+        let _ = tokio::time::timeout(Duration::from_secs(2), bots.join_all()).await;
+    }
+}
+
+fn progress(view: &watch::Sender<View>, step: &str) {
+    view.send_modify(|v| v.progress.push(step.to_string()));
+}
+
+/// The login name, or "player".
+fn login_name() -> String {
+    let name = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_default();
+    let name: String = name.chars().filter(|c| !c.is_control()).take(16).collect();
+    if name.is_empty() {
+        "player".into()
+    } else {
+        name
+    }
+}
+
+/// The server's own rule for names (1-16 printable characters, no control
+/// or invisible characters: names are drawn in other players' terminals),
+/// checked before anything starts.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    borbaman_game::names::check(name)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Logs go to a file: the terminal belongs to the game.
+fn init_file_logging(log_dir: &std::path::Path) {
+    if std::fs::create_dir_all(log_dir).is_err() {
+        return;
+    }
+    let Ok(file) = std::fs::File::create(log_dir.join("client.log")) else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(false)
+        .with_writer(Mutex::new(file))
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_server_rule() {
+        assert!(validate_name("ann").is_ok());
+        assert!(validate_name("Ünïcödé ok").is_ok());
+        assert!(validate_name("").is_err());
+        assert!(validate_name("seventeen chars!!").is_err());
+        assert!(validate_name("evil\x1b[2J").is_err());
+        assert!(validate_name("   ").is_err());
+        assert!(validate_name("right\u{202E}to-left").is_err());
+    }
+}

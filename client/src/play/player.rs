@@ -1,0 +1,305 @@
+//! The human player's side of the network task: joins (rejoining a saved
+//! session), polls and acts while the game runs, shows the game-over screen,
+//! and keeps the view's network figures (RTT, server, failovers) current.
+
+use std::time::{Duration, Instant};
+
+use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
+use borbaman_client::session::{self, GameSession, new_token};
+use borbaman_client::state_dir::{SavedSession, StateDir};
+use borbaman_game::codes::PRESENCE_INTERVAL_MS;
+use borbaman_proto::pb::{self, Phase};
+use hdrhistogram::Histogram;
+use tokio::sync::{mpsc, watch};
+
+use crate::shutdown::Shutdown;
+use crate::ui::input::Command;
+use crate::ui::{NetStats, View, out_of_game};
+
+/// How often the state is polled while nothing is being sent.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// A player who only watches still acts (idle) this often, so the others
+/// see them as connected.
+const PRESENCE_INTERVAL: Duration = Duration::from_millis(PRESENCE_INTERVAL_MS as u64);
+
+/// The human player's side of the network task.
+pub(super) struct Player {
+    pool: ServerPool,
+    name: String,
+    state_dir: StateDir,
+    servers_key: String,
+    view: watch::Sender<View>,
+    commands: mpsc::Receiver<Command>,
+    quit: Shutdown,
+    rtt: Histogram<u64>,
+}
+
+/// What the player wants once a game is over (or once out of it).
+enum Next {
+    PlayAgain,
+    /// The session lost its seat (see [`session::seat_lost`]).
+    JoinAgain,
+    Quit,
+}
+
+impl Player {
+    pub(super) fn new(
+        pool: ServerPool,
+        name: String,
+        state_dir: StateDir,
+        servers_key: String,
+        view: watch::Sender<View>,
+        commands: mpsc::Receiver<Command>,
+        quit: Shutdown,
+    ) -> Player {
+        Player {
+            pool,
+            name,
+            state_dir,
+            servers_key,
+            view,
+            commands,
+            quit,
+            rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
+        }
+    }
+
+    pub(super) async fn play(mut self) {
+        loop {
+            let Some(mut session) = self.join().await else {
+                return;
+            };
+            match self.play_game(&mut session).await {
+                Next::PlayAgain => {
+                    self.view.send_modify(|v| {
+                        v.state = None;
+                        v.rankings.clear();
+                        v.progress = vec!["joining a new game…".into()];
+                    });
+                }
+                Next::JoinAgain => {}
+                Next::Quit => return,
+            }
+        }
+    }
+
+    /// Joins a game, rejoining the saved one if there is one. Retries until
+    /// it works or the player quits.
+    async fn join(&mut self) -> Option<GameSession> {
+        loop {
+            let saved = self.state_dir.load(&self.name);
+            let token = saved
+                .as_ref()
+                .and_then(SavedSession::token)
+                .unwrap_or_else(new_token);
+            match GameSession::join(&self.pool, &self.name, token).await {
+                Ok((session, info)) => {
+                    self.record(&info, None);
+                    let saved = SavedSession {
+                        name: self.name.clone(),
+                        token_hex: hex::encode(session.token()),
+                        game_id: session.game_id(),
+                        seat: session.seat(),
+                        servers: self.servers_key.clone(),
+                    };
+                    if let Err(e) = self.state_dir.save(&saved) {
+                        tracing::warn!(error = %e, "cannot save the session; a restart will not rejoin");
+                    }
+                    let state = session.latest().cloned();
+                    let seat = session.seat();
+                    self.view.send_modify(|v| {
+                        v.seat = Some(seat);
+                        v.state = state;
+                    });
+                    return Some(session);
+                }
+                Err(PoolError::Status(status)) if saved.is_some() => {
+                    // The saved session is not usable any more: start afresh.
+                    tracing::info!(%status, "saved session refused; joining with a new token");
+                    self.state_dir.clear(&self.name);
+                }
+                Err(PoolError::Status(status)) if status.code() == tonic::Code::InvalidArgument => {
+                    self.view.send_modify(|v| {
+                        v.error = Some(format!(
+                            "the server refused to seat you: {}",
+                            status.message()
+                        ))
+                    });
+                    return None;
+                }
+                Err(e) => {
+                    self.record_error(&e);
+                    if self.wait_or_quit(Duration::from_millis(500)).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Plays one game: polls, sends actions, shows the result.
+    async fn play_game(&mut self, session: &mut GameSession) -> Next {
+        let mut ticker = tokio::time::interval(POLL_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut quit = self.quit.clone();
+        let mut last_act = Instant::now();
+        loop {
+            let finished = session
+                .latest()
+                .is_some_and(|s| s.phase() == Phase::Finished);
+            if finished {
+                return self.game_over(session).await;
+            }
+            let action = tokio::select! {
+                _ = ticker.tick() => None,
+                _ = quit.recv() => Some(Command::Quit),
+                command = self.commands.recv() => Some(command.unwrap_or(Command::Quit)),
+            };
+            let result = match action {
+                Some(Command::Quit) => {
+                    self.leave(session).await;
+                    return Next::Quit;
+                }
+                Some(Command::PlayAgain) if is_out(session) => {
+                    // Leaving forfeits, which changes nothing for a player
+                    // already out; then on as from the game-over screen.
+                    self.leave(session).await;
+                    return Next::PlayAgain;
+                }
+                Some(command) => match command.action() {
+                    Some(action) => {
+                        last_act = Instant::now();
+                        session.act(action).await.map(|(_, info)| info)
+                    }
+                    None => continue,
+                },
+                None if session.lobby_idle_due()
+                    || (last_act.elapsed() >= PRESENCE_INTERVAL && playing(session)) =>
+                {
+                    last_act = Instant::now();
+                    session.act(pb::Action::Idle).await.map(|(_, info)| info)
+                }
+                None => session.state().await.map(|(_, info)| info),
+            };
+            match result {
+                Ok(info) => {
+                    let state = session.latest().cloned();
+                    self.record(&info, state);
+                }
+                Err(e) if session::seat_lost(&e) => {
+                    // Seated again with the same token, in a waiting game.
+                    tracing::info!(error = %e, "seat lost; joining again");
+                    self.record_error(&e);
+                    return Next::JoinAgain;
+                }
+                Err(e) => self.record_error(&e),
+            }
+        }
+    }
+
+    /// Shows the game-over screen with the rankings; waits for r or q.
+    async fn game_over(&mut self, session: &mut GameSession) -> Next {
+        self.state_dir.clear(&self.name);
+        let state = session.latest().cloned();
+        self.view.send_modify(|v| v.state = state);
+        match session::rankings(&self.pool, 10).await {
+            Ok(rankings) => self.view.send_modify(|v| v.rankings = rankings),
+            Err(e) => self.record_error(&e),
+        }
+        let mut quit = self.quit.clone();
+        loop {
+            let command = tokio::select! {
+                command = self.commands.recv() => command.unwrap_or(Command::Quit),
+                _ = quit.recv() => Command::Quit,
+            };
+            match command {
+                Command::PlayAgain => return Next::PlayAgain,
+                Command::Quit => return Next::Quit,
+                _ => {}
+            }
+        }
+    }
+
+    /// Leaves a running game (the player forfeits) and forgets the session.
+    async fn leave(&mut self, session: &mut GameSession) {
+        let running = session
+            .latest()
+            .is_some_and(|s| s.phase() != Phase::Finished);
+        if running {
+            let _ = tokio::time::timeout(Duration::from_secs(2), session.leave()).await;
+        }
+        self.state_dir.clear(&self.name);
+    }
+
+    fn record(&mut self, info: &CallInfo, state: Option<pb::GameState>) {
+        let rtt_us = info.rtt.as_micros().max(1) as u64;
+        let _ = self.rtt.record(rtt_us.min(60_000_000));
+        let p99 = Duration::from_micros(self.rtt.value_at_quantile(0.99));
+        self.view.send_modify(|v| {
+            v.net.rtt_last = Some(info.rtt);
+            v.net.rtt_p99 = Some(p99);
+            v.net.server = Some(info.server.clone());
+            v.net.last_error = None;
+            if state.is_some() {
+                v.state = state;
+            }
+        });
+    }
+
+    fn record_error(&mut self, error: &PoolError) {
+        let message = error.to_string();
+        self.view.send_modify(|v| v.net.last_error = Some(message));
+    }
+
+    /// Sleeps; true if the player quit meanwhile.
+    async fn wait_or_quit(&mut self, duration: Duration) -> bool {
+        let mut quit = self.quit.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => false,
+            _ = quit.recv() => true,
+            command = self.commands.recv() => matches!(command, None | Some(Command::Quit)),
+        }
+    }
+}
+
+/// True when the player is out of its running game (see [`out_of_game`]).
+fn is_out(session: &GameSession) -> bool {
+    session
+        .latest()
+        .is_some_and(|s| out_of_game(s, session.seat()))
+}
+
+fn playing(session: &GameSession) -> bool {
+    session
+        .latest()
+        .is_some_and(|s| s.phase() == Phase::Playing)
+}
+
+/// Copies the pool's status into the view.
+pub(super) async fn publish_status(
+    pool: ServerPool,
+    view: watch::Sender<View>,
+    mut quit: Shutdown,
+) {
+    let mut ticker = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = quit.recv() => return,
+        }
+        let status = pool.status();
+        view.send_if_modified(|v| {
+            let net = NetStats {
+                server: status.current.clone().or(v.net.server.clone()),
+                live_servers: status.live.len(),
+                failovers: status.failovers,
+                waiting_for_server: status.waiting_for_server,
+                database_unavailable: status.database_unavailable,
+                ..v.net.clone()
+            };
+            let changed = net != v.net;
+            v.net = net;
+            changed
+        });
+    }
+}
