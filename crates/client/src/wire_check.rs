@@ -110,7 +110,8 @@ mod tests {
 
     #[test]
     fn hostile_states_are_refused_with_a_reason() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut pb::GameState)>)> = vec![
+        type Spoil = Box<dyn Fn(&mut pb::GameState)>;
+        let cases: Vec<(&str, Spoil)> = vec![
             ("grid", Box::new(|s| s.width = u32::MAX)),
             ("grid", Box::new(|s| s.height = 0)),
             ("cells", Box::new(|s| s.cells.truncate(3))),
