@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::args::ServersArg;
 use crate::measure::{self, RunPlan, Target};
 
 /// Flags of `borbaman bench`.
@@ -30,11 +31,13 @@ pub struct BenchArgs {
     pub out: PathBuf,
     /// Servers to measure (host:port,...; any live one will do). Without
     /// it, a local cluster is started and stopped.
-    #[arg(long, value_delimiter = ',')]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServersArg,
     /// The servers' database, for the transaction floor and the invariant
-    /// checks (with --servers; a local cluster has its own).
-    #[arg(long, env = "DATABASE_URL")]
+    /// checks (with --servers; a local cluster has its own). The floor
+    /// creates, fills and drops a table `bench_floor` there, so this is
+    /// never taken from DATABASE_URL: name the database on purpose.
+    #[arg(long)]
     pub database_url: Option<String>,
     /// Servers in the local cluster.
     #[arg(long, default_value_t = 3)]
@@ -65,7 +68,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     )?;
     plan.floor_samples = args.floor_samples;
     let runtime = tokio::runtime::Runtime::new()?;
-    let summary = if args.servers.is_empty() {
+    let summary = if args.servers.servers.is_empty() {
         let cluster =
             measure::start_cluster(args.local_servers, !args.no_fsync, &args.server_args)?;
         let target = Target {
@@ -77,7 +80,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         summary?
     } else {
         let target = Target {
-            servers: args.servers.clone(),
+            servers: args.servers.servers.clone(),
             database_url: args.database_url.clone(),
         };
         runtime.block_on(measure::run_measured(&plan, &target, None))?

@@ -1,5 +1,6 @@
 //! Four bots play a whole game against a real cluster and finish it with a
-//! winner or a draw (sudden death guarantees an end; the round is 3 minutes).
+//! winner or a draw (sudden death guarantees an end; the servers create
+//! games with a 3-second round, so the arena starts closing early).
 
 mod common;
 
@@ -11,7 +12,7 @@ use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_bots_finish_a_game() {
-    let cluster = common::cluster(3);
+    let cluster = common::cluster_with(3, &["--round-ms=3000"]);
     let (_stopper, stop) = borbaman::shutdown::channel();
     let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
     let bots = spawn_bots(
@@ -27,8 +28,9 @@ async fn four_bots_finish_a_game() {
     .await
     .unwrap();
 
-    // A 3-minute round, then sudden death closes the arena.
-    let deadline = Duration::from_secs(6 * 60);
+    // A 3-second round, then sudden death closes the 113 open cells, one
+    // every 3 ticks: about 20 s in all.
+    let deadline = Duration::from_secs(90);
     let mut finished: Vec<GameOutcome> = Vec::new();
     while finished.len() < 4 {
         let outcome = tokio::time::timeout(deadline, outcomes.recv())

@@ -59,6 +59,11 @@ pub struct ServerArgs {
     /// loses the seat to the next player who joins.
     #[arg(long, default_value_t = 3000)]
     pub lobby_seat_ttl_ms: u64,
+    /// Normal play before sudden death in the games this server creates,
+    /// in milliseconds (3 minutes; a short round plays a whole game in
+    /// seconds, for tests and demonstrations).
+    #[arg(long, default_value_t = 180_000)]
+    pub round_ms: u64,
     /// How long start-up waits for the database.
     #[arg(long, default_value_t = 30)]
     pub startup_timeout_s: u64,
@@ -78,6 +83,7 @@ impl ServerArgs {
                 max_connections: self.db_connections,
                 min_connections: self.db_min_connections,
                 lobby_seat_ttl: Duration::from_millis(self.lobby_seat_ttl_ms),
+                round: Duration::from_millis(self.round_ms),
             },
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             server_ttl: Duration::from_millis(self.server_ttl_ms),

@@ -48,7 +48,7 @@ use report::{FloorRatios, Summary, floor_stats, measure};
 use workload::{Progress, WorkloadConfig};
 
 /// Starts a local cluster of `servers` servers of this binary on a
-/// throwaway PostgreSQL (or `DATABASE_URL`), saying what it does.
+/// throwaway PostgreSQL of its own, saying what it does.
 /// `server_args` are passed to every server.
 pub fn start_cluster(
     servers: usize,
@@ -191,7 +191,7 @@ pub async fn run_measured(
         None => {
             notes.push(
                 "no database URL: no transaction floor and no invariant checks \
-                 (pass --database-url or DATABASE_URL)"
+                 (pass --database-url)"
                     .into(),
             );
             None

@@ -10,10 +10,18 @@ use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::Phase;
 use sqlx::PgPool;
 
-/// `servers` servers of the binary under test on a throwaway database (or
-/// `DATABASE_URL`).
+/// `servers` servers of the binary under test on a throwaway database of
+/// their own.
 pub fn cluster(servers: usize) -> LocalCluster {
-    let config = ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"));
+    cluster_with(servers, &[])
+}
+
+/// [`cluster`] with extra flags for every server (e.g. a short round).
+pub fn cluster_with(servers: usize, server_args: &[&str]) -> LocalCluster {
+    let config = ClusterConfig {
+        server_args: server_args.iter().map(|a| a.to_string()).collect(),
+        ..ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+    };
     LocalCluster::start(config, |_| {}).expect("start a local cluster")
 }
 

@@ -2,14 +2,15 @@
 //! row holds, read and written on every call, so it is small (at most
 //! [`MAX_ENCODED_BYTES`]) and the decoder trusts nothing.
 //!
-//! Version 1, integers little-endian, bit fields filled from the low bit:
+//! Format 2, integers little-endian, bit fields filled from the low bit:
 //!
 //! | bytes | field |
 //! | --- | --- |
-//! | 1 | version (1) |
+//! | 1 | version (2) |
 //! | 8 | seed |
 //! | 4 | tick |
 //! | 4 | start tick (0 while waiting) |
+//! | 2 | round length in ticks (format 2; format 1 had none) |
 //! | 1 | phase (bits 0-1), ending 0 none / 1 winner / 2 draw (bits 2-3), winner seat (bits 4-5) |
 //! | 1 | cells closed by sudden death (a prefix of the spiral) |
 //! | 4 × 4 | players: flags (seated, alive, buffered move 0 none / 1-4 up-down-left-right in bits 2-4, speed in bits 5-6); x \| y << 4; bombs_max − 1 \| (range − 1) << 3 \| kills << 6; move cooldown |
@@ -19,8 +20,8 @@
 //! | 15 | bitmap of burning open cells |
 //! | ½ per burning cell | ticks left, one nibble each, low nibble first |
 //!
-//! A waiting game encodes in 108 bytes. The worst case is 32 bombs (4 ×
-//! [`MAX_BOMBS`]) with every other open cell burning: 213
+//! A waiting game encodes in 110 bytes. The worst case is 32 bombs (4 ×
+//! [`MAX_BOMBS`]) with every other open cell burning: 215
 //! bytes. A bomb's cell never burns, because fire sets bombs off.
 //!
 //! Every value has exactly one encoding: padding bits are zero, empty seats
@@ -29,17 +30,20 @@
 
 use super::map::{self, CELLS, Cell, OPEN, OPEN_CELLS, PowerUp};
 use super::{
-    BLAST_TICKS, BombSlot, CLOSE_EVERY_TICKS, Dir, Ending, FUSE_TICKS, GameState, MAX_BOMBS,
-    MAX_RANGE, MAX_SPEED, Phase, Player, SEATS, START_RANGE,
+    BLAST_TICKS, BombSlot, CLOSE_EVERY_TICKS, DEFAULT_ROUND_TICKS, Dir, Ending, FUSE_TICKS,
+    GameState, MAX_BOMBS, MAX_RANGE, MAX_SPEED, Phase, Player, SEATS, START_RANGE,
 };
 
 /// The format version written first; a decoder refuses versions it does
 /// not know.
-pub const CODEC_VERSION: u8 = 1;
+pub const CODEC_VERSION: u8 = 2;
+/// The first format: no round length (every game had [`DEFAULT_ROUND_TICKS`]);
+/// still read, never written.
+const CODEC_VERSION_1: u8 = 1;
 /// Upper bound on an encoded state, in bytes.
 pub const MAX_ENCODED_BYTES: usize = 256;
 
-const HEADER_BYTES: usize = 1 + 8 + 4 + 4 + 1 + 1;
+const HEADER_BYTES: usize = 1 + 8 + 4 + 4 + 2 + 1 + 1;
 const PLAYER_BYTES: usize = 4;
 const CELL_BITS: u32 = 3;
 const CELL_BYTES: usize = (OPEN_CELLS * CELL_BITS as usize).div_ceil(8);
@@ -92,6 +96,7 @@ impl GameState {
         out.extend_from_slice(&self.seed.to_le_bytes());
         out.extend_from_slice(&self.tick.to_le_bytes());
         out.extend_from_slice(&self.start_tick.to_le_bytes());
+        out.extend_from_slice(&self.round_ticks.to_le_bytes());
         let (ending, winner) = match self.ending {
             None => (0, 0),
             Some(Ending::Winner(seat)) => (1, seat),
@@ -161,12 +166,19 @@ impl GameState {
         }
         let mut r = Reader { bytes, pos: 0 };
         let version = r.u8()?;
-        if version != CODEC_VERSION {
+        if version != CODEC_VERSION && version != CODEC_VERSION_1 {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let seed = u64::from_le_bytes(r.array()?);
         let tick = u32::from_le_bytes(r.array()?);
         let start_tick = u32::from_le_bytes(r.array()?);
+        let round_ticks = match version {
+            CODEC_VERSION_1 => DEFAULT_ROUND_TICKS,
+            _ => u16::from_le_bytes(r.array()?),
+        };
+        if round_ticks == 0 {
+            return invalid("a round of no ticks");
+        }
         let status = r.u8()?;
         let phase = match status & 3 {
             0 => Phase::Waiting,
@@ -254,6 +266,7 @@ impl GameState {
             seed,
             tick,
             start_tick,
+            round_ticks,
             phase,
             ending,
             closed,
@@ -623,12 +636,12 @@ mod tests {
     }
 
     #[test]
-    fn a_new_game_round_trips_in_108_bytes() {
+    fn a_new_game_round_trips_in_110_bytes() {
         for seed in [0, 1, u64::MAX] {
             let g = GameState::new(seed, 12345);
             let bytes = g.encode();
             assert_eq!(bytes.len(), BASE_BYTES);
-            assert_eq!(BASE_BYTES, 108);
+            assert_eq!(BASE_BYTES, 110);
             assert_eq!(bytes[0], CODEC_VERSION);
             assert_eq!(GameState::decode(&bytes).unwrap(), g);
         }
@@ -762,10 +775,27 @@ mod golden {
             .map(|b| format!("{b:02x}"))
             .collect();
         let expected = concat!(
+            "022a000000000000000700000000000000100e000000110800001d080000b1080000bd08",
+            "00009424c1000411000048964111112a0110204910001892045892248014245980014800",
+            "200200245992100000000000000000000000000000000000000000000000000000000000",
+            "0000",
+        );
+        assert_eq!(hex, expected);
+    }
+
+    /// Games stored in the first format (no round length) still decode, as
+    /// standard 3-minute games.
+    #[test]
+    fn version_1_states_still_decode() {
+        let v1 = concat!(
             "012a000000000000000700000000000000000000110800001d080000b1080000bd080000",
             "9424c1000411000048964111112a01102049100018920458922480142459800148002002",
             "002459921000000000000000000000000000000000000000000000000000000000000000",
         );
-        assert_eq!(hex, expected);
+        let bytes: Vec<u8> = (0..v1.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&v1[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(GameState::decode(&bytes).unwrap(), GameState::new(42, 7));
     }
 }

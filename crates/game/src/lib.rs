@@ -59,7 +59,8 @@
 //! longer blast (+1 range, up to 8) or speed (−1 tick of move cooldown, up
 //! to 2 taken). One taken at its cap is used up with no effect.
 //!
-//! **Sudden death.** After a 3-minute round ([`ROUND_TICKS`]), the arena
+//! **Sudden death.** After a 3-minute round ([`ROUND_TICKS`]; a game may
+//! be created with a shorter one, see [`GameState::with_round`]), the arena
 //! closes in. Every [`CLOSE_EVERY_TICKS`] ticks the next open cell along a
 //! clockwise spiral (outer ring first, starting top-left) becomes a closed
 //! wall. Whoever stands there dies, and any bomb or fire there is gone. In
@@ -128,8 +129,11 @@ pub type Tick = u32;
 pub const FUSE_TICKS: u8 = 50;
 /// Ticks a cell keeps burning after a blast reaches it (0.5 s).
 pub const BLAST_TICKS: u8 = 10;
-/// Ticks of normal play before sudden death (3 minutes).
+/// Ticks of normal play before sudden death in a standard game (3 minutes).
 pub const ROUND_TICKS: u32 = 3 * 60 * 1000 / TICK_MS;
+/// [`ROUND_TICKS`] as stored in a state.
+pub const DEFAULT_ROUND_TICKS: u16 = ROUND_TICKS as u16;
+const _: () = assert!(ROUND_TICKS <= u16::MAX as u32);
 /// In sudden death, one more cell closes every this many ticks.
 pub const CLOSE_EVERY_TICKS: u32 = 3;
 /// Move cooldown without speed power-ups (200 ms).
@@ -271,6 +275,9 @@ pub struct GameState {
     tick: Tick,
     /// The tick play started (0 while waiting).
     start_tick: Tick,
+    /// Ticks of normal play before sudden death; chosen when the game is
+    /// created ([`ROUND_TICKS`] unless a server was told otherwise).
+    round_ticks: u16,
     phase: Phase,
     ending: Option<Ending>,
     /// Cells closed by sudden death so far (a prefix of the spiral).
@@ -283,12 +290,20 @@ pub struct GameState {
 }
 
 impl GameState {
-    /// A waiting game with nobody seated and the map drawn from `seed`.
+    /// A waiting game with nobody seated and the map drawn from `seed`, and
+    /// the standard round of [`ROUND_TICKS`].
     pub fn new(seed: u64, created_tick: Tick) -> Self {
+        Self::with_round(seed, created_tick, DEFAULT_ROUND_TICKS)
+    }
+
+    /// [`GameState::new`] with a round of `round_ticks` (at least 1) before
+    /// sudden death: tests and demonstrations play whole games in seconds.
+    pub fn with_round(seed: u64, created_tick: Tick, round_ticks: u16) -> Self {
         GameState {
             seed,
             tick: created_tick,
             start_tick: 0,
+            round_ticks: round_ticks.max(1),
             phase: Phase::Waiting,
             ending: None,
             closed: 0,
@@ -382,7 +397,7 @@ impl GameState {
     /// Ticks left before sudden death (the full round while waiting).
     pub fn round_ticks_left(&self) -> u32 {
         match self.phase {
-            Phase::Waiting => ROUND_TICKS,
+            Phase::Waiting => u32::from(self.round_ticks),
             _ => self.sudden_death_tick().saturating_sub(self.tick as u64) as u32,
         }
     }
@@ -472,6 +487,11 @@ impl GameState {
 
     /// The tick sudden death starts (u64: a game may start near u32::MAX).
     fn sudden_death_tick(&self) -> u64 {
-        self.start_tick as u64 + ROUND_TICKS as u64
+        self.start_tick as u64 + u64::from(self.round_ticks)
+    }
+
+    /// Ticks of normal play before sudden death in this game.
+    pub fn round_ticks(&self) -> u32 {
+        u32::from(self.round_ticks)
     }
 }

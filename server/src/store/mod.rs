@@ -28,6 +28,8 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use tokio::time::Instant;
 
+use borbaman_game::{ROUND_TICKS, TICK_MS};
+
 use crate::error::Error;
 
 pub use play::{ActCall, Acted, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
@@ -71,6 +73,9 @@ pub struct StoreOptions {
     /// joiner, so a crashed client does not start a game with a player who
     /// never moves. Clients in a lobby act (idle) well within it.
     pub lobby_seat_ttl: Duration,
+    /// Normal play before sudden death in the games this server creates
+    /// (stored in each game, so every server plays it out the same).
+    pub round: Duration,
 }
 
 impl Default for StoreOptions {
@@ -82,8 +87,21 @@ impl Default for StoreOptions {
             max_connections: 16,
             min_connections: 8,
             lobby_seat_ttl: Duration::from_millis(3000),
+            round: Duration::from_millis(u64::from(ROUND_TICKS * TICK_MS)),
         }
     }
+}
+
+/// A round length in whole ticks, as a game stores it.
+fn round_ticks(round: Duration) -> Result<u16, Error> {
+    let ticks = round.as_millis() / u128::from(TICK_MS);
+    u16::try_from(ticks).ok().filter(|&t| t > 0).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "a round must last {TICK_MS} ms to {} s, got {} ms",
+            u64::from(u16::MAX) * u64::from(TICK_MS) / 1000,
+            round.as_millis()
+        ))
+    })
 }
 
 /// Handle on the database; clones share the pool.
@@ -94,6 +112,7 @@ pub struct Store {
     plain: PgConnectOptions,
     db_timeout: Duration,
     lobby_seat_ttl_ms: i64,
+    round_ticks: u16,
 }
 
 impl Store {
@@ -129,6 +148,7 @@ impl Store {
             plain,
             db_timeout: opts.db_timeout,
             lobby_seat_ttl_ms: i64::try_from(opts.lobby_seat_ttl.as_millis()).unwrap_or(i64::MAX),
+            round_ticks: round_ticks(opts.round)?,
         })
     }
 

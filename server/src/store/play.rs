@@ -261,7 +261,7 @@ impl Store {
         let (seat, mut snapshot) = match seated {
             Some(seated) => seated,
             None => {
-                let mut state = GameState::new(rand::random(), 0);
+                let mut state = GameState::with_round(rand::random(), 0, self.round_ticks);
                 let seat = state
                     .seat_player(0)
                     .ok_or_else(|| Error::Internal("a new game has no free seat".into()))?;
