@@ -2,7 +2,8 @@
 //!
 //! Every game server is stateless and serves every game, so a client may send
 //! any call to any live server. The pool keeps a warm, health-checked HTTP/2
-//! connection to each live server and sends calls to one of them (the
+//! connection to each live server, up to [`PoolConfig::max_connections`]
+//! (8) of them, and sends calls to one of them (the
 //! *current* server, first picked at random). When a call fails because of
 //! the server (transport error, `UNAVAILABLE`, `CANCELLED`, or no answer
 //! within the per-call deadline), the pool retries the *same request* at once

@@ -1,7 +1,7 @@
 //! The saved session: what a restarted `borbaman play` needs to rejoin.
 //!
 //! After every join the client writes its token, game and seat to
-//! `<state dir>/borbaman/session-<name>.json` (the state dir is
+//! `<state dir>/borbaman/session-<name in hex>.json` (the state dir is
 //! `dirs::state_dir()`, else `dirs::data_local_dir()`). A client that crashed
 //! or lost its network reads it back and joins with the same token: the
 //! server puts it back in its running game (`rejoined = true`). The file is
@@ -25,8 +25,8 @@ pub struct SavedSession {
     pub token_hex: String,
     pub game_id: u64,
     pub seat: u32,
-    /// The servers the game was played on, comma-separated ("" for a local
-    /// cluster).
+    /// The servers the game was played on, comma-separated (`local` for a
+    /// local cluster started by `borbaman play`, `""` for its bots).
     pub servers: String,
 }
 

@@ -19,7 +19,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -124,8 +124,6 @@ pub enum ClusterError {
 struct ServerProcess {
     child: Child,
     address: String,
-    id: String,
-    log: PathBuf,
     /// `false` once killed, terminated or exited.
     running: bool,
 }
@@ -222,14 +220,6 @@ impl LocalCluster {
             cluster.servers.push(server);
         }
         Ok(cluster)
-    }
-
-    /// Starts one more server; returns its index.
-    pub fn start_server(&mut self) -> Result<usize, ClusterError> {
-        let (child, log, index, ready) = self.spawn(ANY_PORT)?;
-        let server = self.await_ready(child, log, index, ready)?;
-        self.servers.push(server);
-        Ok(self.servers.len() - 1)
     }
 
     /// Stops server `i` (SIGKILL if still running) and starts a new one in
@@ -377,11 +367,6 @@ impl LocalCluster {
         self.servers.iter().map(|s| s.child.id()).collect()
     }
 
-    /// Server ids (as printed in their ready lines), by index.
-    pub fn server_ids(&self) -> Vec<String> {
-        self.servers.iter().map(|s| s.id.clone()).collect()
-    }
-
     /// Index of the server at `address`.
     pub fn index_of(&self, address: &str) -> Option<usize> {
         self.servers.iter().position(|s| s.address == address)
@@ -401,16 +386,6 @@ impl LocalCluster {
 
     pub fn database_url(&self) -> &str {
         &self.database_url
-    }
-
-    /// Where server logs are written.
-    pub fn log_dir(&self) -> &Path {
-        &self.log_dir
-    }
-
-    /// Server `i`'s log file.
-    pub fn log_file(&self, i: usize) -> Option<&Path> {
-        self.servers.get(i).map(|s| s.log.as_path())
     }
 
     fn server_mut(&mut self, i: usize) -> Result<&mut ServerProcess, ClusterError> {
@@ -506,11 +481,9 @@ impl LocalCluster {
             }
         };
         match ReadyLine::parse(&line) {
-            Some(ReadyLine { address, id }) => Ok(ServerProcess {
+            Some(ReadyLine { address, .. }) => Ok(ServerProcess {
                 child,
                 address,
-                id,
-                log,
                 running: true,
             }),
             None => Err(fail(&mut child, format!("unexpected first line {line:?}"))),

@@ -125,7 +125,8 @@ pub struct Acted {
     pub seq: u64,
     pub outcome: Outcome,
     pub applied_tick: Tick,
-    /// The stored reply of an earlier identical request.
+    /// A repeat of an applied request: the original outcome and tick, the
+    /// current state.
     pub replayed: bool,
     pub snapshot: Snapshot,
 }
@@ -143,7 +144,6 @@ pub struct LeaveCall {
 #[derive(Clone, Copy, Debug)]
 pub struct Left {
     pub seq: u64,
-    pub replayed: bool,
 }
 
 /// One line of the rankings.
@@ -371,10 +371,7 @@ impl Store {
         let seq = to_db_seq(call.seq)?;
         if seq == locked.last_seq && locked.last_kind == KIND_LEAVE {
             tx.commit().await?;
-            return Ok(Left {
-                seq: call.seq,
-                replayed: true,
-            });
+            return Ok(Left { seq: call.seq });
         }
         check_fresh(&locked, seq)?;
         let state = &mut locked.state;
@@ -403,10 +400,7 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(Left {
-            seq: call.seq,
-            replayed: false,
-        })
+        Ok(Left { seq: call.seq })
     }
 
     async fn state_once(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
