@@ -235,13 +235,16 @@ async fn inject_one(
             Err(e) => Err(e),
         },
         FaultKind::DbRestart => blocking(cluster, |c| c.restart_database()).await,
+        kind => Err(format!("{kind} needs the replicated database (--db ha)")),
     };
     FaultEvent {
         time_s: (clock.us(injected) as f64 / 1e6 * 1000.0).round() / 1000.0,
         at_us: clock.us(injected),
         kind,
         target,
-        recovered_ms: (duration_us(injected.elapsed()) as f64 / 1000.0).round(),
+        promoted_ms: None,
+        recovered_ms: None,
+        restored_ms: (duration_us(injected.elapsed()) as f64 / 1000.0).round(),
         error: result.err().unwrap_or_default(),
     }
 }

@@ -1,18 +1,63 @@
 //! What a chaos run injects: the kinds of fault, and the record of each
 //! one (a row of `faults.csv`).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::Serialize;
+
+use super::record::{CallKind, Invocation};
 
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
+    /// SIGKILL a game server.
     Kill,
+    /// SIGSTOP a game server for a while.
     Hang,
+    /// SIGTERM a game server (it drains), then start it again.
     Restart,
+    /// Restart the single PostgreSQL (`--db single`).
     DbRestart,
+    /// SIGKILL the primary's postmaster; its Patroni stays (`--db ha`).
+    DbKill,
+    /// SIGKILL the primary's Patroni, postmaster and backends at once, as
+    /// if its host were lost (`--db ha`).
+    DbHostLoss,
+    /// A planned switchover through Patroni (`--db ha`).
+    DbSwitchover,
+    /// SIGKILL one etcd member (`--db ha`).
+    EtcdKill,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 8] = [
+        FaultKind::Kill,
+        FaultKind::Hang,
+        FaultKind::Restart,
+        FaultKind::DbRestart,
+        FaultKind::DbKill,
+        FaultKind::DbHostLoss,
+        FaultKind::DbSwitchover,
+        FaultKind::EtcdKill,
+    ];
+
+    /// True for the faults of the replicated database.
+    pub fn needs_ha(self) -> bool {
+        matches!(
+            self,
+            FaultKind::DbKill
+                | FaultKind::DbHostLoss
+                | FaultKind::DbSwitchover
+                | FaultKind::EtcdKill
+        )
+    }
+
+    /// True for the faults that act on the database layer, not a server.
+    pub fn is_database(self) -> bool {
+        self.needs_ha() || self == FaultKind::DbRestart
+    }
 }
 
 impl fmt::Display for FaultKind {
@@ -22,6 +67,10 @@ impl fmt::Display for FaultKind {
             FaultKind::Hang => "hang",
             FaultKind::Restart => "restart",
             FaultKind::DbRestart => "db-restart",
+            FaultKind::DbKill => "db-kill",
+            FaultKind::DbHostLoss => "db-host-loss",
+            FaultKind::DbSwitchover => "db-switchover",
+            FaultKind::EtcdKill => "etcd-kill",
         })
     }
 }
@@ -34,13 +83,42 @@ pub struct FaultEvent {
     /// The same in microseconds (to line up with invocations.csv).
     pub at_us: u64,
     pub kind: FaultKind,
-    /// The server's address, or `database`.
+    /// The server's address, `database`, or the database member.
     pub target: String,
+    /// Database faults of `--db ha`: from injection until a new primary
+    /// first answered as primary to Patroni's REST API (empty where it does
+    /// not apply, or no new primary was seen).
+    pub promoted_ms: Option<f64>,
+    /// From injection until every client had a successful `Act` that it
+    /// started after the injection (empty if some client never had one in
+    /// the run): what the players felt.
+    pub recovered_ms: Option<f64>,
     /// From injection until the cluster was whole again (replacement ready,
-    /// server resumed, database back).
-    pub recovered_ms: f64,
+    /// server resumed, database or member back).
+    pub restored_ms: f64,
     /// Empty, or why the fault could not be injected or recovered from.
     pub error: String,
+}
+
+/// Fills each fault's `recovered_ms` from the clients' records: the time
+/// from the injection to the end of the last client's first successful
+/// `Act` started after it. Clients that made no call after the injection
+/// (the run ended) are not waited for.
+pub fn fill_recovery(faults: &mut [FaultEvent], records: &[Invocation]) {
+    for fault in faults.iter_mut() {
+        let mut first_ok: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut called: BTreeSet<u32> = BTreeSet::new();
+        for r in records.iter().filter(|r| r.start_us >= fault.at_us) {
+            called.insert(r.client);
+            if r.call == CallKind::Act && r.is_ok() {
+                first_ok.entry(r.client).or_insert(r.end_us());
+            }
+        }
+        fault.recovered_ms = (first_ok.len() == called.len() && !called.is_empty()).then(|| {
+            let last = first_ok.values().max().copied().unwrap_or(fault.at_us);
+            ((last - fault.at_us) as f64 / 1000.0 * 10.0).round() / 10.0
+        });
+    }
 }
 
 #[cfg(test)]
@@ -50,14 +128,44 @@ mod tests {
     #[test]
     fn fault_kinds_parse_and_print_as_typed() {
         use clap::ValueEnum;
-        for kind in [
-            FaultKind::Kill,
-            FaultKind::Hang,
-            FaultKind::Restart,
-            FaultKind::DbRestart,
-        ] {
+        for kind in FaultKind::ALL {
             let typed = kind.to_string();
             assert_eq!(FaultKind::from_str(&typed, false), Ok(kind));
         }
+    }
+
+    #[test]
+    fn recovery_waits_for_every_client_first_good_act() {
+        use crate::measure::record::tests::act;
+        let mut fault = FaultEvent {
+            time_s: 1.0,
+            at_us: 1_000_000,
+            kind: FaultKind::DbKill,
+            target: "pg1".into(),
+            promoted_ms: Some(2500.0),
+            recovered_ms: None,
+            restored_ms: 9000.0,
+            error: String::new(),
+        };
+        let mut failed = act(1, 1_100_000, 50_000);
+        failed.status = "Unavailable".into();
+        let records = vec![
+            act(0, 900_000, 1_000),   // before the fault: ignored
+            act(0, 1_200_000, 3_000), // client 0 back at 1.203 s
+            failed,                   // client 1 fails first,
+            act(1, 3_000_000, 4_000), // then is back at 3.004 s
+        ];
+        fill_recovery(std::slice::from_mut(&mut fault), &records);
+        assert_eq!(fault.recovered_ms, Some(2004.0));
+        // A client that never got an Act through: not recovered.
+        let never = failed_only(&records);
+        fill_recovery(std::slice::from_mut(&mut fault), &never);
+        assert_eq!(fault.recovered_ms, None);
+    }
+
+    fn failed_only(records: &[Invocation]) -> Vec<Invocation> {
+        let mut all = records.to_vec();
+        all.retain(|r| r.client == 0 || !r.is_ok());
+        all
     }
 }

@@ -219,7 +219,7 @@ pub async fn run_measured(
     let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop).await;
     stopper.stop();
     let (probed, db_floor) = prober.await?;
-    let faults = match injector {
+    let mut faults = match injector {
         Some(task) => task.await?,
         None => Vec::new(),
     };
@@ -229,6 +229,7 @@ pub async fn run_measured(
     }
 
     let records = recorder.snapshot();
+    faults::fill_recovery(&mut faults, &records);
     let warmup_us = record::duration_us(plan.workload.warmup);
     let invariants = match &target.database_url {
         Some(url) => {
@@ -274,6 +275,12 @@ pub async fn run_measured(
             .entry(fault.kind.to_string())
             .or_default() += 1;
     }
+    summary.recovery_ms = report::ms_stats(faults.iter().filter_map(|f| f.recovered_ms));
+    summary.recovery_after_promotion_ms = report::ms_stats(
+        faults
+            .iter()
+            .filter_map(|f| Some(f.recovered_ms? - f.promoted_ms?)),
+    );
     summary.ratios = FloorRatios::new(
         &summary.rtt_us,
         &summary.act_rtt_us,

@@ -187,6 +187,13 @@ pub struct Summary {
     pub per_server: BTreeMap<String, u64>,
     pub errors_by_status: BTreeMap<String, u64>,
     pub faults_by_kind: BTreeMap<String, u64>,
+    /// Over the run's faults: from injection until every client had a
+    /// successful `Act` started after it (`recovered_ms` in faults.csv).
+    pub recovery_ms: GapStats,
+    /// Database faults with a promotion: from the new primary answering as
+    /// primary until every client's first successful `Act` after the
+    /// fault (the servers' own share of the recovery).
+    pub recovery_after_promotion_ms: GapStats,
     pub command: String,
     /// HEAD of the git repository the command ran in (the binary may have
     /// been built from an older commit).
@@ -254,6 +261,15 @@ pub fn floor_stats(values: impl IntoIterator<Item = u64>) -> FloorStats {
         mean: d.mean(),
         samples: d.histogram.len(),
     }
+}
+
+/// p50, p99 and max of durations given in milliseconds (fault recovery).
+pub fn ms_stats(values_ms: impl IntoIterator<Item = f64>) -> GapStats {
+    gap_stats(
+        values_ms
+            .into_iter()
+            .map(|ms| (ms * 1000.0).max(0.0) as u64),
+    )
 }
 
 /// p50, p99 and max in milliseconds of durations given in microseconds.
