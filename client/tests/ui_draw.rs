@@ -87,6 +87,7 @@ fn view(state: GameState) -> View {
             server: Some("127.0.0.1:4001".into()),
             live_servers: 3,
             failovers: 2,
+            hedges: 5,
             ..NetStats::default()
         },
         ..View::default()
@@ -162,7 +163,7 @@ fn the_hud_shows_the_player_the_clock_and_the_network() {
         "Time   2:05",
         "RTT    1.2 ms  p99 3.4 ms",
         "Server 127.0.0.1:4001",
-        "Failovers 2  live 3",
+        "Failovers 2  hedges 5  live 3",
     ] {
         assert!(
             screen.contains(expected),

@@ -125,7 +125,8 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     println!(
         "{} invocations, {} errors; RTT p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs; \
          jitter max {} µs; floors p50: ping {} µs, transaction {} µs (act p50 {}× floor, p99 {}×); \
-         {} faults, {} failovers (gap max {} ms); lost {}, duplicated {}, regressions {}",
+         {} faults, {} failovers (gap max {} ms), {} hedges ({:.2}%); \
+         lost {}, duplicated {}, regressions {}",
         summary.invocations,
         summary.errors,
         summary.rtt_us.p50,
@@ -140,10 +141,23 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.faults,
         summary.failovers,
         summary.failover_gap_ms.max,
+        summary.hedges,
+        summary.hedge_rate * 100.0,
         summary.lost_actions,
         summary.duplicate_actions,
         summary.state_regressions,
     );
+    if summary.faults > 0 {
+        println!(
+            "recovery (every client's first good act after a fault): p50 {} ms, p99 {} ms, \
+             max {} ms over {} faults; after promotion: p99 {} ms",
+            summary.recovery_ms.p50,
+            summary.recovery_ms.p99,
+            summary.recovery_ms.max,
+            summary.recovery_ms.samples,
+            summary.recovery_after_promotion_ms.p99,
+        );
+    }
     println!("report written to {}", out.display());
     for note in &summary.notes {
         println!("note: {note}");

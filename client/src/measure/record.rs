@@ -45,6 +45,11 @@ pub struct Invocation {
     pub attempts: u32,
     /// The pool moved to another server during this call.
     pub failed_over: bool,
+    /// Copies of the request sent to a second server because the first
+    /// was slow to answer (hedges).
+    pub hedges: u32,
+    /// The answer came from a hedged copy.
+    pub hedge_won: bool,
     /// When the first failed attempt started, relative to the start of the
     /// call (the failover gap runs from there to the reply).
     pub first_failure_us: Option<u64>,
@@ -210,6 +215,8 @@ pub(crate) mod tests {
             tick_late_us: 0,
             attempts: 1,
             failed_over: false,
+            hedges: 0,
+            hedge_won: false,
             first_failure_us: None,
             last_attempt_us: None,
             failure: String::new(),

@@ -89,6 +89,11 @@ pub struct Measurements {
     pub failover_gap_ms: GapStats,
     pub failover_notice_ms: GapStats,
     pub failover_retry_ms: GapStats,
+    /// Copies sent to a second server, and their share of the calls.
+    pub hedges: u64,
+    pub hedge_rate: f64,
+    /// Calls answered by the hedged copy.
+    pub hedges_won: u64,
     pub tick_late_us: FloorStats,
     pub time_breakdown: TimeBreakdown,
     /// Invocations per second over the measured span.
@@ -140,6 +145,11 @@ pub struct Summary {
     pub faults: u64,
     pub failovers: u64,
     pub failover_gap_ms: GapStats,
+    /// Copies of a call sent to a second server because the first was slow
+    /// (hedges), and their share of the measured calls.
+    pub hedges: u64,
+    pub hedge_rate: f64,
+    pub hedges_won: u64,
     pub lost_actions: u64,
     pub duplicate_actions: u64,
     pub state_regressions: u64,
@@ -216,6 +226,9 @@ impl Summary {
         self.act_rtt_us = m.act_rtt_us;
         self.jitter_us = m.jitter_us;
         self.failovers = m.failovers;
+        self.hedges = m.hedges;
+        self.hedge_rate = m.hedge_rate;
+        self.hedges_won = m.hedges_won;
         self.failover_gap_ms = m.failover_gap_ms;
         self.failover_notice_ms = m.failover_notice_ms;
         self.failover_retry_ms = m.failover_retry_ms;
@@ -410,6 +423,17 @@ pub fn measure(records: &[Invocation]) -> Measurements {
         ),
         jitter_us,
         failovers: measured.iter().filter(|r| r.failed_over).count() as u64,
+        hedges: measured.iter().map(|r| u64::from(r.hedges)).sum(),
+        hedge_rate: if measured.is_empty() {
+            0.0
+        } else {
+            (measured.iter().map(|r| u64::from(r.hedges)).sum::<u64>() as f64
+                / measured.len() as f64
+                * 10_000.0)
+                .round()
+                / 10_000.0
+        },
+        hedges_won: measured.iter().filter(|r| r.hedge_won).count() as u64,
         failover_gap_ms,
         failover_notice_ms,
         failover_retry_ms,

@@ -330,6 +330,8 @@ impl ClientRun {
             tick_late_us: self.tick_late_us,
             attempts: info.attempts,
             failed_over: info.failed_over,
+            hedges: info.hedges,
+            hedge_won: info.hedge_won,
             first_failure_us: info
                 .first_failure
                 .map(|at| duration_us(at.saturating_duration_since(info.started))),
@@ -369,6 +371,8 @@ impl ClientRun {
             tick_late_us: self.tick_late_us,
             attempts: 0,
             failed_over: matches!(error, PoolError::GaveUp { .. }),
+            hedges: 0,
+            hedge_won: false,
             first_failure_us: None,
             last_attempt_us: None,
             failure: error.to_string(),

@@ -293,6 +293,7 @@ pub(super) async fn publish_status(
                 server: status.current.clone().or(v.net.server.clone()),
                 live_servers: status.live.len(),
                 failovers: status.failovers,
+                hedges: status.hedges,
                 waiting_for_server: status.waiting_for_server,
                 database_unavailable: status.database_unavailable,
                 ..v.net.clone()

@@ -357,8 +357,8 @@ fn net_lines(net: &NetStats) -> Vec<Line<'static>> {
         )),
         Line::from(format!("Server {}", net.server.as_deref().unwrap_or("-"))),
         Line::from(format!(
-            "Failovers {}  live {}",
-            net.failovers, net.live_servers
+            "Failovers {}  hedges {}  live {}",
+            net.failovers, net.hedges, net.live_servers
         )),
     ];
     lines.extend(net_warning(net));

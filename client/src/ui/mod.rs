@@ -40,6 +40,8 @@ pub struct NetStats {
     pub server: Option<String>,
     pub live_servers: usize,
     pub failovers: u64,
+    /// Calls also sent to a second server because the first was slow.
+    pub hedges: u64,
     pub waiting_for_server: bool,
     pub database_unavailable: bool,
     /// The last call failure, if the latest call failed.

@@ -24,6 +24,7 @@
 //! calls instead of moving on.
 
 mod choice;
+mod hedge;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -40,7 +41,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-pub use choice::{FailureKind, classify, pick};
+use choice::{FailureKind, classify, pick};
+pub use hedge::HedgeDelay;
 
 /// Background refresh interval while no server is live.
 const NO_SERVER_REFRESH: Duration = Duration::from_millis(100);
@@ -110,6 +112,11 @@ pub struct CallInfo {
     pub last_attempt: Option<Instant>,
     /// What the last failed attempt ended with (empty when none failed).
     pub last_failure: String,
+    /// Copies of the request sent to a second server because the first had
+    /// not answered within the hedge delay (see `pool::hedge`).
+    pub hedges: u32,
+    /// The answer came from a hedged copy.
+    pub hedge_won: bool,
     /// From the start of the call to the reply, retries included.
     pub rtt: Duration,
 }
@@ -127,6 +134,10 @@ pub struct PoolStatus {
     pub waiting_for_server: bool,
     /// True while calls are told the database is unavailable.
     pub database_unavailable: bool,
+    /// Hedged copies sent so far.
+    pub hedges: u64,
+    /// The delay after which a call is hedged now.
+    pub hedge_delay: Duration,
 }
 
 /// Why a call or the start-up failed.
@@ -196,6 +207,8 @@ struct State {
     failovers: u64,
     waiting: u32,
     database_unavailable: bool,
+    hedges: u64,
+    hedge: HedgeDelay,
 }
 
 #[derive(Clone)]
@@ -265,7 +278,13 @@ impl ServerPool {
 
     /// Sends one request, failing over as described in the module docs.
     /// `f` builds and sends the request on the client it is given; it is
-    /// called again, with the same request, for every retry.
+    /// called again, with the same request, for every retry and hedge.
+    ///
+    /// Sending the same request twice is safe because every request is
+    /// idempotent: reads change nothing, a join is keyed by its token, and
+    /// an `Act` or `Leave` carries its sequence number, which the servers
+    /// apply once and answer as a replay afterwards. That is what makes
+    /// both retries and hedges possible.
     pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<(T, CallInfo), PoolError>
     where
         F: FnMut(GameClient<Channel>) -> Fut,
@@ -275,18 +294,39 @@ impl ServerPool {
         let started = Instant::now();
         let give_up_at = started + config.give_up_after;
         let mut attempts = 0u32;
+        let mut hedges = 0u32;
         let mut first_failure = None;
         let mut failed_over = false;
         // Servers that timed out during this call: avoided until every live
         // server has been tried.
         let mut avoid: HashSet<String> = HashSet::new();
+        // Servers that said their database is unavailable during this call:
+        // another server may still reach it (a partitioned server), so they
+        // are avoided until every live server has said the same.
+        let mut database_down_at: HashSet<String> = HashSet::new();
         let mut backoff = Duration::from_millis(10);
         let mut deadline = config.call_deadline;
         let mut last_failure = String::new();
         let mut database_trouble = false;
         loop {
-            let server = match self.current_server(&avoid) {
+            let server = if database_down_at.is_empty() {
+                self.current_server(&avoid)
+            } else {
+                self.current_server(&avoid.union(&database_down_at).cloned().collect())
+            };
+            let server = match server {
                 Some(server) => server,
+                None if !database_down_at.is_empty() => {
+                    // Every server we could try says the database is down:
+                    // it is, for everyone. Back off and ask again.
+                    database_down_at.clear();
+                    self.set_database_unavailable(true);
+                    if !sleep_until_before(backoff, give_up_at).await {
+                        return Err(self.give_up(started, last_failure, database_trouble));
+                    }
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    continue;
+                }
                 None if !avoid.is_empty() && self.shared.live_count.borrow().gt(&0) => {
                     // Every live server timed out once: they are alive but
                     // slow, or the database is. Back off, then try them all
@@ -309,24 +349,29 @@ impl ServerPool {
             };
             attempts += 1;
             let attempt_started = Instant::now();
-            let client = GameClient::new(server.channel.clone());
-            let outcome = tokio::time::timeout(deadline, f(client)).await;
-            let failure = match outcome {
-                Ok(Ok(response)) => {
+            let skip: HashSet<String> = avoid.union(&database_down_at).cloned().collect();
+            let attempt = self
+                .attempt(&mut f, &server, &skip, attempt_started, deadline)
+                .await;
+            hedges += attempt.hedges;
+            let failure = match attempt.result {
+                Ok(response) => {
                     self.set_database_unavailable(false);
                     let info = CallInfo {
-                        server: server.address,
+                        server: attempt.answered_by,
                         attempts,
                         failed_over,
                         started,
                         first_failure,
                         last_attempt: (attempts > 1).then_some(attempt_started),
                         last_failure,
+                        hedges,
+                        hedge_won: attempt.hedge_won,
                         rtt: started.elapsed(),
                     };
                     return Ok((response.into_inner(), info));
                 }
-                Ok(Err(status)) => {
+                Err(Some(status)) => {
                     let kind = classify(&status);
                     last_failure = format!(
                         "{} from {}: {}",
@@ -339,7 +384,7 @@ impl ServerPool {
                         other => other,
                     }
                 }
-                Err(_elapsed) => {
+                Err(None) => {
                     last_failure = format!(
                         "no answer from {} within {} ms",
                         server.address,
@@ -369,11 +414,9 @@ impl ServerPool {
                 }
                 FailureKind::DatabaseUnavailable => {
                     database_trouble = true;
-                    self.set_database_unavailable(true);
-                    if !sleep_until_before(backoff, give_up_at).await {
-                        return Err(self.give_up(started, last_failure, database_trouble));
-                    }
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    first_failure.get_or_insert(attempt_started);
+                    database_down_at.insert(server.address.clone());
+                    self.leave_current(&server.address);
                 }
                 FailureKind::Refused => unreachable!("returned above"),
             }
@@ -381,6 +424,96 @@ impl ServerPool {
                 return Err(self.give_up(started, last_failure, database_trouble));
             }
         }
+    }
+
+    /// One attempt on `server`, hedged: if it has not answered within the
+    /// hedge delay, the same request also goes to another live server (not
+    /// in `skip`), and the first good answer wins. A hedge that wins makes
+    /// its server the current one: the first was slow, and the next call
+    /// should not wait for it again.
+    async fn attempt<T, F, Fut>(
+        &self,
+        f: &mut F,
+        server: &Server,
+        skip: &HashSet<String>,
+        started: Instant,
+        deadline: Duration,
+    ) -> Attempt<T>
+    where
+        F: FnMut(GameClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let give_up = tokio::time::Instant::from_std(started + deadline);
+        let hedge_after = self.hedge_delay();
+        let first = f(GameClient::new(server.channel.clone()));
+        tokio::pin!(first);
+        let mut attempt = Attempt {
+            result: Err(None),
+            answered_by: server.address.clone(),
+            hedges: 0,
+            hedge_won: false,
+        };
+        let early = tokio::time::timeout(hedge_after.min(deadline), &mut first).await;
+        let second = match early {
+            Ok(result) => {
+                attempt.result = result.map_err(Some);
+                if attempt.result.is_ok() {
+                    self.record_rtt(started.elapsed());
+                }
+                return attempt;
+            }
+            Err(_) if hedge_after >= deadline => return attempt,
+            Err(_) => self.hedge_server(&server.address, skip),
+        };
+        let Some(second) = second else {
+            attempt.result = match tokio::time::timeout_at(give_up, &mut first).await {
+                Ok(result) => result.map_err(Some),
+                Err(_) => Err(None),
+            };
+            if attempt.result.is_ok() {
+                self.record_rtt(started.elapsed());
+            }
+            return attempt;
+        };
+        attempt.hedges = 1;
+        self.count_hedge();
+        let copy_started = Instant::now();
+        let copy = f(GameClient::new(second.channel.clone()));
+        tokio::pin!(copy);
+        let (mut first_result, mut copy_result) = (None, None);
+        while first_result.is_none() || copy_result.is_none() {
+            tokio::select! {
+                result = &mut first, if first_result.is_none() => match result {
+                    Ok(response) => {
+                        self.record_rtt(started.elapsed());
+                        attempt.result = Ok(response);
+                        return attempt;
+                    }
+                    Err(status) => first_result = Some(status),
+                },
+                result = &mut copy, if copy_result.is_none() => match result {
+                    Ok(response) => {
+                        self.record_rtt(copy_started.elapsed());
+                        self.prefer(&second.address);
+                        attempt.result = Ok(response);
+                        attempt.answered_by = second.address.clone();
+                        attempt.hedge_won = true;
+                        return attempt;
+                    }
+                    Err(status) => {
+                        if classify(&status) == FailureKind::ServerDown {
+                            self.mark_down(&second.address);
+                        }
+                        copy_result = Some(status);
+                    }
+                },
+                _ = tokio::time::sleep_until(give_up) => break,
+            }
+        }
+        // Nothing good: the first server's failure decides what happens to
+        // it (a copy that failed too was dealt with above).
+        attempt.result = Err(first_result);
+        attempt
     }
 
     /// A snapshot for a HUD or a report.
@@ -392,6 +525,8 @@ impl ServerPool {
             failovers: state.failovers,
             waiting_for_server: state.waiting > 0,
             database_unavailable: state.database_unavailable,
+            hedges: state.hedges,
+            hedge_delay: state.hedge.delay(),
         }
     }
 
@@ -476,6 +611,55 @@ impl ServerPool {
                 pool.mark_down(&server.address);
             }
         });
+    }
+
+    fn hedge_delay(&self) -> Duration {
+        self.shared.state.lock().unwrap().hedge.delay()
+    }
+
+    fn record_rtt(&self, rtt: Duration) {
+        self.shared.state.lock().unwrap().hedge.record(rtt);
+    }
+
+    fn count_hedge(&self) {
+        self.shared.state.lock().unwrap().hedges += 1;
+    }
+
+    /// A live server other than `busy` and not in `skip`, for a hedge.
+    fn hedge_server(&self, busy: &str, skip: &HashSet<String>) -> Option<Server> {
+        let state = self.shared.state.lock().unwrap();
+        let candidates: Vec<&Server> = state
+            .servers
+            .iter()
+            .filter(|s| s.address != busy && !skip.contains(&s.address))
+            .collect();
+        let i = pick(
+            &candidates
+                .iter()
+                .map(|s| s.address.as_str())
+                .collect::<Vec<_>>(),
+            &HashSet::new(),
+            &mut rand::rng(),
+        )?;
+        Some(candidates[i].clone())
+    }
+
+    /// Makes `address` the current server (a hedge to it answered first).
+    fn prefer(&self, address: &str) {
+        let mut state = self.shared.state.lock().unwrap();
+        if state.servers.iter().any(|s| s.address == address) {
+            state.current = Some(address.to_string());
+        }
+    }
+
+    /// Moves calls away from `address` (it cannot serve them now) without
+    /// dropping its connection.
+    fn leave_current(&self, address: &str) {
+        let mut state = self.shared.state.lock().unwrap();
+        if state.current.as_deref() == Some(address) {
+            state.current = None;
+            state.failovers += 1;
+        }
     }
 
     fn set_database_unavailable(&self, unavailable: bool) {
@@ -604,6 +788,16 @@ impl ServerPool {
             self.shared.live_count.send_replace(count);
         }
     }
+}
+
+/// What one (possibly hedged) attempt came to.
+struct Attempt<T> {
+    /// The answer, or the first server's failure (`None`: no answer in
+    /// time).
+    result: Result<tonic::Response<T>, Option<tonic::Status>>,
+    answered_by: String,
+    hedges: u32,
+    hedge_won: bool,
 }
 
 /// The background task: refreshes every `config.refresh` (or at once when
