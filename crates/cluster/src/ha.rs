@@ -859,11 +859,29 @@ impl LocalHa {
                 Ok(primary) => return Ok(primary),
                 Err(why) => why,
             };
+            if let Some(exited) = self.exited() {
+                return Err(self.not_ready(what, timeout, exited));
+            }
             if Instant::now() >= deadline {
                 return Err(self.not_ready(what, timeout, why));
             }
             std::thread::sleep(HEALTH_PERIOD);
         }
+    }
+
+    /// A daemon we started that exited by itself (nothing heals that).
+    fn exited(&self) -> Option<String> {
+        let gone = |child: &Option<Child>| child.as_ref().is_some_and(|c| !alive(c.id()));
+        self.etcds
+            .iter()
+            .find(|e| gone(&e.child))
+            .map(|e| format!("{} exited", e.name))
+            .or_else(|| {
+                self.members
+                    .iter()
+                    .find(|m| gone(&m.patroni))
+                    .map(|m| format!("Patroni of {} exited", m.name))
+            })
     }
 
     fn wait_for_etcd(&self) -> Result<(), HaError> {
@@ -1050,7 +1068,7 @@ impl LocalHa {
                 if existing { "existing" } else { "new" },
             ])
             .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
-            .args(["--log-level", "warn"]);
+            .args(["--logger", "zap", "--log-level", "warn"]);
         let child = self.spawner.spawn(cmd).map_err(|source| HaError::Spawn {
             what: format!("{} ({})", e.name, self.etcd_bin.display()),
             source,
@@ -1138,6 +1156,8 @@ postgresql:
   data_dir: '{data}'
   bin_dir: '{bin}'
   pgpass: '{dir}/pgpass'
+  basebackup:
+    - checkpoint: fast
   remove_data_directory_on_rewind_failure: true
   remove_data_directory_on_diverged_timelines: true
   authentication:
@@ -1349,23 +1369,29 @@ fn patroni_version(patroni: &Path) -> Result<String, HaError> {
         .stdin(Stdio::null())
         .output()
         .map_err(io_err(format!("running {} --version", patroni.display())))?;
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let text = String::from_utf8_lossy(&out.stdout);
+    check_patroni_version(&text).map_err(|e| match e {
+        HaError::Command { what, detail } => HaError::Command {
+            what,
+            detail: format!("{detail} {}", String::from_utf8_lossy(&out.stderr).trim()),
+        },
+        e => e,
+    })
+}
+
+/// The version in `patroni --version` output, if older than 3.1.
+fn check_patroni_version(output: &str) -> Result<String, HaError> {
+    let text = output.trim();
     let version = text.rsplit(' ').next().unwrap_or_default().to_string();
     let mut parts = version.split('.').map(|p| p.parse::<u32>());
     match (parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) => {
-            if (major, minor) >= (3, 1) {
-                Err(HaError::PatroniVersion { found: version })
-            } else {
-                Ok(version)
-            }
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) >= (3, 1) => {
+            Err(HaError::PatroniVersion { found: version })
         }
+        (Some(Ok(_)), Some(Ok(_))) => Ok(version),
         _ => Err(HaError::Command {
-            what: format!("{} --version", patroni.display()),
-            detail: format!(
-                "cannot read a version in {text:?} {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+            what: "patroni --version".into(),
+            detail: format!("no version in {text:?}"),
         }),
     }
 }
@@ -1476,6 +1502,24 @@ fn output_within(mut cmd: Command, timeout: Duration) -> Result<Output, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patroni_versions_from_3_1_on_are_refused() {
+        assert_eq!(check_patroni_version("patroni 3.0.2\n").unwrap(), "3.0.2");
+        assert_eq!(check_patroni_version("patroni 2.1.6").unwrap(), "2.1.6");
+        for newer in ["patroni 3.1.0", "patroni 4.1.5"] {
+            let err = check_patroni_version(newer).unwrap_err();
+            assert!(
+                matches!(err, HaError::PatroniVersion { .. }),
+                "{newer}: {err}"
+            );
+            assert!(err.to_string().contains("20 s"), "{err}");
+        }
+        assert!(matches!(
+            check_patroni_version("Traceback (most recent call last)"),
+            Err(HaError::Command { .. })
+        ));
+    }
 
     #[test]
     fn member_names_round_trip() {

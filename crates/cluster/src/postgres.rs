@@ -21,7 +21,7 @@ use std::process::{Command, Output};
 pub const DATABASE: &str = "borbaman";
 
 /// Longest unix socket path PostgreSQL accepts (sun_path is 108 bytes).
-pub(crate) const MAX_SOCKET_DIR_BYTES: usize = 90;
+const MAX_SOCKET_DIR_BYTES: usize = 90;
 
 /// How a cluster runs.
 #[derive(Clone, Copy, Debug)]
@@ -70,7 +70,7 @@ pub enum PgError {
     },
 }
 
-pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> PgError {
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> PgError {
     let context = context.into();
     move |source| PgError::Io { context, source }
 }
@@ -384,17 +384,17 @@ fn absolute(dir: &Path) -> Result<PathBuf, PgError> {
     std::path::absolute(dir).map_err(io_err(format!("resolving {}", dir.display())))
 }
 
-pub(crate) fn describe(out: &Output) -> String {
+fn describe(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     format!("{} {}{}", out.status, stderr.trim(), stdout.trim())
 }
 
-pub(crate) fn check(out: Output, what: &str) -> Result<(), PgError> {
+fn check(out: Output, what: &str) -> Result<(), PgError> {
     check_output(out, what).map(|_| ())
 }
 
-pub(crate) fn check_output(out: Output, what: &str) -> Result<String, PgError> {
+fn check_output(out: Output, what: &str) -> Result<String, PgError> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

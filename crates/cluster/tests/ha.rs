@@ -65,8 +65,9 @@ fn sync_standby(ha: &LocalHa) -> usize {
         .unwrap_or_else(|| panic!("no synchronous standby in {members:?}"))
 }
 
-/// Waits for a member other than `old` to answer as primary.
-fn new_primary(ha: &LocalHa, old: usize, fault: Instant, what: &str) -> usize {
+/// Waits for a member other than `old` to answer as primary; returns it and
+/// the milliseconds from `fault` until it was seen.
+fn new_primary(ha: &LocalHa, old: usize, fault: Instant, what: &str) -> (usize, u128) {
     let (new, seen) = ha
         .wait_for_new_primary(old, PROMOTION_TIMEOUT)
         .unwrap_or_else(|| {
@@ -75,11 +76,9 @@ fn new_primary(ha: &LocalHa, old: usize, fault: Instant, what: &str) -> usize {
                 ha.members()
             )
         });
-    eprintln!(
-        "{what}: pg{old} -> pg{new} promoted in {} ms",
-        seen.duration_since(fault).as_millis()
-    );
-    new
+    let ms = seen.duration_since(fault).as_millis();
+    eprintln!("{what}: pg{old} -> pg{new} promoted in {ms} ms");
+    (new, ms)
 }
 
 fn restore(ha: &mut LocalHa, what: &str) -> usize {
@@ -155,7 +154,7 @@ fn postmaster_kill_fails_over_keeps_commits_and_old_primary_rejoins() {
     assert!(replicated.is_some(), "the row never reached pg{standby}");
 
     let fault = ha.kill_postmaster(primary).unwrap();
-    let new = new_primary(&ha, primary, fault, "kill_postmaster");
+    let (new, _) = new_primary(&ha, primary, fault, "kill_postmaster");
     assert_eq!(
         ha.psql(new, "borbaman", "SELECT v FROM kept").unwrap(),
         "42"
@@ -186,7 +185,7 @@ fn host_loss_etcd_loss_and_switchover_heal() {
     .unwrap();
 
     let fault = ha.host_loss(primary).unwrap();
-    let new = new_primary(&ha, primary, fault, "host_loss");
+    let (new, _) = new_primary(&ha, primary, fault, "host_loss");
     assert_eq!(ha.psql(new, "borbaman", "SELECT v FROM kept").unwrap(), "1");
     restore(&mut ha, "host_loss");
     assert_streaming_standby(&ha, primary);
@@ -205,9 +204,105 @@ fn host_loss_etcd_loss_and_switchover_heal() {
     let switch = ha.switchover().unwrap();
     assert_eq!(switch.from, leader);
     let t = Instant::now();
-    let new = new_primary(&ha, leader, t, "switchover");
+    let (new, _) = new_primary(&ha, leader, t, "switchover");
     assert_eq!(new, switch.to);
     restore(&mut ha, "switchover");
     assert_streaming_standby(&ha, leader);
+    drop_and_check(ha);
+}
+
+/// `min/median/max` of some milliseconds.
+fn spread(ms: &[u128]) -> String {
+    if ms.is_empty() {
+        return "-".into();
+    }
+    let mut sorted = ms.to_vec();
+    sorted.sort();
+    format!(
+        "{}/{}/{} ms (n={})",
+        sorted[0],
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1],
+        sorted.len()
+    )
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Many faults in a row, each healed by `restore`: every committed row
+/// survives, and the time to a new primary and to a whole cluster is
+/// printed per kind of fault. `BORBAMAN_HA_ROUNDS` faults (default 20).
+#[test]
+#[ignore = "long (about 15 s a fault): run with --ignored"]
+fn chaos_rounds() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rounds: usize = std::env::var("BORBAMAN_HA_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    eprintln!("load average before: {}", load_average());
+    let started = Instant::now();
+    let Some(mut ha) = start() else { return };
+    let start_ms = started.elapsed().as_millis();
+    let mut primary = ha.primary().expect("a primary after start");
+    ha.psql(primary, "borbaman", "CREATE TABLE kept (v int)")
+        .unwrap();
+    let kinds = ["kill_postmaster", "host_loss", "switchover", "kill_etcd"];
+    let mut promoted: Vec<Vec<u128>> = vec![Vec::new(); kinds.len()];
+    let mut restored: Vec<Vec<u128>> = vec![Vec::new(); kinds.len()];
+    for round in 0..rounds {
+        let kind = round % kinds.len();
+        ha.psql(
+            primary,
+            "borbaman",
+            &format!("INSERT INTO kept VALUES ({round})"),
+        )
+        .unwrap_or_else(|e| panic!("round {round}: insert: {e}"));
+        let fault = match kind {
+            0 => ha.kill_postmaster(primary).unwrap(),
+            1 => ha.host_loss(primary).unwrap(),
+            2 => {
+                let t = Instant::now();
+                ha.switchover().unwrap();
+                t
+            }
+            _ => ha.kill_etcd(round / kinds.len() % 3).unwrap(),
+        };
+        if kind < 3 {
+            let (new, ms) = new_primary(&ha, primary, fault, kinds[kind]);
+            promoted[kind].push(ms);
+            let count = ha
+                .psql(new, "borbaman", "SELECT count(*) FROM kept")
+                .unwrap_or_else(|e| panic!("round {round}: count on pg{new}: {e}"));
+            assert_eq!(count, (round + 1).to_string(), "round {round}: rows lost");
+        }
+        let t = Instant::now();
+        primary = ha
+            .restore()
+            .unwrap_or_else(|e| panic!("round {round}: restore after {}: {e}", kinds[kind]));
+        restored[kind].push(t.elapsed().as_millis());
+        eprintln!(
+            "round {round}: {} healed in {} ms, primary pg{primary}",
+            kinds[kind],
+            t.elapsed().as_millis()
+        );
+    }
+    let count = ha
+        .psql(primary, "borbaman", "SELECT count(*) FROM kept")
+        .unwrap();
+    assert_eq!(count, rounds.to_string());
+    eprintln!("start: {start_ms} ms");
+    for (k, kind) in kinds.iter().enumerate() {
+        eprintln!(
+            "{kind}: promoted {}, restored {}",
+            spread(&promoted[k]),
+            spread(&restored[k])
+        );
+    }
+    eprintln!("load average after: {}", load_average());
     drop_and_check(ha);
 }
