@@ -79,7 +79,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Deserialize;
 
 use crate::local::{Spawner, wait_or_kill};
-use crate::postgres::{DATABASE, PgError, find_bin_dir, last_lines, postgres_user};
+use crate::postgres::{
+    DATABASE, MAX_SOCKET_DIR_BYTES, PgError, find_bin_dir, last_lines, postgres_user,
+};
 
 /// Patroni (and PostgreSQL) members; etcd has as many.
 pub const MEMBERS: usize = 3;
@@ -1098,6 +1100,15 @@ impl LocalHa {
             .collect::<Vec<_>>()
             .join(",");
         let fsync = if self.opts.fsync { "on" } else { "off" };
+        // PostgreSQL's socket in the member's directory if the path fits in
+        // a socket address (and has no separator PostgreSQL would split on);
+        // else TCP only.
+        let socket_dir = m.dir.to_string_lossy();
+        let socket_dir = if socket_dir.len() <= MAX_SOCKET_DIR_BYTES && !socket_dir.contains(',') {
+            yaml_quote(&socket_dir)
+        } else {
+            "''".to_string()
+        };
         let yaml = format!(
             r#"# Patroni member {name} of a LocalHa (crates/cluster/src/ha.rs explains the settings).
 scope: {SCOPE}
@@ -1153,9 +1164,9 @@ bootstrap:
 postgresql:
   listen: 127.0.0.1:{pg}
   connect_address: 127.0.0.1:{pg}
-  data_dir: '{data}'
-  bin_dir: '{bin}'
-  pgpass: '{dir}/pgpass'
+  data_dir: {data}
+  bin_dir: {bin}
+  pgpass: {pgpass}
   basebackup:
     - checkpoint: fast
   remove_data_directory_on_rewind_failure: true
@@ -1165,7 +1176,7 @@ postgresql:
     replication: {{username: replicator, password: replicator}}
     rewind: {{username: rewinder, password: rewinder}}
   parameters:
-    unix_socket_directories: '{dir}'
+    unix_socket_directories: {socket_dir}
     fsync: '{fsync}'
 
 watchdog:
@@ -1180,9 +1191,9 @@ tags:
             name = m.name,
             rest = m.rest_port,
             pg = m.pg_port,
-            data = m.data_dir.display(),
-            bin = self.bin_dir.display(),
-            dir = m.dir.display(),
+            data = yaml_quote(&m.data_dir.to_string_lossy()),
+            bin = yaml_quote(&self.bin_dir.to_string_lossy()),
+            pgpass = yaml_quote(&m.dir.join("pgpass").to_string_lossy()),
         );
         fs::write(&m.config, yaml).map_err(io_err(format!("writing {}", m.config.display())))?;
         fs::set_permissions(&m.config, fs::Permissions::from_mode(0o600))
@@ -1337,6 +1348,11 @@ fn stop_postmaster(pm: Proc, grace: Duration) {
             kill(p.pid, libc::SIGKILL);
         }
     }
+}
+
+/// `text` as a single-quoted YAML scalar.
+fn yaml_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 fn member_name(i: usize) -> String {
@@ -1519,6 +1535,12 @@ mod tests {
             check_patroni_version("Traceback (most recent call last)"),
             Err(HaError::Command { .. })
         ));
+    }
+
+    #[test]
+    fn yaml_quoting_doubles_single_quotes() {
+        assert_eq!(yaml_quote("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(yaml_quote("/tmp/it's"), "'/tmp/it''s'");
     }
 
     #[test]

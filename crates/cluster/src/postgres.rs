@@ -21,7 +21,7 @@ use std::process::{Command, Output};
 pub const DATABASE: &str = "borbaman";
 
 /// Longest unix socket path PostgreSQL accepts (sun_path is 108 bytes).
-const MAX_SOCKET_DIR_BYTES: usize = 90;
+pub(crate) const MAX_SOCKET_DIR_BYTES: usize = 90;
 
 /// How a cluster runs.
 #[derive(Clone, Copy, Debug)]

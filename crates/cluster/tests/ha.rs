@@ -3,7 +3,8 @@
 //! cluster, and dropping it leaves no process behind.
 //!
 //! Skipped (with a message) when Patroni or etcd is not installed. Set
-//! `BORBAMAN_HA_LOG_DIR` to keep the etcd and Patroni logs there.
+//! `BORBAMAN_HA_LOG_DIR` to keep the etcd and Patroni logs there,
+//! `BORBAMAN_HA_FSYNC=1` to run the members with fsync on.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,7 +19,10 @@ const PROMOTION_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn start() -> Option<LocalHa> {
     let opts = HaOptions {
-        fsync: false,
+        // Faults here kill processes, not the machine: what they wrote is
+        // in the kernel's cache either way. BORBAMAN_HA_FSYNC=1 measures
+        // with fsync.
+        fsync: std::env::var("BORBAMAN_HA_FSYNC").is_ok_and(|v| v == "1"),
         start_timeout: Duration::from_secs(90),
         heal_timeout: Duration::from_secs(60),
         log_dir: std::env::var_os("BORBAMAN_HA_LOG_DIR").map(Into::into),
