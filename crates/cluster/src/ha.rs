@@ -14,12 +14,23 @@
 //! first with SIGTERM, which stops its PostgreSQL, then etcd; SIGKILL after
 //! a grace period); nothing else on the machine is touched.
 //!
+//! Should this process be killed outright, the kernel sends Patroni and
+//! etcd SIGTERM (Patroni then stops its PostgreSQL); the directory stays.
+//! Ports come from below the kernel's ephemeral range, so no outgoing
+//! connection takes a member's port between its restarts.
+//!
 //! Faults act on one member by index and return at once, leaving the
 //! cluster to heal itself: [`LocalHa::kill_postmaster`],
 //! [`LocalHa::host_loss`], [`LocalHa::switchover`], [`LocalHa::kill_etcd`].
 //! [`LocalHa::wait_for_new_primary`] tells when another member took over;
 //! [`LocalHa::restore`] starts again what was killed and waits until the
 //! cluster is whole.
+//!
+//! On a busy 2-core machine: start 11-16 s; a new primary 1.8-3.1 s after
+//! a postmaster kill, 5.0-5.6 s after a host loss (the leader lease runs
+//! out), 0.9-1.7 s after a switchover request; `restore` 4-6 s, 9-17 s
+//! after a host loss (crash recovery and pg_rewind of the old primary);
+//! drop 6-8 s.
 //!
 //! # Settings and why
 //!
