@@ -3,6 +3,8 @@
 //!
 //! - [`postgres`]: `LocalPostgres`, a private PostgreSQL from the machine's
 //!   own binaries.
+//! - [`ha`]: `LocalHa`, a replicated PostgreSQL (3 etcd + 3 Patroni
+//!   members) and the faults failover tests inject into it.
 //! - [`local`]: `LocalCluster`, a database plus N game-server processes, and
 //!   the faults chaos runs inject into them.
 //! - [`ready`]: the line a server prints when it serves, which launchers
@@ -11,10 +13,12 @@
 //! Nothing here links the server or the database driver: servers are
 //! processes, and the database is reached by its binaries.
 
+pub mod ha;
 pub mod local;
 pub mod postgres;
 pub mod ready;
 
+pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{ClusterConfig, ClusterError, Database, LocalCluster};
 pub use postgres::{LocalPostgres, PgError, PgOptions};
 pub use ready::ReadyLine;

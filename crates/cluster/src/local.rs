@@ -207,7 +207,10 @@ impl LocalCluster {
             log_dir,
             _temp_logs: temp_logs,
             started_servers: 0,
-            spawner: Spawner::start()?,
+            spawner: Spawner::start("server-spawner").map_err(|source| ClusterError::Io {
+                context: "starting the server spawner thread".into(),
+                source,
+            })?,
         };
         progress(&format!("starting {} servers…", config.servers));
         // Start them all, then wait for each: migrations run once, the
@@ -508,12 +511,12 @@ impl Drop for LocalCluster {
     }
 }
 
-/// Spawns server processes from one thread that lives as long as the
-/// cluster. Each child asks the kernel for SIGTERM when that thread dies
+/// Spawns processes from one thread that lives as long as their owner
+/// (a cluster). Each child asks the kernel for SIGTERM when that thread dies
 /// (`PR_SET_PDEATHSIG` is tied to the spawning *thread*, hence one
 /// long-lived thread rather than whichever thread calls `start_server`), so
 /// no server outlives a client that was killed outright.
-struct Spawner {
+pub(crate) struct Spawner {
     requests: Option<mpsc::Sender<SpawnRequest>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -521,18 +524,15 @@ struct Spawner {
 type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 
 impl Spawner {
-    fn start() -> Result<Spawner, ClusterError> {
+    /// Starts the spawning thread, named `name`.
+    pub(crate) fn start(name: &str) -> std::io::Result<Spawner> {
         let (requests, incoming) = mpsc::channel::<SpawnRequest>();
         let thread = std::thread::Builder::new()
-            .name("server-spawner".into())
+            .name(name.into())
             .spawn(move || {
                 for (mut command, reply) in incoming {
                     let _ = reply.send(spawn_tied_to_this_thread(&mut command));
                 }
-            })
-            .map_err(|source| ClusterError::Io {
-                context: "starting the server spawner thread".into(),
-                source,
             })?;
         Ok(Spawner {
             requests: Some(requests),
@@ -540,7 +540,9 @@ impl Spawner {
         })
     }
 
-    fn spawn(&self, command: Command) -> std::io::Result<Child> {
+    /// Spawns `command` from the spawning thread. Its `pre_exec` hook runs
+    /// after any `uid`/`gid` change, so the death signal survives it.
+    pub(crate) fn spawn(&self, command: Command) -> std::io::Result<Child> {
         let gone = || std::io::Error::other("the spawner thread is gone");
         let (reply, child) = mpsc::channel();
         let requests = self.requests.as_ref().ok_or_else(gone)?;
@@ -583,7 +585,7 @@ fn signal(child: &Child, signal: libc::c_int) {
 }
 
 /// Waits up to `grace` for `child` to exit, then SIGKILLs it.
-fn wait_or_kill(child: &mut Child, grace: Duration) {
+pub(crate) fn wait_or_kill(child: &mut Child, grace: Duration) {
     let deadline = Instant::now() + grace;
     loop {
         match child.try_wait() {

@@ -21,7 +21,7 @@ use std::process::{Command, Output};
 pub const DATABASE: &str = "borbaman";
 
 /// Longest unix socket path PostgreSQL accepts (sun_path is 108 bytes).
-const MAX_SOCKET_DIR_BYTES: usize = 90;
+pub(crate) const MAX_SOCKET_DIR_BYTES: usize = 90;
 
 /// How a cluster runs.
 #[derive(Clone, Copy, Debug)]
@@ -330,7 +330,7 @@ impl Drop for LocalPostgres {
 }
 
 /// The highest installed PostgreSQL version's `bin` directory.
-fn find_bin_dir() -> Result<PathBuf, PgError> {
+pub(crate) fn find_bin_dir() -> Result<PathBuf, PgError> {
     let has_tools = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
     let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
         .into_iter()
@@ -357,7 +357,7 @@ fn find_bin_dir() -> Result<PathBuf, PgError> {
 }
 
 /// uid and gid of the `postgres` user.
-fn postgres_user() -> Result<(u32, u32), PgError> {
+pub(crate) fn postgres_user() -> Result<(u32, u32), PgError> {
     let name = c"postgres";
     // SAFETY: getpwnam returns null or a pointer to a static record that
     // stays valid until the next getpw* call; we copy the ids out at once.
@@ -405,7 +405,7 @@ fn check_output(out: Output, what: &str) -> Result<String, PgError> {
     }
 }
 
-fn last_lines(text: &str, n: usize) -> String {
+pub(crate) fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }

@@ -1,0 +1,1601 @@
+//! `LocalHa`: a replicated PostgreSQL on this machine — three etcd members
+//! and three Patroni members managing PostgreSQL — for failover tests and
+//! chaos runs that need a database which survives the loss of its primary.
+//!
+//! [`LocalHa::start`] lays everything out in a fresh directory (under /tmp
+//! unless one is given), on free loopback ports, starts one etcd cluster of
+//! three, then three Patroni members that bootstrap and clone PostgreSQL,
+//! waits until there is one leader and two streaming standbys (one of them
+//! synchronous) and creates the `borbaman` database on the primary. As with
+//! [`LocalPostgres`](crate::LocalPostgres), PostgreSQL refuses to run as
+//! root, so when we are root Patroni and etcd run as the `postgres` user.
+//! Every process is spawned from one long-lived thread with
+//! `PR_SET_PDEATHSIG` and stopped by PID when the handle drops (Patroni
+//! first with SIGTERM, which stops its PostgreSQL, then etcd; SIGKILL after
+//! a grace period); nothing else on the machine is touched.
+//!
+//! Should this process be killed outright, the kernel sends Patroni and
+//! etcd SIGTERM (Patroni then stops its PostgreSQL); the directory stays.
+//! Ports come from below the kernel's ephemeral range, so no outgoing
+//! connection takes a member's port between its restarts.
+//!
+//! Faults act on one member by index and return at once, leaving the
+//! cluster to heal itself: [`LocalHa::kill_postmaster`],
+//! [`LocalHa::host_loss`], [`LocalHa::switchover`], [`LocalHa::kill_etcd`].
+//! [`LocalHa::wait_for_new_primary`] tells when another member took over;
+//! [`LocalHa::restore`] starts again what was killed and waits until the
+//! cluster is whole.
+//!
+//! On a busy 2-core machine: start 11-16 s; a new primary 1.8-3.1 s after
+//! a postmaster kill, 5.0-5.6 s after a host loss (the leader lease runs
+//! out), 0.9-1.7 s after a switchover request; `restore` 4-6 s, 9-17 s
+//! after a host loss (crash recovery and pg_rewind of the old primary);
+//! drop 6-8 s.
+//!
+//! # Settings and why
+//!
+//! Found on a 2-core machine like this one (a lab of the same shape,
+//! ~50 failover trials without a lost or duplicated acknowledged commit):
+//!
+//! - `synchronous_mode` + `synchronous_mode_strict`, one synchronous
+//!   standby, `synchronous_commit: on`: an acknowledged commit is on two
+//!   members, only the synchronous standby may be promoted, and with no
+//!   standby commits wait rather than silently turning asynchronous.
+//! - `ttl: 5`, `loop_wait: 1`, `retry_timeout: 2`: a lost leader is
+//!   replaced within ~5 s. Keep `loop_wait + 2 * retry_timeout <= ttl` with
+//!   `retry_timeout >= 2`; 3/1/1 left the cluster leaderless.
+//! - `primary_start_timeout: 0`: a crashed primary fails over instead of
+//!   recovering in place.
+//! - `wal_retrieve_retry_interval: 100ms` (default 5 s): after a failover
+//!   the other standby retries the new primary every 5 s otherwise, and in
+//!   strict mode every commit waits with it.
+//! - `use_slots: false` with `wal_keep_size`: Patroni 3.0.2 creates member
+//!   slots on a new primary only in its first leader loop, ~2 s after the
+//!   promotion, which delays the standbys and so every commit.
+//! - `use_pg_rewind` (needs `wal_log_hints`), and a data directory that
+//!   cannot be rewound is cloned again: a failed old primary rejoins as a
+//!   standby.
+//! - etcd 3.4 has its v2 API off: Patroni's `etcd3` section.
+//! - `max_connections: 200`, listening on 127.0.0.1 only, trust
+//!   authentication on loopback (replication included); no watchdog.
+//!
+//! PostgreSQL's own log goes to each member's Patroni log, interleaved.
+//!
+//! # Patroni version
+//!
+//! Relied on: Patroni 3.0.x, as in Debian bookworm (3.0.2), with etcd 3.4.
+//! From 3.1 on Patroni raises `ttl` to at least 20 s with only a warning in
+//! its log, so host-loss failover would take ~20 s: [`LocalHa::start`]
+//! refuses those versions.
+//!
+//! # Orphaned primary
+//!
+//! With Patroni dead and PostgreSQL alive nothing fences the old primary on
+//! one machine (no watchdog device): it still serves reads, its commits wait
+//! forever for a standby. Clients must find the primary by asking Patroni
+//! (`GET /primary`), never PostgreSQL itself; [`LocalHa::restore`] stops
+//! such a postmaster before restarting its Patroni.
+
+use std::fs::{self, OpenOptions};
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+
+use crate::local::{Spawner, wait_or_kill};
+use crate::postgres::{
+    DATABASE, MAX_SOCKET_DIR_BYTES, PgError, find_bin_dir, last_lines, postgres_user,
+};
+
+/// Patroni (and PostgreSQL) members; etcd has as many.
+pub const MEMBERS: usize = 3;
+
+/// Patroni's cluster name, also PostgreSQL's `cluster_name`.
+const SCOPE: &str = "borbaman";
+/// What to install when Patroni or etcd is missing.
+const INSTALL: &str = "apt-get install patroni etcd-server etcd-client";
+/// Leader lease, HA loop period and DCS/PostgreSQL retry budget (seconds).
+const TTL: u32 = 5;
+const LOOP_WAIT: u32 = 1;
+const RETRY_TIMEOUT: u32 = 2;
+/// How long everything may take to stop on drop before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Part of [`STOP_GRACE`] given to Patroni (it stops PostgreSQL first).
+const PATRONI_GRACE: Duration = Duration::from_secs(7);
+/// Part of [`STOP_GRACE`] given to etcd, once Patroni is gone.
+const ETCD_GRACE: Duration = Duration::from_secs(2);
+/// One REST call to Patroni or etcd.
+const REST_TIMEOUT: Duration = Duration::from_millis(500);
+/// One `/primary` probe while waiting for a promotion.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Period of the promotion probes.
+const PROBE_PERIOD: Duration = Duration::from_millis(10);
+/// Period of the health checks while waiting for the cluster.
+const HEALTH_PERIOD: Duration = Duration::from_millis(100);
+/// How long etcd may take to form its cluster.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(30);
+/// One `psql` run.
+const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a switchover request may take to be refused outright.
+const SWITCHOVER_REFUSAL: Duration = Duration::from_millis(500);
+
+/// How the replicated database runs.
+#[derive(Clone, Debug)]
+pub struct HaOptions {
+    /// `false` turns off fsync on every member (commits stay synchronous
+    /// between members): fine for faults that kill processes, since the
+    /// kernel keeps what they wrote, unsafe if the machine itself crashes.
+    pub fsync: bool,
+    /// Where to lay out the members: an empty or missing directory, kept on
+    /// drop. `None`: a fresh directory under /tmp, deleted on drop.
+    pub dir: Option<PathBuf>,
+    /// Where the etcd and Patroni logs go; `<dir>/logs` when `None`.
+    pub log_dir: Option<PathBuf>,
+    /// How long [`LocalHa::start`] may take until the cluster is healthy.
+    pub start_timeout: Duration,
+    /// How long [`LocalHa::restore`] may take until the cluster is healthy.
+    pub heal_timeout: Duration,
+}
+
+impl Default for HaOptions {
+    fn default() -> Self {
+        HaOptions {
+            fsync: true,
+            dir: None,
+            log_dir: None,
+            start_timeout: Duration::from_secs(120),
+            heal_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Why the replicated database could not be started, faulted or healed.
+#[derive(Debug, thiserror::Error)]
+pub enum HaError {
+    #[error(
+        "{missing} not found; install Patroni and etcd with `{INSTALL}` \
+         (Debian bookworm: Patroni 3.0.2, etcd 3.4)"
+    )]
+    NotInstalled { missing: String },
+    #[error(
+        "found Patroni {found}, but the replicated database needs Patroni older than 3.1: \
+         from 3.1 on Patroni raises ttl to at least 20 s, so a lost primary would be \
+         replaced only after ~20 s; Debian bookworm's patroni 3.0.2 accepts the ttl of \
+         {TTL} s used here"
+    )]
+    PatroniVersion { found: String },
+    #[error(transparent)]
+    Postgres(#[from] PgError),
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{what} within {timeout:?}: {detail}; logs in {log_dir}{tail}")]
+    NotReady {
+        what: String,
+        timeout: Duration,
+        detail: String,
+        log_dir: PathBuf,
+        /// The last lines of each log.
+        tail: String,
+    },
+    #[error("no member {0} (there are {MEMBERS})")]
+    NoSuchMember(usize),
+    #[error("no etcd member {0} (there are {MEMBERS})")]
+    NoSuchEtcd(usize),
+    #[error("no member is the primary")]
+    NoPrimary,
+    #[error("{0}")]
+    Fault(String),
+    #[error("{what} failed: {detail}")]
+    Command { what: String, detail: String },
+    #[error("{0} is not empty: give an empty or missing directory")]
+    DirNotEmpty(PathBuf),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> HaError {
+    let context = context.into();
+    move |source| HaError::Io { context, source }
+}
+
+/// One member as Patroni's `GET /cluster` shows it, with its replication
+/// state as the primary's `pg_stat_replication` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// Our index of the member (`None` for a name we did not start).
+    pub index: Option<usize>,
+    pub name: String,
+    /// `leader`, `sync_standby` or `replica`.
+    pub role: String,
+    /// Patroni's state: `running`, `starting`, `stopped`, `creating replica`…
+    /// (Patroni 3.0 says `running` for a standby, streaming or not.)
+    pub state: String,
+    pub timeline: Option<u64>,
+    /// Bytes behind the leader; `None` for the leader or when unknown.
+    pub lag: Option<u64>,
+    /// `pg_stat_replication.state` on the primary (`streaming`…), `None`
+    /// when the member is not connected to it.
+    pub replication: Option<String>,
+    /// `pg_stat_replication.sync_state` on the primary (`sync`, `async`).
+    pub sync_state: Option<String>,
+}
+
+impl MemberStatus {
+    pub fn is_leader(&self) -> bool {
+        self.role == "leader"
+    }
+
+    /// A running standby whose WAL streams from the primary.
+    pub fn is_streaming_standby(&self) -> bool {
+        !self.is_leader()
+            && self.state == "running"
+            && self.replication.as_deref() == Some("streaming")
+    }
+
+    /// The synchronous standby, as both Patroni and PostgreSQL see it.
+    pub fn is_sync_standby(&self) -> bool {
+        self.role == "sync_standby"
+            && self.is_streaming_standby()
+            && self.sync_state.as_deref() == Some("sync")
+    }
+}
+
+/// A planned switchover that Patroni accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Switchover {
+    pub from: usize,
+    pub to: usize,
+    pub from_name: String,
+    pub to_name: String,
+}
+
+#[derive(Deserialize)]
+struct ClusterJson {
+    members: Vec<MemberJson>,
+}
+
+#[derive(Deserialize)]
+struct MemberJson {
+    name: String,
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    state: String,
+    timeline: Option<u64>,
+    /// A number, or `"unknown"`.
+    #[serde(default)]
+    lag: serde_json::Value,
+}
+
+/// One Patroni member and the PostgreSQL it manages.
+struct Member {
+    name: String,
+    /// Patroni's directory (owned by the postgres user): config, socket.
+    dir: PathBuf,
+    data_dir: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    pg_port: u16,
+    rest_port: u16,
+    patroni: Option<Child>,
+}
+
+/// One etcd member.
+struct Etcd {
+    name: String,
+    data_dir: PathBuf,
+    log: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+}
+
+/// A running replicated database. Dropping it stops every process it
+/// started.
+pub struct LocalHa {
+    bin_dir: PathBuf,
+    patroni_bin: PathBuf,
+    etcd_bin: PathBuf,
+    patroni_version: String,
+    /// `Some` when we are root: the uid/gid everything runs as.
+    run_as: Option<(u32, u32)>,
+    dir: PathBuf,
+    log_dir: PathBuf,
+    opts: HaOptions,
+    cluster_token: String,
+    members: Vec<Member>,
+    etcds: Vec<Etcd>,
+    agent: ureq::Agent,
+    spawner: Spawner,
+    /// Held for a throwaway layout; dropping it deletes the directory.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl LocalHa {
+    /// Starts etcd and Patroni, waits until the cluster is healthy (one
+    /// leader, two streaming standbys, one of them synchronous) and creates
+    /// the `borbaman` database. Blocking.
+    pub fn start(opts: HaOptions) -> Result<LocalHa, HaError> {
+        let patroni_bin = which("patroni");
+        let etcd_bin = which("etcd");
+        let missing: Vec<&str> = [("patroni", &patroni_bin), ("etcd", &etcd_bin)]
+            .into_iter()
+            .filter(|(_, path)| path.is_none())
+            .map(|(name, _)| name)
+            .collect();
+        let (Some(patroni_bin), Some(etcd_bin)) = (patroni_bin, etcd_bin) else {
+            return Err(HaError::NotInstalled {
+                missing: missing.join(" and "),
+            });
+        };
+        let patroni_version = patroni_version(&patroni_bin)?;
+        let bin_dir = find_bin_dir()?;
+        let run_as = if unsafe { libc::geteuid() } == 0 {
+            Some(postgres_user()?)
+        } else {
+            None
+        };
+
+        let (temp, dir) = match &opts.dir {
+            Some(dir) => {
+                let dir = std::path::absolute(dir)
+                    .map_err(io_err(format!("resolving {}", dir.display())))?;
+                if fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
+                    return Err(HaError::DirNotEmpty(dir));
+                }
+                fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+                (None, dir)
+            }
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("borbaman-ha-")
+                    .tempdir_in("/tmp")
+                    .map_err(io_err("creating a temporary directory"))?;
+                let dir = temp.path().to_path_buf();
+                (Some(temp), dir)
+            }
+        };
+        // The postgres user must be able to enter it.
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
+            .map_err(io_err(format!("chmod of {}", dir.display())))?;
+        if run_as.is_some() && !others_can_enter(&dir) {
+            return Err(PgError::Unreachable(dir).into());
+        }
+        let log_dir = opts.log_dir.clone().unwrap_or_else(|| dir.join("logs"));
+        fs::create_dir_all(&log_dir).map_err(io_err(format!("creating {}", log_dir.display())))?;
+
+        let ports = free_ports(4 * MEMBERS)?;
+        let etcds = (0..MEMBERS)
+            .map(|j| Etcd {
+                name: format!("etcd{j}"),
+                data_dir: dir.join(format!("etcd{j}")),
+                log: log_dir.join(format!("etcd{j}.log")),
+                client_port: ports[j],
+                peer_port: ports[MEMBERS + j],
+                child: None,
+            })
+            .collect::<Vec<_>>();
+        let members = (0..MEMBERS)
+            .map(|i| {
+                let member_dir = dir.join(format!("pg{i}"));
+                Member {
+                    name: member_name(i),
+                    data_dir: member_dir.join("data"),
+                    config: member_dir.join("patroni.yml"),
+                    dir: member_dir,
+                    log: log_dir.join(format!("pg{i}.log")),
+                    pg_port: ports[2 * MEMBERS + i],
+                    rest_port: ports[3 * MEMBERS + i],
+                    patroni: None,
+                }
+            })
+            .collect::<Vec<_>>();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .proxy(None)
+            .http_status_as_error(false)
+            .timeout_global(Some(REST_TIMEOUT))
+            .build()
+            .into();
+        let spawner = Spawner::start("ha-spawner").map_err(|source| HaError::Spawn {
+            what: "the spawner thread".into(),
+            source,
+        })?;
+        let mut ha = LocalHa {
+            bin_dir,
+            patroni_bin,
+            etcd_bin,
+            patroni_version,
+            run_as,
+            cluster_token: format!("borbaman-ha-{}-{}", std::process::id(), ports[0]),
+            dir,
+            log_dir,
+            opts,
+            members,
+            etcds,
+            agent,
+            spawner,
+            _temp: temp,
+        };
+        // From here on, an error drops `ha`, which stops what was started.
+        for j in 0..MEMBERS {
+            let data_dir = ha.etcds[j].data_dir.clone();
+            ha.private_dir(&data_dir)?;
+            ha.spawn_etcd(j, false)?;
+        }
+        ha.wait_for_etcd()?;
+        for i in 0..MEMBERS {
+            let member_dir = ha.members[i].dir.clone();
+            ha.private_dir(&member_dir)?;
+            ha.write_patroni_config(i)?;
+        }
+        // All at once: one wins the initialize key and bootstraps, the
+        // others wait for it and clone it.
+        for i in 0..MEMBERS {
+            ha.spawn_patroni(i)?;
+        }
+        let timeout = ha.opts.start_timeout;
+        let primary = ha.wait_healthy(timeout, "the cluster did not become healthy")?;
+        ha.create_database(primary)?;
+        Ok(ha)
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/borbaman` on the current
+    /// primary (member 0 when there is none): the credentials and database
+    /// name; servers find the primary themselves through
+    /// [`Self::patroni_urls`].
+    pub fn database_url(&self) -> String {
+        let port = self.members[self.primary().unwrap_or(0)].pg_port;
+        format!("postgres://postgres@127.0.0.1:{port}/{DATABASE}")
+    }
+
+    /// Each member's Patroni REST API, `http://127.0.0.1:<port>`, by index.
+    pub fn patroni_urls(&self) -> Vec<String> {
+        (0..MEMBERS).map(|i| self.rest_url(i)).collect()
+    }
+
+    /// Each member's PostgreSQL port, by index.
+    pub fn pg_ports(&self) -> Vec<u16> {
+        self.members.iter().map(|m| m.pg_port).collect()
+    }
+
+    /// etcd's client URLs, by index.
+    pub fn etcd_urls(&self) -> Vec<String> {
+        self.etcds
+            .iter()
+            .map(|e| format!("http://127.0.0.1:{}", e.client_port))
+            .collect()
+    }
+
+    /// Member `i`'s name (`pg<i>`), as Patroni and `/cluster` know it.
+    pub fn member_name(&self, i: usize) -> String {
+        member_name(i)
+    }
+
+    /// The Patroni version found (`patroni --version`).
+    pub fn patroni_version(&self) -> &str {
+        &self.patroni_version
+    }
+
+    /// Where the etcd and Patroni logs (`etcd<j>.log`, `pg<i>.log`) are.
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+
+    /// The directory everything lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The member whose Patroni answers 200 to `GET /primary` (it holds the
+    /// leader lock and runs a primary).
+    pub fn primary(&self) -> Option<usize> {
+        (0..MEMBERS).find(|&i| self.is_primary(i, REST_TIMEOUT))
+    }
+
+    /// Polls `GET /primary` on every member other than `old` every ~10 ms
+    /// and returns the first that answers as primary, with when it was
+    /// seen; `None` after `timeout`.
+    pub fn wait_for_new_primary(&self, old: usize, timeout: Duration) -> Option<(usize, Instant)> {
+        let deadline = Instant::now() + timeout;
+        let found = AtomicBool::new(false);
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|scope| {
+            for i in (0..MEMBERS).filter(|&i| i != old) {
+                let tx = tx.clone();
+                let found = &found;
+                scope.spawn(move || {
+                    while !found.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        if self.is_primary(i, PROBE_TIMEOUT) {
+                            let seen = Instant::now();
+                            found.store(true, Ordering::Relaxed);
+                            let _ = tx.send((i, seen));
+                            return;
+                        }
+                        std::thread::sleep(PROBE_PERIOD);
+                    }
+                });
+            }
+            drop(tx);
+            let first = rx.recv().ok();
+            found.store(true, Ordering::Relaxed);
+            first
+        })
+    }
+
+    /// Every member as `GET /cluster` shows it (asked of the primary, else
+    /// of any member that answers), with the primary's view of replication.
+    pub fn members(&self) -> Result<Vec<MemberStatus>, HaError> {
+        let order: Vec<usize> = self.primary().into_iter().chain(0..MEMBERS).collect();
+        let mut last = String::from("no member answered");
+        for i in order {
+            match self.cluster_status(i) {
+                Ok(status) => return Ok(status),
+                Err(e) => last = e,
+            }
+        }
+        Err(HaError::Fault(format!("GET /cluster: {last}")))
+    }
+
+    /// Runs `sql` with `psql` on member `i`'s PostgreSQL, in `database`;
+    /// returns its unaligned, tuples-only output, trimmed.
+    pub fn psql(&self, i: usize, database: &str, sql: &str) -> Result<String, HaError> {
+        let port = self.member(i)?.pg_port;
+        self.psql_port(port, database, sql)
+            .map_err(|detail| HaError::Command {
+                what: format!("psql on {}", member_name(i)),
+                detail,
+            })
+    }
+
+    /// PIDs of every process of the cluster still alive: Patroni, etcd,
+    /// postmasters and their children.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .members
+            .iter()
+            .filter_map(|m| m.patroni.as_ref())
+            .chain(self.etcds.iter().filter_map(|e| e.child.as_ref()))
+            .map(Child::id)
+            .filter(|&pid| alive(pid))
+            .collect();
+        for i in 0..MEMBERS {
+            if let Some(pm) = self.postmaster(i) {
+                pids.push(pm.pid);
+                pids.extend(children_of(pm.pid).into_iter().map(|c| c.pid));
+            }
+        }
+        pids
+    }
+
+    /// SIGKILLs member `i`'s postmaster only; its Patroni stays up, sees it
+    /// gone and (on the primary) gives up the leader lock. Returns when the
+    /// signal was sent.
+    pub fn kill_postmaster(&mut self, i: usize) -> Result<Instant, HaError> {
+        let pm = self.postmaster(i).ok_or_else(|| {
+            HaError::Fault(format!("{} has no running postmaster", member_name(i)))
+        })?;
+        kill(pm.pid, libc::SIGKILL);
+        Ok(Instant::now())
+    }
+
+    /// A lost machine: SIGKILLs member `i`'s Patroni, its postmaster and
+    /// every PostgreSQL process of the member at once. Returns when the
+    /// signals were sent.
+    pub fn host_loss(&mut self, i: usize) -> Result<Instant, HaError> {
+        self.member(i)?;
+        let postmaster = self.postmaster(i);
+        let backends = postmaster.map(|pm| children_of(pm.pid)).unwrap_or_default();
+        let member = &mut self.members[i];
+        let patroni = member.patroni.as_ref().map(Child::id).filter(|&p| alive(p));
+        if patroni.is_none() && postmaster.is_none() {
+            return Err(HaError::Fault(format!("{} is already down", member.name)));
+        }
+        // Patroni first, so that it cannot react to the rest.
+        for pid in patroni
+            .into_iter()
+            .chain(postmaster.map(|pm| pm.pid))
+            .chain(backends.iter().map(|b| b.pid))
+        {
+            kill(pid, libc::SIGKILL);
+        }
+        let sent = Instant::now();
+        if let Some(mut child) = member.patroni.take() {
+            let _ = child.wait();
+        }
+        Ok(sent)
+    }
+
+    /// A planned switchover through Patroni's REST API (`POST /switchover`)
+    /// from the current leader to the synchronous standby. Returns once
+    /// Patroni accepted it (or did not refuse it within half a second); the
+    /// switch itself takes a few seconds: see
+    /// [`Self::wait_for_new_primary`].
+    pub fn switchover(&self) -> Result<Switchover, HaError> {
+        let from = self.primary().ok_or(HaError::NoPrimary)?;
+        let status = self.cluster_status(from).map_err(HaError::Fault)?;
+        let to = status
+            .iter()
+            .find(|m| m.role == "sync_standby")
+            .and_then(|m| m.index)
+            .ok_or_else(|| HaError::Fault("no synchronous standby to switch over to".into()))?;
+        let switchover = Switchover {
+            from,
+            to,
+            from_name: member_name(from),
+            to_name: member_name(to),
+        };
+        let body = serde_json::json!({
+            "leader": switchover.from_name,
+            "candidate": switchover.to_name,
+        })
+        .to_string();
+        let url = format!("{}/switchover", self.rest_url(from));
+        let agent = self.agent.clone();
+        let (tx, rx) = mpsc::channel();
+        // Patroni answers only once the switch is done (or after ~20 s);
+        // a refusal comes at once.
+        std::thread::Builder::new()
+            .name("ha-switchover".into())
+            .spawn(move || {
+                let reply = agent
+                    .post(&url)
+                    .config()
+                    .timeout_global(Some(Duration::from_secs(30)))
+                    .build()
+                    .header("Content-Type", "application/json")
+                    .send(body.as_str())
+                    .map_err(|e| e.to_string())
+                    .map(|mut r| {
+                        let text = r.body_mut().read_to_string().unwrap_or_default();
+                        (r.status().as_u16(), text)
+                    });
+                let _ = tx.send(reply);
+            })
+            .map_err(|source| HaError::Spawn {
+                what: "the switchover thread".into(),
+                source,
+            })?;
+        match rx.recv_timeout(SWITCHOVER_REFUSAL) {
+            Ok(Ok((200, _))) | Err(mpsc::RecvTimeoutError::Timeout) => Ok(switchover),
+            Ok(Ok((code, text))) => Err(HaError::Fault(format!(
+                "Patroni refused the switchover ({code}): {}",
+                text.trim()
+            ))),
+            Ok(Err(e)) => Err(HaError::Fault(format!("POST /switchover: {e}"))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(HaError::Fault("POST /switchover: no reply".into()))
+            }
+        }
+    }
+
+    /// SIGKILLs etcd member `j`.
+    pub fn kill_etcd(&mut self, j: usize) -> Result<Instant, HaError> {
+        let etcd = self.etcds.get_mut(j).ok_or(HaError::NoSuchEtcd(j))?;
+        let mut child = etcd
+            .child
+            .take()
+            .ok_or_else(|| HaError::Fault(format!("{} is already down", etcd.name)))?;
+        kill(child.id(), libc::SIGKILL);
+        let sent = Instant::now();
+        let _ = child.wait();
+        Ok(sent)
+    }
+
+    /// Starts again every etcd member and Patroni that is down (a killed
+    /// old primary rejoins as a standby, rewound or cloned again), and
+    /// waits until the cluster is healthy: one leader, two streaming
+    /// standbys, one of them synchronous. Returns the primary.
+    pub fn restore(&mut self) -> Result<usize, HaError> {
+        for j in 0..MEMBERS {
+            if !self.etcds[j].child.as_ref().is_some_and(|c| alive(c.id())) {
+                if let Some(mut old) = self.etcds[j].child.take() {
+                    let _ = old.wait();
+                }
+                self.spawn_etcd(j, true)?;
+            }
+        }
+        for i in 0..MEMBERS {
+            if self.members[i]
+                .patroni
+                .as_ref()
+                .is_some_and(|c| alive(c.id()))
+            {
+                continue;
+            }
+            if let Some(mut old) = self.members[i].patroni.take() {
+                let _ = old.wait();
+            }
+            // An orphaned postmaster (its Patroni died, it did not): stop it,
+            // Patroni will start it again in the right role.
+            if let Some(pm) = self.postmaster(i) {
+                stop_postmaster(pm, Duration::from_secs(5));
+            }
+            self.spawn_patroni(i)?;
+        }
+        let timeout = self.opts.heal_timeout;
+        self.wait_healthy(timeout, "the cluster did not heal")
+    }
+
+    fn member(&self, i: usize) -> Result<&Member, HaError> {
+        self.members.get(i).ok_or(HaError::NoSuchMember(i))
+    }
+
+    fn rest_url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].rest_port)
+    }
+
+    fn is_primary(&self, i: usize, timeout: Duration) -> bool {
+        let url = format!("{}/primary", self.rest_url(i));
+        matches!(self.get(&url, timeout), Ok((200, _)))
+    }
+
+    /// `GET url`: status and body.
+    fn get(&self, url: &str, timeout: Duration) -> Result<(u16, String), String> {
+        let mut reply = self
+            .agent
+            .get(url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
+            .call()
+            .map_err(|e| e.to_string())?;
+        let body = reply
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| e.to_string())?;
+        Ok((reply.status().as_u16(), body))
+    }
+
+    /// `/cluster` of member `i`, joined with the replication state the
+    /// leader's PostgreSQL reports.
+    fn cluster_status(&self, i: usize) -> Result<Vec<MemberStatus>, String> {
+        let url = format!("{}/cluster", self.rest_url(i));
+        let (code, body) = self.get(&url, REST_TIMEOUT)?;
+        if code != 200 {
+            return Err(format!("{url}: {code} {}", body.trim()));
+        }
+        let cluster: ClusterJson =
+            serde_json::from_str(&body).map_err(|e| format!("{url}: {e}: {body}"))?;
+        let leader_port = cluster
+            .members
+            .iter()
+            .find(|m| m.role == "leader")
+            .and_then(|m| member_index(&m.name))
+            .map(|l| self.members[l].pg_port);
+        let replication: Vec<(String, String, String)> = leader_port
+            .and_then(|port| {
+                let sql = "SELECT application_name, state, sync_state FROM pg_stat_replication";
+                self.psql_port(port, "postgres", sql).ok()
+            })
+            .map(|out| {
+                out.lines()
+                    .filter_map(|line| {
+                        let mut cols = line.split('|');
+                        Some((
+                            cols.next()?.to_string(),
+                            cols.next()?.to_string(),
+                            cols.next()?.to_string(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(cluster
+            .members
+            .into_iter()
+            .map(|m| {
+                let rep = replication.iter().find(|(name, _, _)| *name == m.name);
+                MemberStatus {
+                    index: member_index(&m.name),
+                    lag: m.lag.as_u64(),
+                    replication: rep.map(|(_, state, _)| state.clone()),
+                    sync_state: rep.map(|(_, _, sync)| sync.clone()),
+                    name: m.name,
+                    role: m.role,
+                    state: m.state,
+                    timeline: m.timeline,
+                }
+            })
+            .collect())
+    }
+
+    /// `Ok(primary)` when every etcd member is healthy and there is one
+    /// leader with two streaming standbys, one of them synchronous; else
+    /// what is missing.
+    fn health(&self) -> Result<usize, String> {
+        for e in &self.etcds {
+            if !e.child.as_ref().is_some_and(|c| alive(c.id())) {
+                return Err(format!("{} is not running", e.name));
+            }
+            let url = format!("http://127.0.0.1:{}/health", e.client_port);
+            match self.get(&url, REST_TIMEOUT) {
+                Ok((200, body)) if body.contains("true") => {}
+                Ok((code, body)) => {
+                    return Err(format!("{} unhealthy: {code} {}", e.name, body.trim()));
+                }
+                Err(err) => return Err(format!("{}: {err}", e.name)),
+            }
+        }
+        for m in &self.members {
+            if !m.patroni.as_ref().is_some_and(|c| alive(c.id())) {
+                return Err(format!("Patroni of {} is not running", m.name));
+            }
+        }
+        let primary = self.primary().ok_or("no member answers 200 to /primary")?;
+        let status = self.cluster_status(primary)?;
+        let describe = || {
+            status
+                .iter()
+                .map(|m| {
+                    format!(
+                        "{} {} {} {}",
+                        m.name,
+                        m.role,
+                        m.state,
+                        m.replication.as_deref().unwrap_or("-")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let leaders: Vec<_> = status.iter().filter(|m| m.is_leader()).collect();
+        let healthy = status.len() == MEMBERS
+            && leaders.len() == 1
+            && leaders[0].index == Some(primary)
+            && leaders[0].state == "running"
+            && status.iter().filter(|m| m.is_streaming_standby()).count() == MEMBERS - 1
+            && status.iter().filter(|m| m.is_sync_standby()).count() == 1;
+        if healthy {
+            Ok(primary)
+        } else {
+            Err(format!("members: {}", describe()))
+        }
+    }
+
+    fn wait_healthy(&self, timeout: Duration, what: &str) -> Result<usize, HaError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let why = match self.health() {
+                Ok(primary) => return Ok(primary),
+                Err(why) => why,
+            };
+            if let Some(exited) = self.exited() {
+                return Err(self.not_ready(what, timeout, exited));
+            }
+            if Instant::now() >= deadline {
+                return Err(self.not_ready(what, timeout, why));
+            }
+            std::thread::sleep(HEALTH_PERIOD);
+        }
+    }
+
+    /// A daemon we started that exited by itself (nothing heals that).
+    fn exited(&self) -> Option<String> {
+        let gone = |child: &Option<Child>| child.as_ref().is_some_and(|c| !alive(c.id()));
+        self.etcds
+            .iter()
+            .find(|e| gone(&e.child))
+            .map(|e| format!("{} exited", e.name))
+            .or_else(|| {
+                self.members
+                    .iter()
+                    .find(|m| gone(&m.patroni))
+                    .map(|m| format!("Patroni of {} exited", m.name))
+            })
+    }
+
+    fn wait_for_etcd(&self) -> Result<(), HaError> {
+        let deadline = Instant::now() + ETCD_TIMEOUT;
+        loop {
+            let mut why = None;
+            for e in &self.etcds {
+                if !e.child.as_ref().is_some_and(|c| alive(c.id())) {
+                    why = Some(format!("{} exited", e.name));
+                    break;
+                }
+                let url = format!("http://127.0.0.1:{}/health", e.client_port);
+                match self.get(&url, REST_TIMEOUT) {
+                    Ok((200, body)) if body.contains("true") => {}
+                    other => {
+                        why = Some(format!("{}: {other:?}", e.name));
+                        break;
+                    }
+                }
+            }
+            let Some(why) = why else { return Ok(()) };
+            if Instant::now() >= deadline {
+                return Err(self.not_ready("etcd did not form a cluster", ETCD_TIMEOUT, why));
+            }
+            std::thread::sleep(HEALTH_PERIOD);
+        }
+    }
+
+    fn not_ready(&self, what: &str, timeout: Duration, detail: String) -> HaError {
+        let mut tail = String::new();
+        let logs = self
+            .etcds
+            .iter()
+            .map(|e| &e.log)
+            .chain(self.members.iter().map(|m| &m.log));
+        for log in logs {
+            if let Ok(text) = fs::read_to_string(log) {
+                let name = log.file_name().unwrap_or_default().to_string_lossy();
+                tail.push_str(&format!("\n--- {name}\n{}", last_lines(&text, 8)));
+            }
+        }
+        HaError::NotReady {
+            what: what.into(),
+            timeout,
+            detail,
+            log_dir: self.log_dir.clone(),
+            tail,
+        }
+    }
+
+    fn create_database(&self, primary: usize) -> Result<(), HaError> {
+        let exists = self.psql(
+            primary,
+            "postgres",
+            &format!("SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'"),
+        )?;
+        if exists != "1" {
+            self.psql(primary, "postgres", &format!("CREATE DATABASE {DATABASE}"))?;
+        }
+        Ok(())
+    }
+
+    fn psql_port(&self, port: u16, database: &str, sql: &str) -> Result<String, String> {
+        let mut cmd = Command::new(self.bin_dir.join("psql"));
+        cmd.args([
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+        ])
+        .args([
+            "-p",
+            &port.to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-c",
+            sql,
+        ])
+        .env("PGCONNECT_TIMEOUT", "2")
+        .env_remove("PGOPTIONS")
+        .env_remove("PGSERVICE")
+        .env("LC_ALL", "C");
+        let out = output_within(cmd, PSQL_TIMEOUT)?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// Member `i`'s live postmaster, from `postmaster.pid` in its data dir.
+    fn postmaster(&self, i: usize) -> Option<Proc> {
+        let member = self.members.get(i)?;
+        let text = fs::read_to_string(member.data_dir.join("postmaster.pid")).ok()?;
+        let pid: u32 = text.lines().next()?.trim().parse().ok()?;
+        let proc = Proc::get(pid)?;
+        // It must be a postmaster of this data dir, not a reused PID.
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let data_dir = member.data_dir.to_string_lossy();
+        let ours = cmdline
+            .split(|&b| b == 0)
+            .any(|arg| arg == data_dir.as_bytes());
+        ours.then_some(proc)
+    }
+
+    /// A directory owned by the user the daemons run as, mode 0700.
+    fn private_dir(&self, dir: &Path) -> Result<(), HaError> {
+        fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                .map_err(io_err(format!("chown of {}", dir.display())))?;
+        }
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(io_err(format!("chmod of {}", dir.display())))
+    }
+
+    /// A command for a daemon: as the postgres user when root, output
+    /// appended to `log`, no stray `PG*`/`PATRONI_*`/`ETCD_*` settings.
+    fn daemon(&self, program: &Path, log: &Path, cwd: &Path) -> Result<Command, HaError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(io_err(format!("opening {}", log.display())))?;
+        let err = file
+            .try_clone()
+            .map_err(io_err(format!("opening {}", log.display())))?;
+        let mut cmd = Command::new(program);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err))
+            .current_dir(cwd)
+            .env("HOME", cwd)
+            .env("LC_ALL", "C")
+            .env("LANG", "C");
+        for (key, _) in std::env::vars_os() {
+            let key_str = key.to_string_lossy();
+            if ["PG", "PATRONI_", "ETCD_", "ETCDCTL_"]
+                .iter()
+                .any(|prefix| key_str.starts_with(prefix))
+            {
+                cmd.env_remove(&key);
+            }
+        }
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        Ok(cmd)
+    }
+
+    fn spawn_etcd(&mut self, j: usize, existing: bool) -> Result<(), HaError> {
+        let initial_cluster = self
+            .etcds
+            .iter()
+            .map(|e| format!("{}=http://127.0.0.1:{}", e.name, e.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let e = &self.etcds[j];
+        let client = format!("http://127.0.0.1:{}", e.client_port);
+        let peer = format!("http://127.0.0.1:{}", e.peer_port);
+        let mut cmd = self.daemon(&self.etcd_bin, &e.log, &self.dir)?;
+        cmd.arg("--name")
+            .arg(&e.name)
+            .arg("--data-dir")
+            .arg(&e.data_dir)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &initial_cluster])
+            .args(["--initial-cluster-token", &self.cluster_token])
+            .args([
+                "--initial-cluster-state",
+                if existing { "existing" } else { "new" },
+            ])
+            .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
+            .args(["--logger", "zap", "--log-level", "warn"]);
+        let child = self.spawner.spawn(cmd).map_err(|source| HaError::Spawn {
+            what: format!("{} ({})", e.name, self.etcd_bin.display()),
+            source,
+        })?;
+        self.etcds[j].child = Some(child);
+        Ok(())
+    }
+
+    fn spawn_patroni(&mut self, i: usize) -> Result<(), HaError> {
+        let m = &self.members[i];
+        let mut cmd = self.daemon(&self.patroni_bin, &m.log, &m.dir)?;
+        cmd.arg(&m.config);
+        let child = self.spawner.spawn(cmd).map_err(|source| HaError::Spawn {
+            what: format!("Patroni of {} ({})", m.name, self.patroni_bin.display()),
+            source,
+        })?;
+        self.members[i].patroni = Some(child);
+        Ok(())
+    }
+
+    fn write_patroni_config(&self, i: usize) -> Result<(), HaError> {
+        let m = &self.members[i];
+        let etcd_hosts = self
+            .etcds
+            .iter()
+            .map(|e| format!("127.0.0.1:{}", e.client_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let fsync = if self.opts.fsync { "on" } else { "off" };
+        // PostgreSQL's socket in the member's directory if the path fits in
+        // a socket address (and has no separator PostgreSQL would split on);
+        // else TCP only.
+        let socket_dir = m.dir.to_string_lossy();
+        let socket_dir = if socket_dir.len() <= MAX_SOCKET_DIR_BYTES && !socket_dir.contains(',') {
+            yaml_quote(&socket_dir)
+        } else {
+            "''".to_string()
+        };
+        let yaml = format!(
+            r#"# Patroni member {name} of a LocalHa (crates/cluster/src/ha.rs explains the settings).
+scope: {SCOPE}
+namespace: /{SCOPE}/
+name: {name}
+
+log:
+  level: INFO
+  format: '%(asctime)s.%(msecs)03d %(levelname)s: %(message)s'
+  dateformat: '%H:%M:%S'
+
+restapi:
+  listen: 127.0.0.1:{rest}
+  connect_address: 127.0.0.1:{rest}
+
+etcd3:
+  hosts: {etcd_hosts}
+
+bootstrap:
+  dcs:
+    ttl: {TTL}
+    loop_wait: {LOOP_WAIT}
+    retry_timeout: {RETRY_TIMEOUT}
+    maximum_lag_on_failover: 1048576
+    primary_start_timeout: 0
+    synchronous_mode: true
+    synchronous_mode_strict: true
+    synchronous_node_count: 1
+    postgresql:
+      use_pg_rewind: true
+      use_slots: false
+      parameters:
+        synchronous_commit: 'on'
+        wal_level: replica
+        hot_standby: 'on'
+        wal_log_hints: 'on'
+        max_wal_senders: 10
+        max_replication_slots: 10
+        wal_keep_size: 256MB
+        max_connections: 200
+        wal_receiver_status_interval: 1s
+        wal_retrieve_retry_interval: 100ms
+  initdb:
+    - encoding: UTF8
+    - locale: C
+    - data-checksums
+    - auth: trust
+  pg_hba:
+    - local all all trust
+    - host replication replicator 127.0.0.1/32 trust
+    - host all all 127.0.0.1/32 trust
+
+postgresql:
+  listen: 127.0.0.1:{pg}
+  connect_address: 127.0.0.1:{pg}
+  data_dir: {data}
+  bin_dir: {bin}
+  pgpass: {pgpass}
+  basebackup:
+    - checkpoint: fast
+  remove_data_directory_on_rewind_failure: true
+  remove_data_directory_on_diverged_timelines: true
+  authentication:
+    superuser: {{username: postgres, password: postgres}}
+    replication: {{username: replicator, password: replicator}}
+    rewind: {{username: rewinder, password: rewinder}}
+  parameters:
+    unix_socket_directories: {socket_dir}
+    fsync: '{fsync}'
+
+watchdog:
+  mode: 'off'
+
+tags:
+  nofailover: false
+  noloadbalance: false
+  clonefrom: false
+  nosync: false
+"#,
+            name = m.name,
+            rest = m.rest_port,
+            pg = m.pg_port,
+            data = yaml_quote(&m.data_dir.to_string_lossy()),
+            bin = yaml_quote(&self.bin_dir.to_string_lossy()),
+            pgpass = yaml_quote(&m.dir.join("pgpass").to_string_lossy()),
+        );
+        fs::write(&m.config, yaml).map_err(io_err(format!("writing {}", m.config.display())))?;
+        fs::set_permissions(&m.config, fs::Permissions::from_mode(0o600))
+            .map_err(io_err(format!("chmod of {}", m.config.display())))?;
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(&m.config, Some(uid), Some(gid))
+                .map_err(io_err(format!("chown of {}", m.config.display())))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LocalHa {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + STOP_GRACE;
+        // PostgreSQL processes, found while their postmasters still live.
+        let mut postgres: Vec<Proc> = Vec::new();
+        for i in 0..MEMBERS {
+            if let Some(pm) = self.postmaster(i) {
+                postgres.push(pm);
+                postgres.extend(children_of(pm.pid));
+            }
+        }
+        // Patroni stops its PostgreSQL on SIGTERM, then exits.
+        let patronis: Vec<Child> = self
+            .members
+            .iter_mut()
+            .filter_map(|m| m.patroni.take())
+            .collect();
+        for child in &patronis {
+            kill(child.id(), libc::SIGTERM);
+        }
+        let patroni_deadline = Instant::now() + PATRONI_GRACE;
+        for mut child in patronis {
+            wait_or_kill(
+                &mut child,
+                patroni_deadline.saturating_duration_since(Instant::now()),
+            );
+        }
+        // Postmasters left behind (their Patroni was killed, or took too
+        // long), and their backends.
+        for p in &postgres {
+            if p.is_same_process() {
+                kill(p.pid, libc::SIGKILL);
+            }
+        }
+        let etcds: Vec<Child> = self
+            .etcds
+            .iter_mut()
+            .filter_map(|e| e.child.take())
+            .collect();
+        for child in &etcds {
+            kill(child.id(), libc::SIGTERM);
+        }
+        // SIGTERM to a member of a dying etcd cluster can take seconds
+        // (it tries to hand over leadership to peers that are gone); its
+        // log is fsynced, so SIGKILL after a short grace loses nothing.
+        let etcd_deadline = deadline.min(Instant::now() + ETCD_GRACE);
+        for mut child in etcds {
+            wait_or_kill(
+                &mut child,
+                etcd_deadline.saturating_duration_since(Instant::now()),
+            );
+        }
+        if self._temp.is_some() {
+            // Unlinking is slow on some disks (ext4 with `discard`: a few ms
+            // a file, ~1000 files a data dir) and much faster in parallel.
+            let dirs = self
+                .members
+                .iter()
+                .map(|m| &m.dir)
+                .chain(self.etcds.iter().map(|e| &e.data_dir));
+            std::thread::scope(|scope| {
+                for dir in dirs {
+                    scope.spawn(move || fs::remove_dir_all(dir));
+                }
+            });
+        }
+        // `_temp` drops after this: it deletes the directory.
+    }
+}
+
+/// A process, by PID and start time (which tells a reused PID apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    start: u64,
+}
+
+impl Proc {
+    /// The live (not zombie) process `pid`.
+    fn get(pid: u32) -> Option<Proc> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // "pid (comm) state ppid … starttime(22nd field) …"; comm may hold
+        // spaces and parentheses.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let state = fields.first()?;
+        if *state == "Z" || *state == "X" {
+            return None;
+        }
+        Some(Proc {
+            pid,
+            ppid: fields.get(1)?.parse().ok()?,
+            start: fields.get(19)?.parse().ok()?,
+        })
+    }
+
+    fn is_same_process(&self) -> bool {
+        Proc::get(self.pid).is_some_and(|now| now.start == self.start)
+    }
+}
+
+/// Whether `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    Proc::get(pid).is_some()
+}
+
+/// The live children of `pid`.
+fn children_of(pid: u32) -> Vec<Proc> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(Proc::get)
+        .filter(|p| p.ppid == pid)
+        .collect()
+}
+
+fn kill(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) on a PID of a process we started (checked by the
+    // callers), with no memory involved.
+    unsafe {
+        libc::kill(pid as libc::pid_t, signal);
+    }
+}
+
+/// Stops a postmaster not under Patroni: fast shutdown (SIGINT), SIGKILL
+/// to it and its children after `grace`.
+fn stop_postmaster(pm: Proc, grace: Duration) {
+    let children = children_of(pm.pid);
+    kill(pm.pid, libc::SIGINT);
+    let deadline = Instant::now() + grace;
+    while pm.is_same_process() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in std::iter::once(pm).chain(children) {
+        if p.is_same_process() {
+            kill(p.pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// `text` as a single-quoted YAML scalar.
+fn yaml_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+fn member_name(i: usize) -> String {
+    format!("pg{i}")
+}
+
+fn member_index(name: &str) -> Option<usize> {
+    name.strip_prefix("pg")?
+        .parse()
+        .ok()
+        .filter(|&i| i < MEMBERS)
+}
+
+/// `name` on `PATH`, else in /usr/bin.
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// `patroni --version` ("patroni 3.0.2"); refuses 3.1 and later.
+fn patroni_version(patroni: &Path) -> Result<String, HaError> {
+    let out = Command::new(patroni)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_err(format!("running {} --version", patroni.display())))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    check_patroni_version(&text).map_err(|e| match e {
+        HaError::Command { what, detail } => HaError::Command {
+            what,
+            detail: format!("{detail} {}", String::from_utf8_lossy(&out.stderr).trim()),
+        },
+        e => e,
+    })
+}
+
+/// The version in `patroni --version` output, if older than 3.1.
+fn check_patroni_version(output: &str) -> Result<String, HaError> {
+    let text = output.trim();
+    let version = text.rsplit(' ').next().unwrap_or_default().to_string();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) >= (3, 1) => {
+            Err(HaError::PatroniVersion { found: version })
+        }
+        (Some(Ok(_)), Some(Ok(_))) => Ok(version),
+        _ => Err(HaError::Command {
+            what: "patroni --version".into(),
+            detail: format!("no version in {text:?}"),
+        }),
+    }
+}
+
+/// Whether every ancestor of `dir` (itself included) is searchable by
+/// others, so the postgres user can reach it.
+fn others_can_enter(dir: &Path) -> bool {
+    dir.ancestors().all(|a| {
+        fs::metadata(a)
+            .map(|m| m.permissions().mode() & 0o001 != 0)
+            .unwrap_or(false)
+    })
+}
+
+/// `n` distinct ports free on 127.0.0.1 a moment ago, below the ephemeral
+/// range, so that no outgoing connection takes one between a member's
+/// restarts.
+fn free_ports(n: usize) -> Result<Vec<u16>, HaError> {
+    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let mut held = Vec::with_capacity(n);
+    if ephemeral_low > 12_000 {
+        let (first, last) = (10_000u16, ephemeral_low - 1);
+        let span = u64::from(last - first) + 1;
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::from(d.subsec_nanos()))
+            .unwrap_or_default()
+            ^ (u64::from(std::process::id()) << 7);
+        let start = seed % span;
+        for k in 0..span {
+            let port = first + ((start + k) % span) as u16;
+            if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+                held.push(listener);
+                if held.len() == n {
+                    break;
+                }
+            }
+        }
+    }
+    // Else (or if that range is full): ports the kernel picks.
+    while held.len() < n {
+        let listener =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io_err("finding a free port"))?;
+        held.push(listener);
+    }
+    held.iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(io_err("finding a free port"))
+        })
+        .collect()
+}
+
+/// Runs `cmd` to completion, killing it after `timeout`.
+fn output_within(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running {program}: {e}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{program} did not finish within {timeout:?}"));
+            }
+            Err(e) => return Err(format!("waiting for {program}: {e}")),
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patroni_versions_from_3_1_on_are_refused() {
+        assert_eq!(check_patroni_version("patroni 3.0.2\n").unwrap(), "3.0.2");
+        assert_eq!(check_patroni_version("patroni 2.1.6").unwrap(), "2.1.6");
+        for newer in ["patroni 3.1.0", "patroni 4.1.5"] {
+            let err = check_patroni_version(newer).unwrap_err();
+            assert!(
+                matches!(err, HaError::PatroniVersion { .. }),
+                "{newer}: {err}"
+            );
+            assert!(err.to_string().contains("20 s"), "{err}");
+        }
+        assert!(matches!(
+            check_patroni_version("Traceback (most recent call last)"),
+            Err(HaError::Command { .. })
+        ));
+    }
+
+    #[test]
+    fn yaml_quoting_doubles_single_quotes() {
+        assert_eq!(yaml_quote("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(yaml_quote("/tmp/it's"), "'/tmp/it''s'");
+    }
+
+    #[test]
+    fn member_names_round_trip() {
+        for i in 0..MEMBERS {
+            assert_eq!(member_index(&member_name(i)), Some(i));
+        }
+        assert_eq!(member_index("pg3"), None);
+        assert_eq!(member_index("etcd0"), None);
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ports = free_ports(12).unwrap();
+        let mut sorted = ports.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 12);
+    }
+
+    #[test]
+    fn own_process_is_alive_and_has_a_start_time() {
+        let me = Proc::get(std::process::id()).unwrap();
+        assert!(me.is_same_process());
+        assert!(alive(me.pid));
+    }
+
+    #[test]
+    fn status_roles() {
+        let standby = MemberStatus {
+            index: Some(1),
+            name: "pg1".into(),
+            role: "sync_standby".into(),
+            state: "running".into(),
+            timeline: Some(1),
+            lag: Some(0),
+            replication: Some("streaming".into()),
+            sync_state: Some("sync".into()),
+        };
+        assert!(standby.is_streaming_standby() && standby.is_sync_standby());
+        let lagging = MemberStatus {
+            replication: None,
+            ..standby.clone()
+        };
+        assert!(!lagging.is_streaming_standby());
+    }
+}
