@@ -29,6 +29,28 @@ pub struct ServersArg {
     pub servers: Vec<String>,
 }
 
+/// Which database a local cluster runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DbKind {
+    /// One private PostgreSQL.
+    #[default]
+    Single,
+    /// A replicated PostgreSQL: 3 etcd and 3 Patroni members with
+    /// synchronous replication (Debian's patroni, etcd-server and
+    /// etcd-client packages); the servers follow its primary.
+    Ha,
+}
+
+/// `--db single|ha`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct DbArg {
+    /// The local cluster's database: `single` (one PostgreSQL) or `ha`
+    /// (3 etcd + 3 Patroni members, synchronous replication, survives the
+    /// loss of its primary).
+    #[arg(long, value_enum, default_value_t = DbKind::Single)]
+    pub db: DbKind,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

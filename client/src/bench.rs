@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use crate::args::ServersArg;
+use std::sync::{Arc, Mutex};
+
+use crate::args::{DbArg, DbKind, ServersArg};
 use crate::measure::{self, RunPlan, Target};
 
 /// Flags of `borbaman bench`.
@@ -39,6 +41,8 @@ pub struct BenchArgs {
     /// never taken from DATABASE_URL: name the database on purpose.
     #[arg(long)]
     pub database_url: Option<String>,
+    #[command(flatten)]
+    pub db: DbArg,
     /// Servers in the local cluster.
     #[arg(long, default_value_t = 3)]
     pub local_servers: usize,
@@ -69,20 +73,25 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     plan.floor_samples = args.floor_samples;
     let runtime = tokio::runtime::Runtime::new()?;
     let summary = if args.servers.servers.is_empty() {
-        let cluster =
-            measure::start_cluster(args.local_servers, !args.no_fsync, &args.server_args)?;
-        let target = Target {
-            servers: cluster.addresses(),
-            database_url: Some(cluster.database_url().to_string()),
-        };
+        let cluster = measure::start_cluster(
+            args.local_servers,
+            args.db.db,
+            !args.no_fsync,
+            &args.server_args,
+        )?;
+        let cluster = Arc::new(Mutex::new(cluster));
+        let target = Target::of_cluster(&cluster);
         let summary = runtime.block_on(measure::run_measured(&plan, &target, None));
+        drop(runtime);
         drop(cluster);
         summary?
     } else {
-        let target = Target {
-            servers: args.servers.servers.clone(),
-            database_url: args.database_url.clone(),
-        };
+        anyhow::ensure!(
+            args.db.db == DbKind::Single,
+            "--db chooses the database of a local cluster; with --servers, the servers' own \
+             database is measured"
+        );
+        let target = Target::new(args.servers.servers.clone(), args.database_url.clone());
         runtime.block_on(measure::run_measured(&plan, &target, None))?
     };
     measure::conclude(&summary, &plan.out)

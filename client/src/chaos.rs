@@ -7,9 +7,22 @@
 //! - `hang`: SIGSTOP a random server for `--hang-ms`, then SIGCONT;
 //! - `restart`: SIGTERM a random server (it drains and deregisters), then
 //!   start it again;
-//! - `db-restart`: restart PostgreSQL (fast shutdown) and bring it back.
+//! - `db-restart`: restart PostgreSQL (fast shutdown) and bring it back;
 //!
-//! Besides the bench outputs it writes `faults.csv` (time, kind, target),
+//! and with `--db ha` (3 etcd + 3 Patroni members, synchronous), faults on
+//! the database, each followed by the wait for a new primary
+//! (`promoted_ms`) and, after `--replace-after-ms`, the killed member
+//! brought back as a standby before the next fault:
+//!
+//! - `db-kill`: SIGKILL the primary's postmaster (Patroni stays);
+//! - `db-host-loss`: SIGKILL the primary's Patroni, postmaster and backends
+//!   at once;
+//! - `db-switchover`: a planned switchover through Patroni's REST API;
+//! - `etcd-kill`: SIGKILL one etcd member (the primary should not move).
+//!
+//! Besides the bench outputs it writes `faults.csv` (time, kind, target,
+//! `promoted_ms`, `recovered_ms` — until every client had a good `Act`
+//! after the fault — and `restored_ms`),
 //! and like bench it exits non-zero, naming the invariant, when one fails.
 
 use std::path::PathBuf;
@@ -24,7 +37,10 @@ use crate::measure::faults::{FaultEvent, FaultKind};
 use crate::measure::record::{RunClock, duration_us};
 use crate::measure::{self, Injector, RunPlan, Target};
 use crate::shutdown::Shutdown;
+use borbaman_cluster::HaError;
 use borbaman_cluster::local::{ClusterError, LocalCluster};
+
+use crate::args::{DbArg, DbKind};
 
 /// Flags of `borbaman chaos`.
 #[derive(Clone, Debug, clap::Args)]
@@ -74,6 +90,11 @@ pub struct ChaosArgs {
     /// Run the private PostgreSQL without fsync.
     #[arg(long)]
     pub no_fsync: bool,
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Longest wait for a new primary after a database fault (`--db ha`).
+    #[arg(long, default_value_t = 30)]
+    pub promotion_timeout_s: u64,
     /// An extra flag for every server, replacements included, e.g.
     /// `--server-arg=--db-min-connections=0`; repeat for several.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
@@ -110,6 +131,18 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         "--servers must be at least 2 to survive a fault"
     );
     anyhow::ensure!(!args.fault.is_empty(), "--fault needs at least one kind");
+    if let Some(kind) = args.fault.iter().find(|k| k.needs_ha()) {
+        anyhow::ensure!(
+            args.db.db == DbKind::Ha,
+            "--fault {kind} acts on the replicated database: add --db ha"
+        );
+    }
+    if args.db.db == DbKind::Ha && args.fault.contains(&FaultKind::DbRestart) {
+        anyhow::bail!(
+            "--fault db-restart restarts the single PostgreSQL; with --db ha use db-kill, \
+             db-host-loss or db-switchover"
+        );
+    }
     anyhow::ensure!(
         args.fault_interval_s > 0,
         "--fault-interval-s must be at least 1"
@@ -124,6 +157,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let timing = FaultTiming {
         hang: Duration::from_millis(args.hang_ms),
         replace_after: Duration::from_millis(args.replace_after_ms),
+        promotion_timeout: Duration::from_secs(args.promotion_timeout_s),
     };
     anyhow::ensure!(
         timing.hang < interval && timing.replace_after < interval,
@@ -141,12 +175,10 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     plan.workload.name_prefix = "chaos-".into();
     plan.floor_samples = args.floor_samples;
 
-    let cluster = measure::start_cluster(args.servers, !args.no_fsync, &args.server_args)?;
-    let target = Target {
-        servers: cluster.addresses(),
-        database_url: Some(cluster.database_url().to_string()),
-    };
+    let cluster =
+        measure::start_cluster(args.servers, args.db.db, !args.no_fsync, &args.server_args)?;
     let cluster = Arc::new(Mutex::new(cluster));
+    let target = Target::of_cluster(&cluster);
     let injector: Injector = {
         let cluster = cluster.clone();
         let kinds = args.fault.clone();
@@ -167,7 +199,9 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
 #[derive(Clone, Copy, Debug)]
 struct FaultTiming {
     hang: Duration,
+    /// Also the wait before a killed database member is brought back.
     replace_after: Duration,
+    promotion_timeout: Duration,
 }
 
 /// Injects the faults of `schedule` until it is done or `stop` turns true.
@@ -209,7 +243,36 @@ async fn inject_one(
     clock: RunClock,
 ) -> FaultEvent {
     let injected = Instant::now();
-    let target = match kind {
+    let mut event = FaultEvent {
+        time_s: (clock.us(injected) as f64 / 1e6 * 1000.0).round() / 1000.0,
+        at_us: clock.us(injected),
+        kind,
+        target: String::new(),
+        promoted_ms: None,
+        recovered_ms: None,
+        restored_ms: 0.0,
+        error: String::new(),
+    };
+    let result = if kind.needs_ha() {
+        database_fault(cluster, kind, index, timing, &mut event).await
+    } else {
+        server_fault(cluster, kind, index, timing, &mut event).await
+    };
+    event.restored_ms = ms_since(injected);
+    event.error = result.err().unwrap_or_default();
+    event
+}
+
+/// A fault on server `index` (or the single database), then the cluster
+/// brought back to full strength.
+async fn server_fault(
+    cluster: &Arc<Mutex<LocalCluster>>,
+    kind: FaultKind,
+    index: usize,
+    timing: FaultTiming,
+    event: &mut FaultEvent,
+) -> Result<(), String> {
+    event.target = match kind {
         FaultKind::DbRestart => "database".to_string(),
         _ => cluster.lock().unwrap().addresses()[index].clone(),
     };
@@ -218,44 +281,103 @@ async fn inject_one(
         tokio::time::sleep(timing.replace_after).await;
         blocking(cluster, move |c| c.replace(index)).await
     };
-    let result = match kind {
-        FaultKind::Kill => match blocking(cluster, move |c| c.kill(index)).await {
-            Ok(()) => replace().await,
-            Err(e) => Err(e),
-        },
-        FaultKind::Restart => match blocking(cluster, move |c| c.terminate(index)).await {
-            Ok(()) => replace().await,
-            Err(e) => Err(e),
-        },
-        FaultKind::Hang => match blocking(cluster, move |c| c.hang(index)).await {
-            Ok(()) => {
-                tokio::time::sleep(timing.hang).await;
-                blocking(cluster, move |c| c.resume(index)).await
-            }
-            Err(e) => Err(e),
-        },
+    match kind {
+        FaultKind::Kill => {
+            blocking(cluster, move |c| c.kill(index)).await?;
+            replace().await
+        }
+        FaultKind::Restart => {
+            blocking(cluster, move |c| c.terminate(index)).await?;
+            replace().await
+        }
+        FaultKind::Hang => {
+            blocking(cluster, move |c| c.hang(index)).await?;
+            tokio::time::sleep(timing.hang).await;
+            blocking(cluster, move |c| c.resume(index)).await
+        }
         FaultKind::DbRestart => blocking(cluster, |c| c.restart_database()).await,
-        kind => Err(format!("{kind} needs the replicated database (--db ha)")),
-    };
-    FaultEvent {
-        time_s: (clock.us(injected) as f64 / 1e6 * 1000.0).round() / 1000.0,
-        at_us: clock.us(injected),
-        kind,
-        target,
-        promoted_ms: None,
-        recovered_ms: None,
-        restored_ms: (duration_us(injected.elapsed()) as f64 / 1000.0).round(),
-        error: result.err().unwrap_or_default(),
+        other => Err(format!("{other} is not a server fault")),
     }
 }
 
-/// Runs a blocking cluster operation off the async threads.
-async fn blocking(
+/// A fault on the replicated database: on its primary (or one etcd member),
+/// then the time until a new primary answers, then every killed member
+/// brought back (the old primary rejoins as a standby) before the next
+/// fault.
+async fn database_fault(
     cluster: &Arc<Mutex<LocalCluster>>,
-    op: impl FnOnce(&mut LocalCluster) -> Result<(), ClusterError> + Send + 'static,
+    kind: FaultKind,
+    index: usize,
+    timing: FaultTiming,
+    event: &mut FaultEvent,
 ) -> Result<(), String> {
+    let injected = Instant::now();
+    let (old, target) = blocking(cluster, move |c| {
+        let ha = c.replicated_mut()?;
+        let primary = ha.primary().ok_or(HaError::NoPrimary)?;
+        let target = match kind {
+            FaultKind::DbKill => {
+                ha.kill_postmaster(primary)?;
+                ha.member_name(primary)
+            }
+            FaultKind::DbHostLoss => {
+                ha.host_loss(primary)?;
+                ha.member_name(primary)
+            }
+            FaultKind::DbSwitchover => {
+                let switched = ha.switchover()?;
+                format!("{}->{}", switched.from_name, switched.to_name)
+            }
+            FaultKind::EtcdKill => {
+                let member = index % borbaman_cluster::ha::MEMBERS;
+                ha.kill_etcd(member)?;
+                format!("etcd{}", member + 1)
+            }
+            other => return Err(HaError::Fault(format!("{other} is not a database fault")).into()),
+        };
+        Ok((primary, target))
+    })
+    .await?;
+    event.target = target;
+    if kind != FaultKind::EtcdKill {
+        let timeout = timing.promotion_timeout;
+        let promoted = blocking(cluster, move |c| {
+            let ha = c.replicated_mut()?;
+            Ok(ha.wait_for_new_primary(old, timeout))
+        })
+        .await?;
+        match promoted {
+            Some((_, at)) => {
+                event.promoted_ms = Some(round_ms(at.saturating_duration_since(injected)));
+            }
+            None => return Err(format!("no new primary within {timeout:?}")),
+        }
+    }
+    tokio::time::sleep(timing.replace_after).await;
+    blocking(cluster, |c| {
+        c.replicated_mut()?
+            .restore()
+            .map(|_| ())
+            .map_err(Into::into)
+    })
+    .await
+}
+
+fn round_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0
+}
+
+fn ms_since(at: Instant) -> f64 {
+    (duration_us(at.elapsed()) as f64 / 1000.0).round()
+}
+
+/// Runs a blocking cluster operation off the async threads.
+async fn blocking<T: Send + 'static>(
+    cluster: &Arc<Mutex<LocalCluster>>,
+    op: impl FnOnce(&mut LocalCluster) -> Result<T, ClusterError> + Send + 'static,
+) -> Result<T, String> {
     let cluster = cluster.clone();
-    let task: JoinHandle<Result<(), ClusterError>> =
+    let task: JoinHandle<Result<T, ClusterError>> =
         tokio::task::spawn_blocking(move || op(&mut cluster.lock().unwrap()));
     match task.await {
         Ok(result) => result.map_err(|e| e.to_string()),

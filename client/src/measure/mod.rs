@@ -39,7 +39,9 @@ use tokio::task::JoinHandle;
 
 use crate::shutdown::{self, Shutdown};
 use borbaman_client::pool::{PoolConfig, ServerPool};
-use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
+
+use crate::args::DbKind;
 use faults::FaultEvent;
 use floors::DbFloor;
 use plot::{FaultMark, Reference};
@@ -48,16 +50,21 @@ use report::{FloorRatios, Summary, floor_stats, measure};
 use workload::{Progress, WorkloadConfig};
 
 /// Starts a local cluster of `servers` servers of this binary on a
-/// throwaway PostgreSQL of its own, saying what it does.
-/// `server_args` are passed to every server.
+/// throwaway database of its own (one PostgreSQL, or the replicated one),
+/// saying what it does. `server_args` are passed to every server.
 pub fn start_cluster(
     servers: usize,
+    db: DbKind,
     fsync: bool,
     server_args: &[String],
 ) -> anyhow::Result<LocalCluster> {
     let config = ClusterConfig {
         fsync,
         server_args: server_args.to_vec(),
+        database: match db {
+            DbKind::Single => Database::Temporary,
+            DbKind::Ha => Database::Replicated,
+        },
         ..ClusterConfig::temporary(servers)
     };
     LocalCluster::start(config, |step| eprintln!("{step}")).context("starting a local cluster")
@@ -110,10 +117,41 @@ impl RunPlan {
 }
 
 /// Where to run: the servers' addresses and their database.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Target {
     pub servers: Vec<String>,
+    /// The database at the start (for the transaction floor).
     pub database_url: Option<String>,
+    /// The database at the end, asked when the run is over: a replicated
+    /// database's primary moves during a run, and the invariants are
+    /// checked on whichever member is primary then. `None`: `database_url`.
+    pub final_database_url: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+}
+
+impl Target {
+    pub fn new(servers: Vec<String>, database_url: Option<String>) -> Target {
+        Target {
+            servers,
+            database_url,
+            final_database_url: None,
+        }
+    }
+
+    /// The servers and database of a local cluster.
+    pub fn of_cluster(cluster: &Arc<std::sync::Mutex<LocalCluster>>) -> Target {
+        let c = cluster.lock().unwrap_or_else(|e| e.into_inner());
+        let current = cluster.clone();
+        Target {
+            servers: c.addresses(),
+            database_url: Some(c.database_url()),
+            final_database_url: Some(Arc::new(move || {
+                current
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .database_url()
+            })),
+        }
+    }
 }
 
 /// Starts the fault injector of a chaos run once the clock starts; its task
@@ -245,7 +283,14 @@ pub async fn run_measured(
     let records = recorder.snapshot();
     faults::fill_recovery(&mut faults, &records);
     let warmup_us = record::duration_us(plan.workload.warmup);
-    let invariants = match &target.database_url {
+    let final_url = match &target.final_database_url {
+        Some(current) => {
+            let current = current.clone();
+            Some(tokio::task::spawn_blocking(move || current()).await?)
+        }
+        None => target.database_url.clone(),
+    };
+    let invariants = match &final_url {
         Some(url) => {
             let db = PgPoolOptions::new()
                 .max_connections(1)

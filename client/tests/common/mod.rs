@@ -26,7 +26,7 @@ pub fn cluster_with(servers: usize, server_args: &[&str]) -> LocalCluster {
 }
 
 pub async fn database(cluster: &LocalCluster) -> PgPool {
-    PgPool::connect(cluster.database_url())
+    PgPool::connect(&cluster.database_url())
         .await
         .expect("connect to the test database")
 }

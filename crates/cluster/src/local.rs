@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::ha::{HaError, HaOptions, LocalHa};
 use crate::postgres::{LocalPostgres, PgError, PgOptions};
 use crate::ready::ReadyLine;
 
@@ -43,6 +44,10 @@ pub enum Database {
     Persistent(PathBuf),
     /// A throwaway PostgreSQL, deleted on drop.
     Temporary,
+    /// A throwaway replicated PostgreSQL ([`LocalHa`]: 3 etcd + 3 Patroni
+    /// members, synchronous), deleted on drop. Servers are given the
+    /// Patroni members (`--patroni`) and follow the primary themselves.
+    Replicated,
 }
 
 impl Database {
@@ -98,6 +103,8 @@ impl ClusterConfig {
 pub enum ClusterError {
     #[error(transparent)]
     Postgres(#[from] PgError),
+    #[error(transparent)]
+    Replicated(#[from] HaError),
     #[error("cannot start a server ({command}): {source}")]
     Spawn {
         command: String,
@@ -116,8 +123,10 @@ pub enum ClusterError {
     },
     #[error("no server at index {0}")]
     NoSuchServer(usize),
-    #[error("the database is not ours to restart (DATABASE_URL is set)")]
+    #[error("the database is not a single PostgreSQL of ours (an external or a replicated one)")]
     ExternalDatabase,
+    #[error("the database is not replicated (start the cluster with the replicated database)")]
+    NotReplicated,
 }
 
 /// One server process.
@@ -131,6 +140,7 @@ struct ServerProcess {
 /// A running local cluster. Dropping it stops every process it started.
 pub struct LocalCluster {
     postgres: Option<LocalPostgres>,
+    ha: Option<LocalHa>,
     database_url: String,
     servers: Vec<ServerProcess>,
     program: PathBuf,
@@ -172,19 +182,31 @@ impl LocalCluster {
             fsync: config.fsync,
             port: None,
         };
-        let (postgres, database_url) = match &config.database {
-            Database::Url(url) => (None, url.clone()),
+        let mut server_args = config.server_args;
+        let (postgres, ha, database_url) = match &config.database {
+            Database::Url(url) => (None, None, url.clone()),
             Database::Persistent(dir) => {
                 progress("starting database…");
                 let pg = LocalPostgres::start_in(dir, opts)?;
                 let url = pg.url();
-                (Some(pg), url)
+                (Some(pg), None, url)
             }
             Database::Temporary => {
                 progress("starting database…");
                 let pg = LocalPostgres::start_temp(opts)?;
                 let url = pg.url();
-                (Some(pg), url)
+                (Some(pg), None, url)
+            }
+            Database::Replicated => {
+                progress("starting the replicated database (3 etcd, 3 Patroni members)…");
+                let ha = LocalHa::start(HaOptions {
+                    fsync: config.fsync,
+                    log_dir: Some(log_dir.join("ha")),
+                    ..HaOptions::default()
+                })?;
+                let url = ha.database_url();
+                server_args.push(format!("--patroni={}", ha.patroni_urls().join(",")));
+                (None, Some(ha), url)
             }
         };
         let (program, program_args) = match config.server_command {
@@ -199,11 +221,12 @@ impl LocalCluster {
         };
         let mut cluster = LocalCluster {
             postgres,
+            ha,
             database_url,
             servers: Vec::new(),
             program,
             program_args,
-            server_args: config.server_args,
+            server_args,
             log_dir,
             _temp_logs: temp_logs,
             started_servers: 0,
@@ -387,8 +410,23 @@ impl LocalCluster {
         self.servers.is_empty()
     }
 
-    pub fn database_url(&self) -> &str {
-        &self.database_url
+    /// The database's URL; with the replicated database, the current
+    /// primary's (it moves on a failover).
+    pub fn database_url(&self) -> String {
+        match &self.ha {
+            Some(ha) => ha.database_url(),
+            None => self.database_url.clone(),
+        }
+    }
+
+    /// The replicated database, when the cluster runs one: for faults and
+    /// their timing.
+    pub fn replicated(&self) -> Option<&LocalHa> {
+        self.ha.as_ref()
+    }
+
+    pub fn replicated_mut(&mut self) -> Result<&mut LocalHa, ClusterError> {
+        self.ha.as_mut().ok_or(ClusterError::NotReplicated)
     }
 
     fn server_mut(&mut self, i: usize) -> Result<&mut ServerProcess, ClusterError> {
@@ -507,7 +545,7 @@ impl Drop for LocalCluster {
             wait_or_kill(&mut server.child, left);
             server.running = false;
         }
-        // `postgres` drops after this: it stops the database.
+        // `postgres` and `ha` drop after this: they stop the database.
     }
 }
 
