@@ -94,9 +94,9 @@ pub(super) struct Shared {
     switched_at_ns: AtomicU64,
     nudge: Notify,
     primary: watch::Sender<Option<Primary>>,
-    /// Armed at a switch; the first call answered after it logs how long
-    /// the switch took end to end.
-    awaiting_first_call: AtomicBool,
+    /// Armed at a switch; the first commit after it logs how long the
+    /// switch took end to end.
+    awaiting_first_commit: AtomicBool,
     switched: Mutex<Option<(Instant, PgAddress)>>,
 }
 
@@ -108,7 +108,7 @@ impl Shared {
             switched_at_ns: AtomicU64::new(0),
             nudge: Notify::new(),
             primary: watch::channel(None).0,
-            awaiting_first_call: AtomicBool::new(false),
+            awaiting_first_commit: AtomicBool::new(false),
             switched: Mutex::new(None),
         }
     }
@@ -133,17 +133,17 @@ impl Shared {
         self.nudge.notify_one();
     }
 
-    /// A call was answered; the first one after a switch logs it.
-    pub(super) fn served(&self) {
-        if self.awaiting_first_call.load(Ordering::Relaxed)
-            && self.awaiting_first_call.swap(false, Ordering::AcqRel)
+    /// A call committed; the first one after a switch logs it.
+    pub(super) fn committed(&self) {
+        if self.awaiting_first_commit.load(Ordering::Relaxed)
+            && self.awaiting_first_commit.swap(false, Ordering::AcqRel)
         {
             let switched = self.switched.lock().map(|s| s.clone()).unwrap_or(None);
             if let Some((at, address)) = switched {
                 tracing::info!(
                     primary = %address,
                     since_switch_ms = at.elapsed().as_millis() as u64,
-                    "first call answered after the switch"
+                    "first commit after the switch"
                 );
             }
         }
@@ -283,6 +283,7 @@ impl Probe {
     /// Asks every member at once; follows the one holding the lock.
     async fn round(&mut self) {
         let asked_at = Instant::now();
+        let current = self.shared.primary();
         let mut asking = JoinSet::new();
         for member in &self.opts.members {
             let member = member.clone();
@@ -298,12 +299,26 @@ impl Probe {
                 continue;
             };
             match answer {
-                Ok(Some(status)) => leaders.push((member, status)),
+                Ok(Some(status)) => {
+                    let newcomer = current.as_ref().is_none_or(|p| p.member != member);
+                    leaders.push((member, status));
+                    // Another member holds the lock: act now rather than
+                    // wait for a slow member (a dead PostgreSQL can make
+                    // its Patroni answer late) to time out.
+                    if newcomer {
+                        break;
+                    }
+                }
                 Ok(None) => {}
                 Err(err) => tracing::debug!(%member, error = %err, "Patroni member did not answer"),
             }
         }
-        let current = self.shared.primary();
+        drop(asking);
+        tracing::trace!(
+            elapsed_ms = asked_at.elapsed().as_secs_f64() * 1e3,
+            leaders = ?leaders.iter().map(|(m, _)| m.to_string()).collect::<Vec<_>>(),
+            "probe round"
+        );
         let Some((member, status)) = choose(leaders, current.as_ref().map(|p| &p.member)) else {
             return;
         };
@@ -358,7 +373,7 @@ impl Probe {
         if let Ok(mut switched) = shared.switched.lock() {
             *switched = Some((now, primary.address.clone()));
         }
-        shared.awaiting_first_call.store(true, Ordering::Release);
+        shared.awaiting_first_commit.store(true, Ordering::Release);
         let from = old.as_ref().map_or_else(
             || "(the database URL's guess)".to_string(),
             |p| p.address.to_string(),

@@ -287,12 +287,7 @@ impl Store {
         loop {
             match tokio::time::timeout_at(deadline, op()).await {
                 Err(_elapsed) => return Err(self.timed_out()),
-                Ok(Ok(value)) => {
-                    if let Some(follow) = &self.follow {
-                        follow.shared.served();
-                    }
-                    return Ok(value);
-                }
+                Ok(Ok(value)) => return Ok(value),
                 Ok(Err(err)) if err.is_transient() && attempts < MAX_ATTEMPTS => {
                     tracing::debug!(attempt = attempts, error = %err, "retrying transaction");
                     self.on_database_error(&err);
@@ -310,6 +305,14 @@ impl Store {
                     return Err(err);
                 }
             }
+        }
+    }
+
+    /// Notes a committed write (for the log of the first one after a
+    /// switch of primary).
+    fn committed(&self) {
+        if let Some(follow) = &self.follow {
+            follow.shared.committed();
         }
     }
 

@@ -181,6 +181,7 @@ impl Store {
             lease.settle(result)
         })
         .await
+        .inspect(|_| self.committed())
     }
 
     /// Applies one action at the current tick, exactly once per sequence
@@ -192,6 +193,7 @@ impl Store {
             lease.settle(result)
         })
         .await
+        .inspect(|_| self.committed())
     }
 
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
@@ -203,6 +205,7 @@ impl Store {
             lease.settle(result)
         })
         .await
+        .inspect(|_| self.committed())
     }
 
     /// The caller's game advanced to the current tick. A plain read; only

@@ -37,6 +37,7 @@ impl Store {
             Ok(())
         })
         .await
+        .inspect(|_| self.committed())
     }
 
     /// Removes server `id` from the registry (on shutdown), and forgets
@@ -56,6 +57,7 @@ impl Store {
             Ok(())
         })
         .await
+        .inspect(|_| self.committed())
     }
 
     /// Servers whose last heartbeat is younger than `ttl`, oldest first.
