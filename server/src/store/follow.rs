@@ -83,6 +83,14 @@ pub struct Primary {
     pub timeline: Option<u64>,
 }
 
+/// A switch of primary, for the log of the first commit after it.
+#[derive(Debug)]
+struct Switched {
+    asked_at: Instant,
+    at: Instant,
+    address: PgAddress,
+}
+
 /// State shared by the store, the pool's hooks and the probe task.
 #[derive(Debug)]
 pub(super) struct Shared {
@@ -94,10 +102,12 @@ pub(super) struct Shared {
     switched_at_ns: AtomicU64,
     nudge: Notify,
     primary: watch::Sender<Option<Primary>>,
-    /// Armed at a switch; the first commit after it logs how long the
-    /// switch took end to end.
+    /// Armed at a switch; the first commit on a connection taken after it
+    /// logs how long the switch took end to end.
     awaiting_first_commit: AtomicBool,
-    switched: Mutex<Option<(Instant, PgAddress)>>,
+    /// The last switch: when the new primary was asked, when the pool was
+    /// pointed at it, and where.
+    switched: Mutex<Option<Switched>>,
 }
 
 impl Shared {
@@ -133,19 +143,27 @@ impl Shared {
         self.nudge.notify_one();
     }
 
-    /// A call committed; the first one after a switch logs it.
-    pub(super) fn committed(&self) {
-        if self.awaiting_first_commit.load(Ordering::Relaxed)
-            && self.awaiting_first_commit.swap(false, Ordering::AcqRel)
-        {
-            let switched = self.switched.lock().map(|s| s.clone()).unwrap_or(None);
-            if let Some((at, address)) = switched {
-                tracing::info!(
-                    primary = %address,
-                    since_switch_ms = at.elapsed().as_millis() as u64,
-                    "first commit after the switch"
-                );
-            }
+    /// A call committed on a connection taken from the pool at
+    /// `acquired_at`. The first one taken after a switch (so leading to the
+    /// new primary: older ones are retired on acquire) logs it; a call
+    /// still running on the old primary does not count.
+    pub(super) fn committed(&self, acquired_at: Instant) {
+        if !self.awaiting_first_commit.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(switched) = self.switched.lock() else {
+            return;
+        };
+        let Some(switched) = switched.as_ref() else {
+            return;
+        };
+        if acquired_at >= switched.at && self.awaiting_first_commit.swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                primary = %switched.address,
+                since_switch_ms = switched.at.elapsed().as_millis() as u64,
+                since_named_ms = switched.asked_at.elapsed().as_millis() as u64,
+                "first commit on the new primary"
+            );
         }
     }
 
@@ -371,7 +389,11 @@ impl Probe {
         );
         let now = Instant::now();
         if let Ok(mut switched) = shared.switched.lock() {
-            *switched = Some((now, primary.address.clone()));
+            *switched = Some(Switched {
+                asked_at,
+                at: now,
+                address: primary.address.clone(),
+            });
         }
         shared.awaiting_first_commit.store(true, Ordering::Release);
         let from = old.as_ref().map_or_else(

@@ -269,7 +269,11 @@ impl Store {
     /// A connection from the pool for one attempt of a call (see
     /// [`Lease`]).
     async fn lease(&self) -> Result<Lease, Error> {
-        Ok(Lease(Some(self.pool.acquire().await?)))
+        let conn = self.pool.acquire().await?;
+        Ok(Lease {
+            conn: Some(conn),
+            acquired_at: Instant::now(),
+        })
     }
 
     /// Runs `op` (one whole transaction, on a [`Lease`]d connection) until
@@ -308,14 +312,6 @@ impl Store {
         }
     }
 
-    /// Notes a committed write (for the log of the first one after a
-    /// switch of primary).
-    fn committed(&self) {
-        if let Some(follow) = &self.follow {
-            follow.shared.committed();
-        }
-    }
-
     /// A lost connection or an unreachable database may mean the primary
     /// moved: look it up now rather than at the next probe round.
     fn on_database_error(&self, err: &Error) {
@@ -343,11 +339,14 @@ impl Store {
 /// stuck in a statement, or the connection is broken. Dropping closes the
 /// socket; nothing is sent, neither a ping nor a cancel request (see the
 /// module docs), and the pool opens a replacement.
-struct Lease(Option<PoolConnection<Postgres>>);
+struct Lease {
+    conn: Option<PoolConnection<Postgres>>,
+    acquired_at: Instant,
+}
 
 impl Lease {
     fn conn(&mut self) -> &mut PgConnection {
-        self.0
+        self.conn
             .as_mut()
             .expect("a lease holds its connection until settled")
     }
@@ -356,7 +355,20 @@ impl Lease {
     /// unless the error says it is lost.
     fn settle<T>(mut self, result: Result<T, Error>) -> Result<T, Error> {
         if !matches!(&result, Err(err) if err.is_connection_lost()) {
-            self.0.take();
+            self.conn.take();
+        }
+        result
+    }
+
+    /// [`Lease::settle`] for an attempt that ends in a `COMMIT`: a success
+    /// is noted for the log of the first commit after a switch of primary.
+    fn settle_commit<T>(self, store: &Store, result: Result<T, Error>) -> Result<T, Error> {
+        let acquired_at = self.acquired_at;
+        let result = self.settle(result);
+        if result.is_ok()
+            && let Some(follow) = &store.follow
+        {
+            follow.shared.committed(acquired_at);
         }
         result
     }
@@ -364,7 +376,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
+        if let Some(conn) = self.conn.take() {
             drop(conn.detach());
         }
     }

@@ -178,10 +178,9 @@ impl Store {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let result = self.join_once(lease.conn(), token_hash, name).await;
-            lease.settle(result)
+            lease.settle_commit(self, result)
         })
         .await
-        .inspect(|_| self.committed())
     }
 
     /// Applies one action at the current tick, exactly once per sequence
@@ -190,10 +189,9 @@ impl Store {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let result = self.act_once(lease.conn(), call).await;
-            lease.settle(result)
+            lease.settle_commit(self, result)
         })
         .await
-        .inspect(|_| self.committed())
     }
 
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
@@ -202,10 +200,9 @@ impl Store {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let result = self.leave_once(lease.conn(), call).await;
-            lease.settle(result)
+            lease.settle_commit(self, result)
         })
         .await
-        .inspect(|_| self.committed())
     }
 
     /// The caller's game advanced to the current tick. A plain read; only

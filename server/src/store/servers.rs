@@ -33,11 +33,10 @@ impl Store {
             .bind(address)
             .execute(lease.conn())
             .await;
-            lease.settle(done.map_err(Error::from))?;
+            lease.settle_commit(self, done.map_err(Error::from))?;
             Ok(())
         })
         .await
-        .inspect(|_| self.committed())
     }
 
     /// Removes server `id` from the registry (on shutdown), and forgets
@@ -53,11 +52,10 @@ impl Store {
             .bind(FORGET_AFTER_S as f64)
             .execute(lease.conn())
             .await;
-            lease.settle(done.map_err(Error::from))?;
+            lease.settle_commit(self, done.map_err(Error::from))?;
             Ok(())
         })
         .await
-        .inspect(|_| self.committed())
     }
 
     /// Servers whose last heartbeat is younger than `ttl`, oldest first.
