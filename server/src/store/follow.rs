@@ -7,10 +7,12 @@
 //! - A background task, owned by the store, asks every member's Patroni
 //!   `GET /primary` concurrently every `interval`, and at once when a call
 //!   hits a database error or its deadline (a burst of errors makes one
-//!   extra round, and rounds are at least [`MIN_ROUND_GAP`] apart). When
-//!   the member holding the leader lock changes, the leader's `/cluster`
-//!   gives its PostgreSQL address, the pool's connect options are pointed
-//!   there, and the pool is refilled with connections to it.
+//!   extra round, and rounds are at least [`MIN_ROUND_GAP`] apart). A
+//!   round ends as soon as a member other than the followed one answers
+//!   200, without waiting for slow members. When the member holding the
+//!   leader lock changes, the leader's `/cluster` gives its PostgreSQL
+//!   address, the pool's connect options are pointed there, and the pool
+//!   is refilled with connections to it.
 //! - Connections opened for an earlier primary are closed instead of used:
 //!   idle ones when next acquired (`before_acquire`), busy ones when they
 //!   come back (`after_release`), judged by their age against the moment of
@@ -20,8 +22,20 @@
 //!   startup options) with the current one, in the same round trip as the
 //!   read-only check.
 //! - `after_connect` also refuses a read-only session (in every mode, see
-//!   [`check_new_connection`]), so a standby, a member still being
+//!   `check_new_connection`), so a standby, a member still being
 //!   promoted, or a demoted primary is never used.
+//!
+//! Patroni answers `/primary` with 200 as soon as a member takes the lock,
+//! a few hundred milliseconds before its PostgreSQL is promoted and a
+//! synchronous standby has attached. The pool is pointed there at once;
+//! new connections are refused as read-only until the promotion ends (the
+//! pool retries them within its acquire timeout), so the first commit
+//! lands as soon as the new primary can commit at all.
+//!
+//! Each switch is logged (info) with `switch_ms` (from asking `/primary` to
+//! the pool pointing at the new primary) and `without_primary_ms` (how long
+//! the old primary had gone unconfirmed), and so is the first commit on the
+//! new primary, with `since_named_ms` (from asking `/primary`).
 //!
 //! Only Patroni's answer chooses the target. An old primary whose Patroni
 //! died still accepts connections and reports itself read-write, but it no
@@ -45,6 +59,10 @@ use crate::patroni::{self, Member, MemberStatus, PgAddress};
 /// Custom setting that records, in each connection's startup options,
 /// which generation of the target it was opened for.
 pub(super) const GENERATION_SETTING: &str = "borbaman.primary_generation";
+
+/// What [`check_new_connection`] asks (`NULL` for a setting not sent).
+const CHECK_SQL: &str = "SELECT current_setting('transaction_read_only'), \
+                         current_setting('borbaman.primary_generation', true)";
 
 /// Probe rounds triggered by errors are at least this far apart, so a
 /// storm of failing calls cannot turn into a storm of REST requests.
@@ -186,12 +204,7 @@ pub(super) async fn check_new_connection(
     conn: &mut PgConnection,
     follow: Option<&Shared>,
 ) -> Result<(), sqlx::Error> {
-    let row = sqlx::raw_sql(
-        "SELECT current_setting('transaction_read_only'), \
-                current_setting('borbaman.primary_generation', true)",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
+    let row = sqlx::raw_sql(CHECK_SQL).fetch_one(&mut *conn).await?;
     let read_only: String = row.try_get(0)?;
     if read_only != "off" {
         return Err(sqlx::Error::Protocol(format!(
@@ -477,6 +490,11 @@ mod tests {
                 timeline,
             },
         )
+    }
+
+    #[test]
+    fn new_connections_are_asked_for_the_generation_they_carry() {
+        assert!(CHECK_SQL.contains(&format!("'{GENERATION_SETTING}'")));
     }
 
     #[test]
