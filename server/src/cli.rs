@@ -11,8 +11,9 @@ use std::time::Duration;
 use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
+use crate::patroni::Member;
 use crate::server::{self, ServerConfig};
-use crate::store::StoreOptions;
+use crate::store::{FollowOptions, StoreOptions};
 
 /// Flags of `borbaman-server` (and `borbaman server`).
 #[derive(Debug, Clone, clap::Args)]
@@ -24,9 +25,29 @@ pub struct ServerArgs {
     /// Defaults to the actual listen address.
     #[arg(long)]
     pub advertise: Option<String>,
-    /// PostgreSQL URL, e.g. postgres://user@host:5432/borbaman.
+    /// PostgreSQL URL, e.g. postgres://user@host:5432/borbaman. With
+    /// --patroni its host and port are only the first guess; user,
+    /// password, database and the other parameters still apply.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
+    /// Follow the primary of a Patroni cluster: every member's REST API,
+    /// comma-separated (http://host:port,...). Each member is asked
+    /// `GET /primary` every --patroni-interval-ms and at once after a
+    /// database error; transactions go to the member holding the leader
+    /// lock, without a restart.
+    #[arg(
+        long,
+        env = "BORBAMAN_PATRONI",
+        value_delimiter = ',',
+        value_name = "URLS"
+    )]
+    pub patroni: Vec<Member>,
+    /// Period of the Patroni `/primary` probes.
+    #[arg(long, default_value_t = 200)]
+    pub patroni_interval_ms: u64,
+    /// Timeout of one Patroni REST request.
+    #[arg(long, default_value_t = 100)]
+    pub patroni_timeout_ms: u64,
     /// Id of this server in the registry (default: a random UUID).
     #[arg(long)]
     pub id: Option<String>,
@@ -84,6 +105,11 @@ impl ServerArgs {
                 min_connections: self.db_min_connections,
                 lobby_seat_ttl: Duration::from_millis(self.lobby_seat_ttl_ms),
                 round: Duration::from_millis(self.round_ms),
+                follow: (!self.patroni.is_empty()).then(|| FollowOptions {
+                    members: self.patroni.clone(),
+                    interval: Duration::from_millis(self.patroni_interval_ms.max(1)),
+                    request_timeout: Duration::from_millis(self.patroni_timeout_ms.max(1)),
+                }),
             },
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             server_ttl: Duration::from_millis(self.server_ttl_ms),
@@ -129,4 +155,67 @@ async fn shutdown_signal() -> anyhow::Result<()> {
         _ = int.recv() => tracing::info!("SIGINT"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: ServerArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ServerArgs, clap::Error> {
+        let mut argv = vec![
+            "borbaman-server",
+            "--database-url",
+            "postgres://p@db:5432/b",
+        ];
+        argv.extend_from_slice(extra);
+        Cmd::try_parse_from(argv).map(|c| c.args)
+    }
+
+    #[test]
+    fn patroni_members_are_a_comma_separated_list() {
+        let args = parse(&[
+            "--patroni",
+            "http://127.0.0.1:18008,http://127.0.0.1:18009/,http://pg-c",
+            "--patroni-interval-ms",
+            "150",
+        ])
+        .unwrap();
+        let members: Vec<String> = args.patroni.iter().map(|m| m.to_string()).collect();
+        assert_eq!(
+            members,
+            [
+                "http://127.0.0.1:18008",
+                "http://127.0.0.1:18009",
+                "http://pg-c:8008"
+            ]
+        );
+        let follow = args.config().store.follow.expect("following Patroni");
+        assert_eq!(follow.members.len(), 3);
+        assert_eq!(follow.interval, Duration::from_millis(150));
+        assert_eq!(follow.request_timeout, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn without_patroni_the_url_is_the_database() {
+        let args = parse(&[]).unwrap();
+        assert!(args.patroni.is_empty());
+        assert!(args.config().store.follow.is_none());
+    }
+
+    #[test]
+    fn a_bad_patroni_url_is_refused_at_start() {
+        let err = parse(&[
+            "--patroni",
+            "http://127.0.0.1:18008,https://127.0.0.1:18009",
+        ])
+        .expect_err("https is refused");
+        assert!(err.to_string().contains("https"), "{err}");
+    }
 }

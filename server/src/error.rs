@@ -31,10 +31,19 @@ pub enum Error {
     #[error("database unavailable: {0}")]
     Unavailable(String),
     /// A conflict worth retrying at once (serialization failure, deadlock,
-    /// lock timeout, a connection the database closed). Retried inside the
-    /// store; if retries run out it reaches the client as `UNAVAILABLE`.
+    /// lock timeout, the database overloaded or restarting). Retried inside
+    /// the store; if retries run out it reaches the client as
+    /// `UNAVAILABLE`.
     #[error("database busy: {0}")]
     Transient(String),
+    /// The connection cannot be used again: it broke, its server is
+    /// shutting down or restarting, or that server is no longer the
+    /// primary (a read-only transaction). Retried inside the store on
+    /// another connection (and, when following Patroni, the primary is
+    /// looked up at once); if retries run out it reaches the client as
+    /// `UNAVAILABLE`.
+    #[error("database connection lost: {0}")]
+    ConnectionLost(String),
     /// A stored game state could not be decoded.
     #[error("stored game state is corrupt: {0}")]
     Corrupt(String),
@@ -45,7 +54,12 @@ pub enum Error {
 impl Error {
     /// Whether the store should run the transaction again.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Transient(_))
+        matches!(self, Error::Transient(_) | Error::ConnectionLost(_))
+    }
+
+    /// Whether the connection the error came from must not be reused.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, Error::ConnectionLost(_))
     }
 }
 
@@ -56,11 +70,19 @@ impl Error {
 /// idle-in-transaction timeout (a CPU stall; nothing was committed).
 const RETRY_STATES: &[&str] = &["40001", "40P01", "55P03", "23505", "25P03"];
 
-/// SQLSTATE classes and codes that mean the database is going away or
-/// overloaded: connection exceptions (08), insufficient resources (53),
-/// operator intervention (57: shutdown, statement timeout).
+/// SQLSTATE classes and codes that mean the database is overloaded or
+/// intervened (53: insufficient resources, 57: operator intervention).
 fn is_unavailable_state(code: &str) -> bool {
-    code.starts_with("08") || code.starts_with("53") || code.starts_with("57")
+    code.starts_with("53") || code.starts_with("57")
+}
+
+/// SQLSTATEs after which the connection is no use: connection exceptions
+/// (08), the server shutting down, crashed or starting (57P01-57P03,
+/// 57P04 database dropped, 57P05 idle session timeout), and a read-only
+/// transaction (25006: the server is a standby now, or was never the
+/// primary).
+fn is_connection_lost_state(code: &str) -> bool {
+    code.starts_with("08") || code.starts_with("57P") || code == "25006"
 }
 
 impl From<sqlx::Error> for Error {
@@ -72,6 +94,8 @@ impl From<sqlx::Error> for Error {
                     Error::Transient(format!("{} ({code})", db.message()))
                 } else if code == "57014" {
                     Error::Unavailable(format!("statement timed out ({code})"))
+                } else if is_connection_lost_state(&code) {
+                    Error::ConnectionLost(format!("{} ({code})", db.message()))
                 } else if is_unavailable_state(&code) {
                     // The server is shutting down or restarting: a fresh
                     // connection may already work.
@@ -83,7 +107,7 @@ impl From<sqlx::Error> for Error {
             // A pooled connection the database closed (restart, network):
             // another connection may work.
             sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => {
-                Error::Transient(err.to_string())
+                Error::ConnectionLost(err.to_string())
             }
             sqlx::Error::Tls(_) => Error::Unavailable(err.to_string()),
             sqlx::Error::PoolTimedOut => {
@@ -109,7 +133,7 @@ impl From<Error> for Status {
             Error::PermissionDenied(_) => (Code::PermissionDenied, Some(Reason::NotYours)),
             Error::SeatGivenAway(_) => (Code::PermissionDenied, Some(Reason::SeatGivenAway)),
             Error::FailedPrecondition(_) => (Code::FailedPrecondition, None),
-            Error::Unavailable(_) | Error::Transient(_) => {
+            Error::Unavailable(_) | Error::Transient(_) | Error::ConnectionLost(_) => {
                 (Code::Unavailable, Some(Reason::DatabaseUnavailable))
             }
             Error::Corrupt(_) | Error::Internal(_) => (Code::Internal, None),
@@ -119,7 +143,9 @@ impl From<Error> for Status {
         }
         let message = match err {
             // Retries ran out: for the client it is the same as unreachable.
-            Error::Transient(m) => format!("database unavailable: retries ran out: {m}"),
+            Error::Transient(m) | Error::ConnectionLost(m) => {
+                format!("database unavailable: retries ran out: {m}")
+            }
             other => other.to_string(),
         };
         match reason {
@@ -187,7 +213,9 @@ mod tests {
             Error::Unavailable(_)
         ));
         let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "closed");
-        assert!(Error::from(sqlx::Error::Io(io)).is_transient());
+        let lost = Error::from(sqlx::Error::Io(io));
+        assert!(lost.is_transient() && lost.is_connection_lost(), "{lost:?}");
+        assert_eq!(Status::from(lost).code(), Code::Unavailable);
         assert!(matches!(
             Error::from(sqlx::Error::RowNotFound),
             Error::Internal(_)

@@ -11,6 +11,7 @@
 //! - [`store`]: all SQL: the game transactions and the registry rows.
 //! - [`service`]: the `Game` gRPC service (validate, delegate, reply).
 //! - [`registry`]: heartbeats and the `Registry` gRPC service.
+//! - [`patroni`]: asking Patroni's REST API which member is the primary.
 //! - [`server`]: assembles a server; health and graceful shutdown.
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
@@ -18,6 +19,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod patroni;
 pub mod registry;
 pub mod server;
 pub mod service;

@@ -10,28 +10,50 @@
 //! mutating call is idempotent (sessions remember their last sequence
 //! number), so a retry after an unknown commit outcome is safe.
 //!
+//! A call that cannot finish by its deadline may have left its connection
+//! inside a statement that never returns, typically a `COMMIT` waiting for
+//! a synchronous standby that is gone. Such a connection is dropped, never
+//! returned to the pool (sqlx would ping it on return, and the ping would
+//! wait behind the `COMMIT`) and never cancelled: a cancel request during
+//! the synchronous-replication wait makes PostgreSQL report the commit as
+//! done although no standby may have it, and `statement_timeout` does not
+//! end that wait. The call's outcome is then unknown, which the retry by
+//! sequence number resolves.
+//!
+//! Every new connection must be read-write (a standby is never used).
+//! With [`StoreOptions::follow`] the store also follows the primary that
+//! Patroni names ([`follow`]).
+//!
 //! - [`play`]: join, act, leave, state and rankings.
 //! - [`servers`]: the registry of live servers.
 //! - [`audit`]: invariant checks and the bare-transaction floor, for bench
 //!   and chaos runs.
+//! - [`follow`]: following a Patroni-managed primary.
 
 pub mod audit;
+pub mod follow;
 pub mod play;
 mod queries;
 pub mod servers;
 
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Connection;
+use sqlx::Postgres;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use borbaman_game::{ROUND_TICKS, TICK_MS};
 
 use crate::error::Error;
+use follow::{Follower, Shared};
 
+pub use follow::{FollowOptions, Primary};
 pub use play::{ActCall, Acted, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
 pub use servers::LiveServer;
 
@@ -76,6 +98,9 @@ pub struct StoreOptions {
     /// Normal play before sudden death in the games this server creates
     /// (stored in each game, so every server plays it out the same).
     pub round: Duration,
+    /// Follow the primary named by these Patroni members instead of the
+    /// database URL's host and port (then only the first guess).
+    pub follow: Option<FollowOptions>,
 }
 
 impl Default for StoreOptions {
@@ -88,6 +113,7 @@ impl Default for StoreOptions {
             min_connections: 8,
             lobby_seat_ttl: Duration::from_millis(3000),
             round: Duration::from_millis(u64::from(ROUND_TICKS * TICK_MS)),
+            follow: None,
         }
     }
 }
@@ -103,6 +129,8 @@ fn round_ticks(round: Duration) -> Result<u16, Error> {
         ))
     })
 }
+/// How long [`Store::migrate`] waits for Patroni to name the primary.
+const PRIMARY_WAIT: Duration = Duration::from_secs(1);
 
 /// Handle on the database; clones share the pool.
 #[derive(Clone, Debug)]
@@ -113,12 +141,21 @@ pub struct Store {
     db_timeout: Duration,
     lobby_seat_ttl_ms: i64,
     round_ticks: u16,
+    /// Following Patroni's primary (`None`: the URL's host and port).
+    follow: Option<Arc<Follower>>,
 }
 
 impl Store {
     /// Builds the pool. Connections open lazily, so this succeeds while the
     /// database is down; the first call (or [`Store::migrate`]) finds out.
+    /// With [`StoreOptions::follow`] it starts the probe task, so it must
+    /// then run inside a Tokio runtime.
     pub fn connect(url: &str, opts: &StoreOptions) -> Result<Store, Error> {
+        if opts.follow.as_ref().is_some_and(|f| f.members.is_empty()) {
+            return Err(Error::InvalidArgument(
+                "no Patroni members to follow".into(),
+            ));
+        }
         let timeout_ms = opts.db_timeout.as_millis().max(1);
         let idle_ms = opts.idle_txn_timeout.as_millis().max(1);
         let plain = PgConnectOptions::from_str(url)
@@ -134,7 +171,9 @@ impl Store {
             // different ids: plan them once per connection, not per call.
             ("plan_cache_mode", "force_generic_plan".to_string()),
         ]);
-        let pool = PgPoolOptions::new()
+        let shared = opts.follow.as_ref().map(|_| Arc::new(Shared::new()));
+        let guard = shared.clone();
+        let mut pool_opts = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .min_connections(opts.min_connections.min(opts.max_connections))
             .acquire_timeout(opts.acquire_timeout.min(opts.db_timeout))
@@ -142,14 +181,57 @@ impl Store {
             // dead connection fails its first statement instead, and the
             // call is retried on another one.
             .test_before_acquire(false)
-            .connect_lazy_with(connect);
+            // Once per new connection, never per call.
+            .after_connect(move |conn, _meta| {
+                let guard = guard.clone();
+                Box::pin(async move { follow::check_new_connection(conn, guard.as_deref()).await })
+            });
+        if let Some(shared) = &shared {
+            let (on_acquire, on_release) = (shared.clone(), shared.clone());
+            pool_opts = pool_opts
+                .before_acquire(move |_conn, meta| {
+                    let current = on_acquire.opened_for_current(meta.age);
+                    Box::pin(std::future::ready(Ok(current)))
+                })
+                .after_release(move |_conn, meta| {
+                    let current = on_release.opened_for_current(meta.age);
+                    Box::pin(std::future::ready(Ok(current)))
+                });
+        }
+        let base = connect.clone();
+        let connect = match &shared {
+            Some(_) => connect.options([(follow::GENERATION_SETTING, 0)]),
+            None => connect,
+        };
+        let pool = pool_opts.connect_lazy_with(connect);
+        let follow = match (&opts.follow, shared) {
+            (Some(follow_opts), Some(shared)) => Some(Arc::new(Follower::start(
+                follow_opts.clone(),
+                pool.clone(),
+                base,
+                shared,
+            ))),
+            _ => None,
+        };
         Ok(Store {
             pool,
             plain,
             db_timeout: opts.db_timeout,
             lobby_seat_ttl_ms: i64::try_from(opts.lobby_seat_ttl.as_millis()).unwrap_or(i64::MAX),
             round_ticks: round_ticks(opts.round)?,
+            follow,
         })
+    }
+
+    /// The primary Patroni named and the pool now targets; `None` before
+    /// the first answer, and always when not following Patroni.
+    pub fn primary(&self) -> Option<Primary> {
+        self.follow.as_ref().and_then(|f| f.shared.primary())
+    }
+
+    /// Changes of [`Store::primary`], when following Patroni.
+    pub fn watch_primary(&self) -> Option<watch::Receiver<Option<Primary>>> {
+        self.follow.as_ref().map(|f| f.shared.subscribe())
     }
 
     /// Applies the embedded migrations. Safe when several servers start at
@@ -157,8 +239,22 @@ impl Store {
     /// only, never on the per-call path). Runs on a connection of its own,
     /// without the per-call timeouts: a migration, or waiting for another
     /// server's, may take longer than a call.
+    /// When following Patroni, it runs on the primary Patroni names, and
+    /// fails (for the caller to retry) until a member has named one.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        let mut conn = PgConnection::connect_with(&self.plain).await?;
+        let target = match &self.follow {
+            None => self.plain.clone(),
+            Some(follow) => {
+                let primary = follow.wait_primary(PRIMARY_WAIT).await.ok_or_else(|| {
+                    sqlx::Error::Configuration("no Patroni member names a primary yet".into())
+                })?;
+                self.plain
+                    .clone()
+                    .host(&primary.address.host)
+                    .port(primary.address.port)
+            }
+        };
+        let mut conn = PgConnection::connect_with(&target).await?;
         let result = MIGRATOR.run(&mut conn).await;
         let _ = conn.close().await;
         result
@@ -181,13 +277,28 @@ impl Store {
         &self.pool
     }
 
-    /// Closes every connection.
+    /// Stops following Patroni and closes every connection.
     pub async fn close(&self) {
+        if let Some(follow) = &self.follow {
+            follow.stop().await;
+        }
         self.pool.close().await;
     }
 
-    /// Runs `op` (one whole transaction) until it succeeds, fails for good,
-    /// runs out of attempts, or the deadline passes.
+    /// A connection from the pool for one attempt of a call (see
+    /// [`Lease`]).
+    async fn lease(&self) -> Result<Lease, Error> {
+        let conn = self.pool.acquire().await?;
+        Ok(Lease {
+            conn: Some(conn),
+            acquired_at: Instant::now(),
+        })
+    }
+
+    /// Runs `op` (one whole transaction, on a [`Lease`]d connection) until
+    /// it succeeds, fails for good, runs out of attempts, or the deadline
+    /// passes. An attempt cut at the deadline is dropped, and with it the
+    /// connection it holds.
     async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
@@ -195,13 +306,14 @@ impl Store {
     {
         let deadline = Instant::now() + self.db_timeout;
         let mut backoff = FIRST_BACKOFF;
-        let mut attempt = 1;
+        let mut attempts = 1;
         loop {
-            let outcome = tokio::time::timeout_at(deadline, op()).await;
-            match outcome {
+            match tokio::time::timeout_at(deadline, op()).await {
                 Err(_elapsed) => return Err(self.timed_out()),
-                Ok(Err(err)) if err.is_transient() && attempt < MAX_ATTEMPTS => {
-                    tracing::debug!(attempt, error = %err, "retrying transaction");
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) if err.is_transient() && attempts < MAX_ATTEMPTS => {
+                    tracing::debug!(attempt = attempts, error = %err, "retrying transaction");
+                    self.on_database_error(&err);
                     let jitter = rand::random_range(0..=backoff.as_micros() as u64);
                     let pause = backoff / 2 + Duration::from_micros(jitter / 2);
                     if Instant::now() + pause >= deadline {
@@ -209,18 +321,83 @@ impl Store {
                     }
                     tokio::time::sleep(pause).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
-                    attempt += 1;
+                    attempts += 1;
                 }
-                Ok(result) => return result,
+                Ok(Err(err)) => {
+                    self.on_database_error(&err);
+                    return Err(err);
+                }
             }
         }
     }
 
+    /// A lost connection or an unreachable database may mean the primary
+    /// moved: look it up now rather than at the next probe round.
+    fn on_database_error(&self, err: &Error) {
+        if let Some(follow) = &self.follow
+            && (err.is_connection_lost() || matches!(err, Error::Unavailable(_)))
+        {
+            follow.shared.nudge();
+        }
+    }
+
     fn timed_out(&self) -> Error {
+        if let Some(follow) = &self.follow {
+            follow.shared.nudge();
+        }
         Error::Unavailable(format!(
             "no answer within {} ms; try again",
             self.db_timeout.as_millis()
         ))
+    }
+}
+
+/// A connection lent to one attempt. Unless given back after the attempt
+/// finished, it is detached from the pool and dropped: the attempt was cut
+/// at the deadline (or the call was cancelled) and the connection may be
+/// stuck in a statement, or the connection is broken. Dropping closes the
+/// socket; nothing is sent, neither a ping nor a cancel request (see the
+/// module docs), and the pool opens a replacement.
+struct Lease {
+    conn: Option<PoolConnection<Postgres>>,
+    acquired_at: Instant,
+}
+
+impl Lease {
+    fn conn(&mut self) -> &mut PgConnection {
+        self.conn
+            .as_mut()
+            .expect("a lease holds its connection until settled")
+    }
+
+    /// Ends the attempt with `result`: the connection goes back to the pool
+    /// unless the error says it is lost.
+    fn settle<T>(mut self, result: Result<T, Error>) -> Result<T, Error> {
+        if !matches!(&result, Err(err) if err.is_connection_lost()) {
+            self.conn.take();
+        }
+        result
+    }
+
+    /// [`Lease::settle`] for an attempt that ends in a `COMMIT`: a success
+    /// is noted for the log of the first commit after a switch of primary.
+    fn settle_commit<T>(self, store: &Store, result: Result<T, Error>) -> Result<T, Error> {
+        let acquired_at = self.acquired_at;
+        let result = self.settle(result);
+        if result.is_ok()
+            && let Some(follow) = &store.follow
+        {
+            follow.shared.committed(acquired_at);
+        }
+        result
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(conn.detach());
+        }
     }
 }
 
@@ -358,6 +535,37 @@ mod tests {
         let err = Error::from(err);
         assert!(err.is_transient(), "{err:?}");
         drop(tx);
+        store.close().await;
+    }
+
+    /// A standby (here: a server whose sessions are read-only) is never
+    /// used: new connections to it are refused, and calls fail as
+    /// unavailable instead of with a write error.
+    #[tokio::test]
+    async fn a_read_only_server_is_refused_until_it_is_writable() {
+        use borbaman_cluster::{LocalPostgres, PgOptions};
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+        store.migrate().await.unwrap();
+        let mut admin = PgConnection::connect(&pg.url()).await.unwrap();
+        sqlx::query("ALTER DATABASE borbaman SET default_transaction_read_only = on")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let err = store.rankings(5).await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(started.elapsed() < Duration::from_millis(1000));
+        assert_eq!(store.pool().size(), 0, "no read-only connection is kept");
+        sqlx::query("ALTER DATABASE borbaman RESET default_transaction_read_only")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        store.rankings(5).await.unwrap();
         store.close().await;
     }
 

@@ -34,7 +34,7 @@
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgRow, PgTypeInfo};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Connection, Postgres, Row, Transaction};
 
 use super::Store;
 use super::queries::*;
@@ -175,35 +175,57 @@ impl Store {
     /// Seats the token's player: back in its running game (rejoin), else in
     /// the oldest waiting game, else in a new one.
     pub async fn join(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
-        self.retrying(|| self.join_once(token_hash, name)).await
+        self.retrying(|| async {
+            let mut lease = self.lease().await?;
+            let result = self.join_once(lease.conn(), token_hash, name).await;
+            lease.settle_commit(self, result)
+        })
+        .await
     }
 
     /// Applies one action at the current tick, exactly once per sequence
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
-        self.retrying(|| self.act_once(call)).await
+        self.retrying(|| async {
+            let mut lease = self.lease().await?;
+            let result = self.act_once(lease.conn(), call).await;
+            lease.settle_commit(self, result)
+        })
+        .await
     }
 
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
     /// number.
     pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
-        self.retrying(|| self.leave_once(call)).await
+        self.retrying(|| async {
+            let mut lease = self.lease().await?;
+            let result = self.leave_once(lease.conn(), call).await;
+            lease.settle_commit(self, result)
+        })
+        .await
     }
 
     /// The caller's game advanced to the current tick. A plain read; only
     /// when the clock alone finished the game is that committed (once,
     /// through the write path) so the rankings are recorded.
     pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
-        self.retrying(|| self.state_once(token_hash, game_id)).await
+        self.retrying(|| async {
+            let mut lease = self.lease().await?;
+            let result = self.state_once(lease.conn(), token_hash, game_id).await;
+            lease.settle(result)
+        })
+        .await
     }
 
     /// The best players, at most `limit`.
     pub async fn rankings(&self, limit: u32) -> Result<Vec<Ranking>, Error> {
         self.retrying(|| async {
-            let rows: Vec<(String, i32, i32, i32)> = sqlx::query_as(RANKINGS)
+            let mut lease = self.lease().await?;
+            let rows = sqlx::query_as::<_, (String, i32, i32, i32)>(RANKINGS)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await?;
+                .fetch_all(lease.conn())
+                .await;
+            let rows = lease.settle(rows.map_err(Error::from))?;
             Ok(rows
                 .into_iter()
                 .map(|(name, games, wins, draws)| Ranking {
@@ -217,8 +239,13 @@ impl Store {
         .await
     }
 
-    async fn join_once(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
-        let mut tx = self.pool.begin().await?;
+    async fn join_once(
+        &self,
+        conn: &mut PgConnection,
+        token_hash: &TokenHash,
+        name: &str,
+    ) -> Result<Joined, Error> {
+        let mut tx = conn.begin().await?;
         let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
             .bind(&token_hash[..])
             .fetch_optional(&mut *tx)
@@ -309,8 +336,8 @@ impl Store {
         })
     }
 
-    async fn act_once(&self, call: &ActCall) -> Result<Acted, Error> {
-        let mut tx = self.pool.begin().await?;
+    async fn act_once(&self, conn: &mut PgConnection, call: &ActCall) -> Result<Acted, Error> {
+        let mut tx = conn.begin().await?;
         let mut locked = load_locked(&mut tx, &call.token_hash).await?;
         check_owner(&locked, call.game_id, call.seat)?;
         let kind = call.action.code();
@@ -364,8 +391,8 @@ impl Store {
         })
     }
 
-    async fn leave_once(&self, call: &LeaveCall) -> Result<Left, Error> {
-        let mut tx = self.pool.begin().await?;
+    async fn leave_once(&self, conn: &mut PgConnection, call: &LeaveCall) -> Result<Left, Error> {
+        let mut tx = conn.begin().await?;
         let mut locked = load_locked(&mut tx, &call.token_hash).await?;
         check_owner(&locked, call.game_id, call.seat)?;
         let seq = to_db_seq(call.seq)?;
@@ -403,17 +430,18 @@ impl Store {
         Ok(Left { seq: call.seq })
     }
 
-    async fn state_once(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
-        // On an acquired connection rather than `&self.pool`: same query,
-        // but the pool's executor boxes a much larger future per call.
-        let mut conn = self.pool.acquire().await?;
+    async fn state_once(
+        &self,
+        conn: &mut PgConnection,
+        token_hash: &TokenHash,
+        game_id: u64,
+    ) -> Result<Snapshot, Error> {
         let row = sqlx::query(READ_STATE)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
             .fetch_optional(&mut *conn)
             .await?
             .ok_or_else(unknown_token)?;
-        drop(conn);
         let (now_tick, mut snapshot) = game_row(&row, 0)?;
         if row.try_get::<i16, _>(6)? < 0 {
             return Err(seat_freed(snapshot.game_id as i64));
@@ -433,7 +461,7 @@ impl Store {
         // The clock alone changed the phase (the game just ended): commit
         // it so the rankings are recorded exactly once.
         let own_game = to_db_id(game_id)?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = conn.begin().await?;
         let row = sqlx::query(LOAD_GAME_LOCKED)
             .bind(own_game)
             .bind(i64::from(TICK_MS))

@@ -24,14 +24,16 @@ impl Store {
     /// Records a heartbeat (and the advertised address) of server `id`.
     pub async fn heartbeat(&self, id: &str, address: &str) -> Result<(), Error> {
         self.retrying(|| async {
-            sqlx::query(
+            let mut lease = self.lease().await?;
+            let done = sqlx::query(
                 "INSERT INTO servers (id, address) VALUES ($1, $2) \
                  ON CONFLICT (id) DO UPDATE SET address = excluded.address, heartbeat_at = now()",
             )
             .bind(id)
             .bind(address)
-            .execute(&self.pool)
-            .await?;
+            .execute(lease.conn())
+            .await;
+            lease.settle_commit(self, done.map_err(Error::from))?;
             Ok(())
         })
         .await
@@ -41,14 +43,16 @@ impl Store {
     /// servers that have been silent for a long time.
     pub async fn deregister(&self, id: &str) -> Result<(), Error> {
         self.retrying(|| async {
-            sqlx::query(
+            let mut lease = self.lease().await?;
+            let done = sqlx::query(
                 "DELETE FROM servers WHERE id = $1 \
                  OR heartbeat_at < now() - $2 * interval '1 second'",
             )
             .bind(id)
             .bind(FORGET_AFTER_S as f64)
-            .execute(&self.pool)
-            .await?;
+            .execute(lease.conn())
+            .await;
+            lease.settle_commit(self, done.map_err(Error::from))?;
             Ok(())
         })
         .await
@@ -57,7 +61,8 @@ impl Store {
     /// Servers whose last heartbeat is younger than `ttl`, oldest first.
     pub async fn live_servers(&self, ttl: Duration) -> Result<Vec<LiveServer>, Error> {
         self.retrying(|| async {
-            let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            let mut lease = self.lease().await?;
+            let rows = sqlx::query_as::<_, (String, String, i64)>(
                 "SELECT id, address, \
                         floor(extract(epoch FROM clock_timestamp() - heartbeat_at) * 1000)::bigint \
                  FROM servers \
@@ -65,8 +70,9 @@ impl Store {
                  ORDER BY started_at, id",
             )
             .bind(ttl.as_millis() as f64)
-            .fetch_all(&self.pool)
-            .await?;
+            .fetch_all(lease.conn())
+            .await;
+            let rows = lease.settle(rows.map_err(Error::from))?;
             Ok(rows
                 .into_iter()
                 .map(|(id, address, age_ms)| LiveServer {

@@ -1,0 +1,721 @@
+//! Following the PostgreSQL primary that Patroni names, without a restart.
+//!
+//! sqlx 0.9 connects a pool to one host and port (a multi-host URL does not
+//! parse and `target_session_attrs` is ignored), so the store points its
+//! pool at the primary itself:
+//!
+//! - A background task, owned by the store, asks every member's Patroni
+//!   `GET /primary` concurrently every `interval`, and at once when a call
+//!   hits a database error or its deadline (a burst of errors makes one
+//!   extra round, and rounds are at least [`MIN_ROUND_GAP`] apart). A
+//!   round ends as soon as a member other than the followed one answers
+//!   200, without waiting for slow members. When the member holding the
+//!   leader lock changes, the leader's `/cluster` gives its PostgreSQL
+//!   address, the pool's connect options are pointed there, and the pool
+//!   is refilled with connections to it.
+//! - Connections opened for an earlier primary are closed instead of used:
+//!   idle ones when next acquired (`before_acquire`), busy ones when they
+//!   come back (`after_release`), judged by their age against the moment of
+//!   the switch, at the cost of an atomic load (no round trip). A connect
+//!   that raced the switch is caught in `after_connect`, which compares the
+//!   generation the connection was opened for (a custom setting sent in its
+//!   startup options) with the current one, in the same round trip as the
+//!   read-only check.
+//! - `after_connect` also refuses a read-only session (in every mode, see
+//!   `check_new_connection`), so a standby, a member still being
+//!   promoted, or a demoted primary is never used.
+//!
+//! Patroni answers `/primary` with 200 as soon as a member takes the lock,
+//! a few hundred milliseconds before its PostgreSQL is promoted and a
+//! synchronous standby has attached. The pool is pointed there at once;
+//! new connections are refused as read-only until the promotion ends (the
+//! pool retries them within its acquire timeout), so the first commit
+//! lands as soon as the new primary can commit at all.
+//!
+//! Each switch is logged (info) with `switch_ms` (from asking `/primary` to
+//! the pool pointing at the new primary) and `without_primary_ms` (how long
+//! the old primary had gone unconfirmed), and so is the first commit on the
+//! new primary, with `since_named_ms` (from asking `/primary`).
+//!
+//! Only Patroni's answer chooses the target. An old primary whose Patroni
+//! died still accepts connections and reports itself read-write, but it no
+//! longer holds the leader lock, and once a standby is promoted its commits
+//! wait forever for a synchronous standby that has moved on. Anything that
+//! asks PostgreSQL itself which member is writable can get stuck on it;
+//! asking Patroni cannot.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
+use tokio::sync::{Notify, watch};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::patroni::{self, Member, MemberStatus, PgAddress};
+
+/// Custom setting that records, in each connection's startup options,
+/// which generation of the target it was opened for.
+pub(super) const GENERATION_SETTING: &str = "borbaman.primary_generation";
+
+/// What [`check_new_connection`] asks (`NULL` for a setting not sent).
+const CHECK_SQL: &str = "SELECT current_setting('transaction_read_only'), \
+                         current_setting('borbaman.primary_generation', true)";
+
+/// Probe rounds triggered by errors are at least this far apart, so a
+/// storm of failing calls cannot turn into a storm of REST requests.
+pub const MIN_ROUND_GAP: Duration = Duration::from_millis(50);
+
+/// The Patroni members to follow and how often to ask them.
+#[derive(Clone, Debug)]
+pub struct FollowOptions {
+    /// Every member's REST API.
+    pub members: Vec<Member>,
+    /// Period of the `/primary` probe rounds.
+    pub interval: Duration,
+    /// Timeout of one REST request (connecting included).
+    pub request_timeout: Duration,
+}
+
+impl FollowOptions {
+    /// Probes every 200 ms, 100 ms per request.
+    pub fn new(members: Vec<Member>) -> FollowOptions {
+        FollowOptions {
+            members,
+            interval: Duration::from_millis(200),
+            request_timeout: Duration::from_millis(100),
+        }
+    }
+}
+
+/// The primary the store sends its transactions to, as Patroni named it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Primary {
+    /// Where its PostgreSQL listens: the pool's target.
+    pub address: PgAddress,
+    /// The member whose REST API answered `/primary` with 200.
+    pub member: Member,
+    /// Its timeline, from that answer.
+    pub timeline: Option<u64>,
+}
+
+/// A switch of primary, for the log of the first commit after it.
+#[derive(Debug)]
+struct Switched {
+    asked_at: Instant,
+    at: Instant,
+    address: PgAddress,
+}
+
+/// State shared by the store, the pool's hooks and the probe task.
+#[derive(Debug)]
+pub(super) struct Shared {
+    epoch: std::time::Instant,
+    /// Bumped at every switch; connections carry the value they were
+    /// opened for in [`GENERATION_SETTING`].
+    generation: AtomicU64,
+    /// When the last switch happened, in ns after `epoch` (0: never).
+    switched_at_ns: AtomicU64,
+    nudge: Notify,
+    primary: watch::Sender<Option<Primary>>,
+    /// Armed at a switch; the first commit on a connection taken after it
+    /// logs how long the switch took end to end.
+    awaiting_first_commit: AtomicBool,
+    /// The last switch: when the new primary was asked, when the pool was
+    /// pointed at it, and where.
+    switched: Mutex<Option<Switched>>,
+}
+
+impl Shared {
+    pub(super) fn new() -> Shared {
+        Shared {
+            epoch: std::time::Instant::now(),
+            generation: AtomicU64::new(0),
+            switched_at_ns: AtomicU64::new(0),
+            nudge: Notify::new(),
+            primary: watch::channel(None).0,
+            awaiting_first_commit: AtomicBool::new(false),
+            switched: Mutex::new(None),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a pooled connection of this `age` was opened after the last
+    /// switch (else it may lead to the old primary and must be closed).
+    pub(super) fn opened_for_current(&self, age: Duration) -> bool {
+        let switched = self.switched_at_ns.load(Ordering::Acquire);
+        if switched == 0 {
+            return true;
+        }
+        let age_ns = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        self.now_ns().saturating_sub(age_ns) >= switched
+    }
+
+    /// Asks for a probe round now (debounced by the task).
+    pub(super) fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
+    /// A call committed on a connection taken from the pool at
+    /// `acquired_at`. The first one taken after a switch (so leading to the
+    /// new primary: older ones are retired on acquire) logs it; a call
+    /// still running on the old primary does not count.
+    pub(super) fn committed(&self, acquired_at: Instant) {
+        if !self.awaiting_first_commit.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(switched) = self.switched.lock() else {
+            return;
+        };
+        let Some(switched) = switched.as_ref() else {
+            return;
+        };
+        if acquired_at >= switched.at && self.awaiting_first_commit.swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                primary = %switched.address,
+                since_switch_ms = switched.at.elapsed().as_millis() as u64,
+                since_named_ms = switched.asked_at.elapsed().as_millis() as u64,
+                "first commit on the new primary"
+            );
+        }
+    }
+
+    pub(super) fn primary(&self) -> Option<Primary> {
+        self.primary.borrow().clone()
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<Option<Primary>> {
+        self.primary.subscribe()
+    }
+}
+
+/// Checks a new connection before the pool hands it out: a read-only
+/// session (a standby, a member still being promoted, a demoted primary)
+/// is refused, and so is one opened for an earlier target while
+/// following Patroni. One round trip, simple-query protocol; on `Err`
+/// the pool drops the connection and tries again until its acquire
+/// timeout, reading the connect options afresh each time.
+pub(super) async fn check_new_connection(
+    conn: &mut PgConnection,
+    follow: Option<&Shared>,
+) -> Result<(), sqlx::Error> {
+    let row = sqlx::raw_sql(CHECK_SQL).fetch_one(&mut *conn).await?;
+    let read_only: String = row.try_get(0)?;
+    if read_only != "off" {
+        return Err(sqlx::Error::Protocol(format!(
+            "refusing a read-only session (transaction_read_only = {read_only}): \
+             not the primary"
+        )));
+    }
+    if let Some(shared) = follow {
+        let opened_for: Option<String> = row.try_get(1)?;
+        let current = shared.generation.load(Ordering::Acquire);
+        if opened_for.as_deref() != Some(current.to_string().as_str()) {
+            return Err(sqlx::Error::Protocol(format!(
+                "refusing a connection opened for an earlier primary \
+                 (generation {}, now {current})",
+                opened_for.as_deref().unwrap_or("none")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The running probe task; aborted when the store closes or the last
+/// handle is dropped.
+#[derive(Debug)]
+pub(super) struct Follower {
+    pub(super) shared: Arc<Shared>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Follower {
+    /// Starts the probe task (needs a Tokio runtime). `base` are the
+    /// pool's connect options; the task replaces their host and port.
+    pub(super) fn start(
+        opts: FollowOptions,
+        pool: PgPool,
+        base: PgConnectOptions,
+        shared: Arc<Shared>,
+    ) -> Follower {
+        let probe = Probe {
+            opts,
+            pool,
+            base,
+            shared: shared.clone(),
+            last_confirmed: None,
+        };
+        Follower {
+            shared,
+            task: Mutex::new(Some(tokio::spawn(probe.run()))),
+        }
+    }
+
+    /// Stops the probe task.
+    pub(super) async fn stop(&self) {
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// The primary named by Patroni, waiting up to `timeout` for the first
+    /// answer.
+    pub(super) async fn wait_primary(&self, timeout: Duration) -> Option<Primary> {
+        let mut rx = self.shared.subscribe();
+        let named = tokio::time::timeout(timeout, rx.wait_for(|p| p.is_some())).await;
+        match named {
+            Ok(Ok(primary)) => primary.clone(),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.get_mut().ok().and_then(|t| t.take()) {
+            task.abort();
+        }
+    }
+}
+
+/// The probe loop's own state.
+struct Probe {
+    opts: FollowOptions,
+    pool: PgPool,
+    base: PgConnectOptions,
+    shared: Arc<Shared>,
+    /// When the followed member last answered `/primary` with 200.
+    last_confirmed: Option<Instant>,
+}
+
+impl Probe {
+    async fn run(mut self) {
+        loop {
+            let started = Instant::now();
+            self.round().await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(started + self.opts.interval) => {}
+                // Errors during the round left a permit: one more round,
+                // however many calls failed.
+                _ = self.shared.nudge.notified() => {
+                    tokio::time::sleep_until(started + MIN_ROUND_GAP).await;
+                }
+            }
+        }
+    }
+
+    /// Asks every member at once; follows the one holding the lock.
+    async fn round(&mut self) {
+        let asked_at = Instant::now();
+        let current = self.shared.primary();
+        let mut asking = JoinSet::new();
+        for member in &self.opts.members {
+            let member = member.clone();
+            let timeout = self.opts.request_timeout;
+            asking.spawn(async move {
+                let answer = patroni::ask_primary(&member, timeout).await;
+                (member, answer)
+            });
+        }
+        let mut leaders = Vec::new();
+        while let Some(joined) = asking.join_next().await {
+            let Ok((member, answer)) = joined else {
+                continue;
+            };
+            match answer {
+                Ok(Some(status)) => {
+                    let newcomer = current.as_ref().is_none_or(|p| p.member != member);
+                    leaders.push((member, status));
+                    // Another member holds the lock: act now rather than
+                    // wait for a slow member (a dead PostgreSQL can make
+                    // its Patroni answer late) to time out.
+                    if newcomer {
+                        break;
+                    }
+                }
+                Ok(None) => {}
+                Err(err) => tracing::debug!(%member, error = %err, "Patroni member did not answer"),
+            }
+        }
+        drop(asking);
+        tracing::trace!(
+            elapsed_ms = asked_at.elapsed().as_secs_f64() * 1e3,
+            leaders = ?leaders.iter().map(|(m, _)| m.to_string()).collect::<Vec<_>>(),
+            "probe round"
+        );
+        let Some((member, status)) = choose(leaders, current.as_ref().map(|p| &p.member)) else {
+            return;
+        };
+        if let Some(current) = &current
+            && current.member == member
+        {
+            self.last_confirmed = Some(Instant::now());
+            return;
+        }
+        let address = match patroni::leader_address(&member, self.opts.request_timeout).await {
+            Ok(address) => address,
+            Err(err) => {
+                tracing::warn!(%member, error = %err, "the new leader did not give its address");
+                return;
+            }
+        };
+        let primary = Primary {
+            address: address.clone(),
+            member: member.clone(),
+            timeline: status.timeline,
+        };
+        let target = self.pool.connect_options();
+        let same_target = target.get_host() == address.host && target.get_port() == address.port;
+        if same_target {
+            // The first answer (the URL's guess was right), or another
+            // member's REST API naming the same server: nothing to move.
+            tracing::info!(primary = %address, %member, timeline = ?status.timeline, "primary named by Patroni");
+            self.shared.primary.send_replace(Some(primary));
+        } else {
+            self.switch(primary, asked_at, current);
+        }
+        self.last_confirmed = Some(Instant::now());
+    }
+
+    /// Points the pool at `primary` and retires connections to the old one.
+    fn switch(&self, primary: Primary, asked_at: Instant, old: Option<Primary>) {
+        let shared = &self.shared;
+        // Order matters: a connect racing the switch either read the old
+        // options (its generation is now stale: refused) or the new ones.
+        let generation = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        shared
+            .switched_at_ns
+            .store(shared.now_ns().max(1), Ordering::Release);
+        self.pool.set_connect_options(
+            self.base
+                .clone()
+                .host(&primary.address.host)
+                .port(primary.address.port)
+                .options([(GENERATION_SETTING, generation)]),
+        );
+        let now = Instant::now();
+        if let Ok(mut switched) = shared.switched.lock() {
+            *switched = Some(Switched {
+                asked_at,
+                at: now,
+                address: primary.address.clone(),
+            });
+        }
+        shared.awaiting_first_commit.store(true, Ordering::Release);
+        let from = old.as_ref().map_or_else(
+            || "(the database URL's guess)".to_string(),
+            |p| p.address.to_string(),
+        );
+        tracing::info!(
+            %from,
+            to = %primary.address,
+            member = %primary.member,
+            timeline = ?primary.timeline,
+            generation,
+            switch_ms = (now - asked_at).as_secs_f64() * 1e3,
+            without_primary_ms = self.last_confirmed_before(asked_at),
+            "following the new primary"
+        );
+        shared.primary.send_replace(Some(primary));
+        tokio::spawn(refill(self.pool.clone()));
+    }
+
+    /// How long the old primary had gone unconfirmed when the new one was
+    /// first asked (None: no primary was confirmed before).
+    fn last_confirmed_before(&self, asked_at: Instant) -> Option<u64> {
+        self.last_confirmed
+            .map(|at| asked_at.saturating_duration_since(at).as_millis() as u64)
+    }
+}
+
+/// Which of the members that answered `/primary` with 200 to follow: the
+/// one with the highest timeline (a promotion starts a new one), the
+/// current one on a tie, none if still ambiguous (two leaders for a moment
+/// during a lock handover: the next round decides).
+fn choose(
+    mut leaders: Vec<(Member, MemberStatus)>,
+    current: Option<&Member>,
+) -> Option<(Member, MemberStatus)> {
+    let top = leaders.iter().map(|(_, s)| s.timeline).max()?;
+    leaders.retain(|(_, s)| s.timeline == top);
+    if leaders.len() == 1 {
+        return leaders.pop();
+    }
+    let names: Vec<String> = leaders.iter().map(|(m, _)| m.to_string()).collect();
+    let kept = leaders.into_iter().find(|(m, _)| Some(m) == current);
+    if kept.is_none() {
+        tracing::debug!(members = ?names, "several members answer /primary; waiting");
+    }
+    kept
+}
+
+/// Opens the pool's minimum of connections to the new primary at once:
+/// each acquire closes idle connections to the old one (`before_acquire`)
+/// until it opens a new one. Held together, then returned.
+async fn refill(pool: PgPool) {
+    let wanted = pool.options().get_min_connections();
+    let mut held = Vec::with_capacity(wanted as usize);
+    for _ in 0..wanted {
+        match pool.acquire().await {
+            Ok(conn) => held.push(conn),
+            Err(err) => {
+                tracing::debug!(error = %err, "refilling the pool after a switch");
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(port: u16) -> Member {
+        format!("http://127.0.0.1:{port}").parse().unwrap()
+    }
+
+    fn leader(port: u16, timeline: Option<u64>) -> (Member, MemberStatus) {
+        (
+            member(port),
+            MemberStatus {
+                state: Some("running".into()),
+                role: Some("master".into()),
+                timeline,
+            },
+        )
+    }
+
+    #[test]
+    fn new_connections_are_asked_for_the_generation_they_carry() {
+        assert!(CHECK_SQL.contains(&format!("'{GENERATION_SETTING}'")));
+    }
+
+    #[test]
+    fn the_single_leader_is_followed() {
+        assert_eq!(choose(vec![], None), None);
+        let (m, _) = choose(vec![leader(1, Some(3))], Some(&member(2))).unwrap();
+        assert_eq!(m, member(1));
+    }
+
+    #[test]
+    fn of_two_leaders_the_newer_timeline_wins_else_the_current_one_stays() {
+        let two = vec![leader(1, Some(3)), leader(2, Some(4))];
+        assert_eq!(choose(two, Some(&member(1))).unwrap().0, member(2));
+        let tie = vec![leader(1, Some(4)), leader(2, Some(4))];
+        assert_eq!(choose(tie.clone(), Some(&member(2))).unwrap().0, member(2));
+        assert_eq!(choose(tie, Some(&member(3))), None);
+        let unknown = vec![leader(1, None), leader(2, Some(1))];
+        assert_eq!(choose(unknown, None).unwrap().0, member(2));
+    }
+
+    #[test]
+    fn connections_older_than_the_switch_are_retired() {
+        let shared = Shared::new();
+        assert!(shared.opened_for_current(Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(20));
+        shared
+            .switched_at_ns
+            .store(shared.now_ns(), Ordering::Release);
+        assert!(!shared.opened_for_current(Duration::from_millis(10)));
+        assert!(!shared.opened_for_current(Duration::from_secs(3600)));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(shared.opened_for_current(Duration::from_millis(5)));
+    }
+
+    /// A stand-in for one member's Patroni REST API: `/primary` and
+    /// `/cluster` as Patroni 3.0.2 answers them, or no answer at all once
+    /// it "dies".
+    struct FakePatroni {
+        member: Member,
+        leader: AtomicBool,
+        alive: AtomicBool,
+        timeline: AtomicU64,
+        /// The PostgreSQL port `/cluster` gives for the leader.
+        leader_port: AtomicU64,
+    }
+
+    impl FakePatroni {
+        async fn start(leader: bool, leader_port: u16, timeline: u64) -> Arc<FakePatroni> {
+            use hyper::server::conn::http1;
+            use hyper::service::service_fn;
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let fake = Arc::new(FakePatroni {
+                member: format!("http://{}", listener.local_addr().unwrap())
+                    .parse()
+                    .unwrap(),
+                leader: AtomicBool::new(leader),
+                alive: AtomicBool::new(true),
+                timeline: AtomicU64::new(timeline),
+                leader_port: AtomicU64::new(u64::from(leader_port)),
+            });
+            let serving = fake.clone();
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if !serving.alive.load(Ordering::SeqCst) {
+                        continue; // dropped unanswered
+                    }
+                    let fake = serving.clone();
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req: hyper::Request<_>| {
+                            let reply = fake.reply(req.uri().path());
+                            async move { Ok::<_, std::convert::Infallible>(reply) }
+                        });
+                        let io = hyper_util::rt::TokioIo::new(stream);
+                        let _ = http1::Builder::new().serve_connection(io, service).await;
+                    });
+                }
+            });
+            fake
+        }
+
+        fn reply(&self, path: &str) -> hyper::Response<http_body_util::Full<hyper::body::Bytes>> {
+            let timeline = self.timeline.load(Ordering::SeqCst);
+            let (status, body) = match path {
+                "/primary" if self.leader.load(Ordering::SeqCst) => (
+                    200,
+                    format!(r#"{{"state": "running", "role": "master", "timeline": {timeline}}}"#),
+                ),
+                "/primary" => (
+                    503,
+                    format!(r#"{{"state": "running", "role": "replica", "timeline": {timeline}}}"#),
+                ),
+                "/cluster" => (
+                    200,
+                    format!(
+                        r#"{{"members": [{{"name": "pg1", "role": "leader", "state": "running", "host": "127.0.0.1", "port": {}, "timeline": {timeline}}}]}}"#,
+                        self.leader_port.load(Ordering::SeqCst)
+                    ),
+                ),
+                _ => (404, String::new()),
+            };
+            hyper::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(body.into())
+                .unwrap()
+        }
+    }
+
+    async fn wait_for_primary(store: &super::super::Store, port: u16) -> Primary {
+        let mut updates = store.watch_primary().expect("following");
+        let named = updates.wait_for(|p| p.as_ref().is_some_and(|p| p.address.port == port));
+        tokio::time::timeout(Duration::from_secs(5), named)
+            .await
+            .expect("the store follows the member Patroni names")
+            .unwrap()
+            .clone()
+            .unwrap()
+    }
+
+    /// The port of the server a connection from the store's pool leads to.
+    async fn server_port(conn: &mut PgConnection) -> u16 {
+        let port: i32 = sqlx::query_scalar("SELECT inet_server_port()")
+            .fetch_one(conn)
+            .await
+            .unwrap();
+        port as u16
+    }
+
+    /// Two read-write PostgreSQL servers stand in for an old and a new
+    /// primary: the store goes where Patroni says, not where the URL
+    /// points, and leaves the old one (still read-write, like an orphaned
+    /// primary whose Patroni died) for good.
+    #[tokio::test]
+    async fn the_store_follows_the_primary_patroni_names_and_leaves_the_old_one() {
+        use super::super::{Store, StoreOptions};
+        use borbaman_cluster::{LocalPostgres, PgOptions};
+        use sqlx::Connection;
+        let opts = PgOptions {
+            fsync: false,
+            port: None,
+        };
+        let a = LocalPostgres::start_temp(opts).unwrap();
+        let b = LocalPostgres::start_temp(opts).unwrap();
+        for db in [&a, &b] {
+            let plain = Store::connect(&db.url(), &StoreOptions::default()).unwrap();
+            plain.migrate().await.unwrap();
+            plain.close().await;
+        }
+        let m1 = FakePatroni::start(true, b.port(), 1).await;
+        let m2 = FakePatroni::start(false, b.port(), 1).await;
+        let store = Store::connect(
+            &a.url(),
+            &StoreOptions {
+                min_connections: 3,
+                follow: Some(FollowOptions {
+                    members: vec![m1.member.clone(), m2.member.clone()],
+                    interval: Duration::from_millis(50),
+                    request_timeout: Duration::from_millis(100),
+                }),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+
+        // The URL guesses a; Patroni names b.
+        let primary = wait_for_primary(&store, b.port()).await;
+        assert_eq!(primary.member, m1.member);
+        assert_eq!(primary.timeline, Some(1));
+        assert_eq!(store.primary(), Some(primary));
+        store.migrate().await.unwrap();
+        store.warm_up().await.unwrap();
+        store.rankings(5).await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        assert_eq!(server_port(&mut conn).await, b.port());
+
+        // b's Patroni dies (b itself stays up and read-write); m2 is
+        // promoted and names a. A connection to b that is busy across the
+        // switch is closed when it comes back, not reused.
+        m1.alive.store(false, Ordering::SeqCst);
+        m2.leader_port.store(u64::from(a.port()), Ordering::SeqCst);
+        m2.timeline.store(2, Ordering::SeqCst);
+        m2.leader.store(true, Ordering::SeqCst);
+        let primary = wait_for_primary(&store, a.port()).await;
+        assert_eq!(primary.member, m2.member);
+        assert_eq!(primary.timeline, Some(2));
+        drop(conn);
+        let mut held = Vec::new();
+        for _ in 0..5 {
+            let mut conn = store.pool().acquire().await.unwrap();
+            assert_eq!(
+                server_port(&mut conn).await,
+                a.port(),
+                "a connection to the old primary was used"
+            );
+            held.push(conn);
+        }
+        drop(held);
+        store.rankings(5).await.unwrap();
+
+        // No connection of the store to b is left open.
+        let mut watcher = PgConnection::connect(&b.url()).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let left: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'borbaman-server'",
+            )
+            .fetch_one(&mut watcher)
+            .await
+            .unwrap();
+            if left == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{left} connections to the old primary stay open"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store.close().await;
+    }
+}
