@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::{Setup, progress};
+use crate::args::DbKind;
 use crate::bot;
 use crate::shutdown::Shutdown;
 use crate::ui::View;
@@ -34,7 +35,10 @@ pub(super) async fn start(
     let pg_dir = postgres_dir(&setup.data_dir);
     let config = ClusterConfig {
         servers: LOCAL_SERVERS,
-        database: Database::from_env_or(Database::Persistent(pg_dir)),
+        database: match setup.db {
+            DbKind::Single => Database::from_env_or(Database::Persistent(pg_dir)),
+            DbKind::Ha => Database::Replicated,
+        },
         fsync: true,
         server_command: None,
         server_args: Vec::new(),
@@ -60,6 +64,9 @@ pub(super) async fn start(
 fn explain(error: ClusterError) -> anyhow::Error {
     match error {
         ClusterError::Postgres(e) => anyhow::anyhow!("cannot start PostgreSQL: {e}"),
+        ClusterError::Replicated(e) => {
+            anyhow::anyhow!("cannot start the replicated database (--db ha): {e}")
+        }
         other => anyhow::anyhow!("cannot start the local cluster: {other}"),
     }
 }

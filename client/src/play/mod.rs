@@ -42,7 +42,7 @@ use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::state_dir::StateDir;
 use borbaman_cluster::local::LocalCluster;
 
-use crate::args::ServersArg;
+use crate::args::{DbArg, DbKind, ServersArg};
 use crate::shutdown::{self, Shutdown, Stopper};
 use crate::ui::input::{Command, command_for};
 use crate::ui::{ColorMode, View, draw};
@@ -74,6 +74,13 @@ pub struct PlayArgs {
     pub name: Option<String>,
     #[command(flatten)]
     pub servers: ServersArg,
+    /// Without --servers: `single` keeps your games in one private
+    /// PostgreSQL under your data directory; `ha` starts a throwaway
+    /// replicated one (3 etcd + 3 Patroni members; needs Debian's patroni,
+    /// etcd-server and etcd-client packages) that survives its primary's
+    /// death.
+    #[command(flatten)]
+    pub db: DbArg,
 }
 
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
@@ -116,6 +123,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     let setup = Setup {
         name,
         servers: args.servers.servers,
+        db: args.db.db,
         data_dir,
         log_dir,
         state_dir,
@@ -249,6 +257,7 @@ fn ui_loop(
 struct Setup {
     name: String,
     servers: Vec<String>,
+    db: DbKind,
     data_dir: PathBuf,
     log_dir: PathBuf,
     state_dir: StateDir,
