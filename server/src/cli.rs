@@ -42,8 +42,10 @@ pub struct ServerArgs {
         value_name = "URLS"
     )]
     pub patroni: Vec<Member>,
-    /// Period of the Patroni `/primary` probes.
-    #[arg(long, default_value_t = 200)]
+    /// Period of the Patroni `/primary` probes (a database error also
+    /// starts one at once): bounds how long a server keeps sending to a
+    /// primary that quietly stopped being one.
+    #[arg(long, default_value_t = 100)]
     pub patroni_interval_ms: u64,
     /// Timeout of one Patroni REST request.
     #[arg(long, default_value_t = 100)]

@@ -318,13 +318,17 @@ impl ServerPool {
                 Some(server) => server,
                 None if !database_down_at.is_empty() => {
                     // Every server we could try says the database is down:
-                    // it is, for everyone. Back off and ask again.
+                    // it is, for everyone. Back off and ask again, often:
+                    // a replicated database is back within seconds, and
+                    // every millisecond of backoff after it is back is
+                    // the players' wait. A call that is refused costs a
+                    // server little.
                     database_down_at.clear();
                     self.set_database_unavailable(true);
                     if !sleep_until_before(backoff, give_up_at).await {
                         return Err(self.give_up(started, last_failure, database_trouble));
                     }
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    backoff = (backoff * 2).min(DATABASE_BACKOFF_CAP);
                     continue;
                 }
                 None if !avoid.is_empty() && self.shared.live_count.borrow().gt(&0) => {
@@ -463,6 +467,9 @@ impl ServerPool {
                 return attempt;
             }
             Err(_) if hedge_after >= deadline => return attempt,
+            // Every server shares the database: while it is down a copy
+            // would only wait beside the first.
+            Err(_) if self.status_database_unavailable() => None,
             Err(_) => self.hedge_server(&server.address, skip),
         };
         let Some(second) = second else {
@@ -611,6 +618,10 @@ impl ServerPool {
                 pool.mark_down(&server.address);
             }
         });
+    }
+
+    fn status_database_unavailable(&self) -> bool {
+        self.shared.state.lock().unwrap().database_unavailable
     }
 
     fn hedge_delay(&self) -> Duration {
@@ -789,6 +800,10 @@ impl ServerPool {
         }
     }
 }
+
+/// Longest pause between two rounds of asking servers whose database is
+/// unavailable.
+const DATABASE_BACKOFF_CAP: Duration = Duration::from_millis(50);
 
 /// What one (possibly hedged) attempt came to.
 struct Attempt<T> {

@@ -80,11 +80,11 @@ pub struct FollowOptions {
 }
 
 impl FollowOptions {
-    /// Probes every 200 ms, 100 ms per request.
+    /// Probes every 100 ms, 100 ms per request.
     pub fn new(members: Vec<Member>) -> FollowOptions {
         FollowOptions {
             members,
-            interval: Duration::from_millis(200),
+            interval: Duration::from_millis(100),
             request_timeout: Duration::from_millis(100),
         }
     }
