@@ -449,6 +449,7 @@ impl ServerPool {
     {
         let give_up = tokio::time::Instant::from_std(started + deadline);
         let hedge_after = self.hedge_delay();
+        self.shared.state.lock().unwrap().hedge.earn();
         let first = f(GameClient::new(server.channel.clone()));
         tokio::pin!(first);
         let mut attempt = Attempt {
@@ -636,9 +637,10 @@ impl ServerPool {
         self.shared.state.lock().unwrap().hedges += 1;
     }
 
-    /// A live server other than `busy` and not in `skip`, for a hedge.
+    /// A live server other than `busy` and not in `skip`, for a hedge, if
+    /// the hedge budget allows one.
     fn hedge_server(&self, busy: &str, skip: &HashSet<String>) -> Option<Server> {
-        let state = self.shared.state.lock().unwrap();
+        let mut state = self.shared.state.lock().unwrap();
         let candidates: Vec<&Server> = state
             .servers
             .iter()

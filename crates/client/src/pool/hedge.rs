@@ -15,6 +15,13 @@
 //!   call: with a loopback round trip of a few milliseconds on top, the
 //!   caller still has its answer within 50 ms.
 //! - Until [`MIN_SAMPLES`] answers have been seen, the cap is used.
+//!
+//! Hedges are also rationed: every call earns [`BUDGET_PER_CALL`] of a
+//! hedge, up to [`BUDGET_BURST`], and a hedge spends one. When a whole
+//! cluster is slow (overloaded, not broken), hedging every call would
+//! double its load and make it slower still; the budget keeps hedges near
+//! a tenth of the calls at most, while a client whose server hangs still
+//! hedges at once (and then stays on the server that answered).
 
 use std::time::Duration;
 
@@ -27,6 +34,11 @@ pub const CAP: Duration = Duration::from_millis(40);
 /// Headroom over the p99, so that the tail of a healthy server is mostly
 /// let through.
 pub const MARGIN: f64 = 1.5;
+/// Share of a hedge each call earns.
+pub const BUDGET_PER_CALL: f64 = 0.1;
+/// Hedges that can be spent at once after a quiet spell.
+pub const BUDGET_BURST: f64 = 10.0;
+
 /// The delay is recomputed after this many new samples (a sort of the
 /// window costs a few microseconds; calls come every few milliseconds).
 const RECOMPUTE_EVERY: usize = 16;
@@ -38,6 +50,7 @@ pub struct HedgeDelay {
     next: usize,
     since_recompute: usize,
     delay: Duration,
+    budget: f64,
 }
 
 impl Default for HedgeDelay {
@@ -47,6 +60,7 @@ impl Default for HedgeDelay {
             next: 0,
             since_recompute: 0,
             delay: CAP,
+            budget: BUDGET_BURST,
         }
     }
 }
@@ -55,6 +69,21 @@ impl HedgeDelay {
     /// The current delay.
     pub fn delay(&self) -> Duration {
         self.delay
+    }
+
+    /// A call starts: it earns its share of a hedge.
+    pub fn earn(&mut self) {
+        self.budget = (self.budget + BUDGET_PER_CALL).min(BUDGET_BURST);
+    }
+
+    /// Takes one hedge from the budget; false when there is none left.
+    pub fn spend(&mut self) -> bool {
+        if self.budget >= 1.0 {
+            self.budget -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 
     /// Records the round trip of an attempt that answered.
@@ -105,5 +134,19 @@ mod tests {
             h.record(Duration::from_millis(500));
         }
         assert_eq!(h.delay(), CAP);
+    }
+
+    #[test]
+    fn hedges_are_rationed_to_a_tenth_of_the_calls() {
+        let mut h = HedgeDelay::default();
+        let mut spent = 0;
+        for _ in 0..1000 {
+            h.earn();
+            if h.spend() {
+                spent += 1;
+            }
+        }
+        // The burst, then one in ten.
+        assert!((100..=111).contains(&spent), "{spent}");
     }
 }
