@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::args::{DbArg, DbKind, ServersArg};
+use crate::measure::plot::{self, SweepPoint};
 use crate::measure::{self, RunPlan, Target};
 
 /// Flags of `borbaman bench`.
@@ -43,6 +44,13 @@ pub struct BenchArgs {
     pub database_url: Option<String>,
     #[command(flatten)]
     pub db: DbArg,
+    /// A capacity sweep: one measured run per number of games (4 clients
+    /// each, at --interval-ms), e.g. `1,2,4,8,16,32`, each written to
+    /// `<out>/games-<n>/`; then `sweep.csv`, `sweep.json` and `sweep.svg`
+    /// in --out, with the largest number of games whose RTT p99 stays
+    /// within 3× the floor's. --clients and --games are ignored.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_games: Vec<u32>,
     /// Servers in the local cluster.
     #[arg(long, default_value_t = 3)]
     pub local_servers: usize,
@@ -62,37 +70,154 @@ pub struct BenchArgs {
 /// `borbaman bench`.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     measure::init_tracing();
-    let mut plan = RunPlan::new(
-        args.clients,
-        args.games,
-        args.interval_ms,
-        args.warmup_s,
-        args.duration_s,
-        args.out.clone(),
-    )?;
-    plan.floor_samples = args.floor_samples;
     let runtime = tokio::runtime::Runtime::new()?;
-    let summary = if args.servers.servers.is_empty() {
-        let cluster = measure::start_cluster(
-            args.local_servers,
-            args.db.db,
-            !args.no_fsync,
-            &args.server_args,
-        )?;
-        let cluster = Arc::new(Mutex::new(cluster));
-        let target = Target::of_cluster(&cluster);
-        let summary = runtime.block_on(measure::run_measured(&plan, &target, None));
-        drop(runtime);
-        drop(cluster);
-        summary?
-    } else {
+    let local = args.servers.servers.is_empty();
+    if !local {
         anyhow::ensure!(
             args.db.db == DbKind::Single,
             "--db chooses the database of a local cluster; with --servers, the servers' own \
              database is measured"
         );
-        let target = Target::new(args.servers.servers.clone(), args.database_url.clone());
-        runtime.block_on(measure::run_measured(&plan, &target, None))?
+    }
+    let cluster = match local {
+        true => Some(Arc::new(Mutex::new(measure::start_cluster(
+            args.local_servers,
+            args.db.db,
+            !args.no_fsync,
+            &args.server_args,
+        )?))),
+        false => None,
     };
-    measure::conclude(&summary, &plan.out)
+    let target = match &cluster {
+        Some(cluster) => Target::of_cluster(cluster),
+        None => Target::new(args.servers.servers.clone(), args.database_url.clone()),
+    };
+    let result = if args.sweep_games.is_empty() {
+        let mut plan = RunPlan::new(
+            args.clients,
+            args.games,
+            args.interval_ms,
+            args.warmup_s,
+            args.duration_s,
+            args.out.clone(),
+        )?;
+        plan.floor_samples = args.floor_samples;
+        runtime
+            .block_on(measure::run_measured(&plan, &target, None))
+            .and_then(|summary| measure::conclude(&summary, &plan.out))
+    } else {
+        sweep(&args, &runtime, &target)
+    };
+    drop(runtime);
+    drop(cluster);
+    result
+}
+
+/// One point of `--sweep-games`, a row of `sweep.csv`.
+#[derive(Clone, Debug, serde::Serialize)]
+struct SweepRow {
+    games: u32,
+    clients: u32,
+    throughput_per_s: f64,
+    rtt_p50_us: u64,
+    rtt_p99_us: u64,
+    rtt_max_us: u64,
+    floor_p50_us: u64,
+    floor_p99_us: u64,
+    p99_to_floor: f64,
+    hedge_rate: f64,
+    errors: u64,
+    load_average_1m: f64,
+}
+
+/// Runs the sweep's points one after another on the same cluster.
+fn sweep(
+    args: &BenchArgs,
+    runtime: &tokio::runtime::Runtime,
+    target: &Target,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let mut rows = Vec::new();
+    for &games in &args.sweep_games {
+        anyhow::ensure!(
+            games > 0,
+            "--sweep-games takes numbers of games, each at least 1"
+        );
+        let out = args.out.join(format!("games-{games}"));
+        let mut plan = RunPlan::new(
+            games * 4,
+            Some(games),
+            args.interval_ms,
+            args.warmup_s,
+            args.duration_s,
+            out.clone(),
+        )?;
+        plan.floor_samples = args.floor_samples;
+        eprintln!("sweep: {games} games ({} clients)…", games * 4);
+        let summary = runtime.block_on(measure::run_measured(&plan, target, None))?;
+        measure::conclude(&summary, &out)?;
+        rows.push(SweepRow {
+            games,
+            clients: games * 4,
+            throughput_per_s: summary.throughput_per_s,
+            rtt_p50_us: summary.rtt_us.p50,
+            rtt_p99_us: summary.rtt_us.p99,
+            rtt_max_us: summary.rtt_us.max,
+            floor_p50_us: summary.ratios.floor_p50_us,
+            floor_p99_us: summary.ratios.floor_p99_us,
+            p99_to_floor: summary.ratios.rtt_p99_to_floor,
+            hedge_rate: summary.hedge_rate,
+            errors: summary.errors,
+            load_average_1m: summary.load_average_1m[1],
+        });
+    }
+    let held = rows
+        .iter()
+        .filter(|r| r.errors == 0 && r.p99_to_floor <= 3.0)
+        .map(|r| r.games)
+        .max();
+    let mut csv = csv::Writer::from_path(args.out.join("sweep.csv"))?;
+    for row in &rows {
+        csv.serialize(row)?;
+    }
+    csv.flush()?;
+    let json = serde_json::json!({
+        "points": rows,
+        "interval_ms": args.interval_ms,
+        "largest_games_with_p99_within_3x_floor": held,
+    });
+    std::fs::write(
+        args.out.join("sweep.json"),
+        serde_json::to_string_pretty(&json)? + "\n",
+    )?;
+    let points: Vec<SweepPoint> = rows
+        .iter()
+        .map(|r| SweepPoint {
+            games: r.games,
+            rtt_p50_us: r.rtt_p50_us,
+            rtt_p99_us: r.rtt_p99_us,
+            floor_p99_us: r.floor_p99_us,
+        })
+        .collect();
+    plot::write_sweep_svg(&args.out.join("sweep.svg"), &points)?;
+    println!("games  clients  calls/s  RTT p50/p99 µs  floor p50/p99 µs  p99/floor  hedges");
+    for r in &rows {
+        println!(
+            "{:>5}  {:>7}  {:>7.0}  {:>6}/{:<7}  {:>6}/{:<8}  {:>9.2}  {:>5.1}%",
+            r.games,
+            r.clients,
+            r.throughput_per_s,
+            r.rtt_p50_us,
+            r.rtt_p99_us,
+            r.floor_p50_us,
+            r.floor_p99_us,
+            r.p99_to_floor,
+            r.hedge_rate * 100.0
+        );
+    }
+    match held {
+        Some(games) => println!("largest number of 20 Hz games with RTT p99 ≤ 3× floor: {games}"),
+        None => println!("no point kept RTT p99 within 3× the floor"),
+    }
+    Ok(())
 }

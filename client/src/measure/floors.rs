@@ -114,6 +114,53 @@ impl DbFloor {
     }
 }
 
+/// The closed-loop throughput of bare transactions of a game call's shape:
+/// `connections` connections, each running `BEGIN; SELECT … FOR UPDATE;
+/// UPDATE` of a 200-byte row`; COMMIT` back to back for `duration`, the
+/// connection for client `c` on row `c / 4` of `rows` (four players a
+/// game, as in the workload). What the same database can commit without
+/// the game in the way: the capacity floor of a closed-loop run.
+pub async fn txn_throughput(
+    database_url: &str,
+    connections: u32,
+    rows: u32,
+    duration: Duration,
+) -> Result<f64, FloorError> {
+    let db = PgPoolOptions::new()
+        .max_connections(connections.max(1))
+        .min_connections(connections.max(1))
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(database_url)
+        .await?;
+    audit::create_txn_floor(&db, i64::from(rows.max(1)), FLOOR_STATE_BYTES).await?;
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..connections {
+        let db = db.clone();
+        let row = i64::from((c / 4) % rows.max(1)) + 1;
+        tasks.spawn(async move {
+            let mut state = vec![0xa5u8; FLOOR_STATE_BYTES];
+            let mut done = 0u64;
+            while started.elapsed() < duration {
+                state[0] = state[0].wrapping_add(1);
+                audit::bare_transaction(&db, row, &state).await?;
+                done += 1;
+            }
+            Ok::<u64, sqlx::Error>(done)
+        });
+    }
+    let mut total = 0u64;
+    while let Some(joined) = tasks.join_next().await {
+        total += joined.map_err(|e| sqlx::Error::Protocol(e.to_string()))??;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    if let Err(e) = audit::drop_txn_floor(&db).await {
+        tracing::warn!("could not drop the floor table: {e}");
+    }
+    db.close().await;
+    Ok(total as f64 / elapsed)
+}
+
 /// Takes `samples` of each floor one after another, on an idle cluster.
 pub async fn measure_idle(
     servers: &[(String, Channel)],

@@ -99,7 +99,6 @@ impl RunPlan {
             "--games must be --clients / 4 = {} (four players a game), got {games}",
             clients / 4
         );
-        anyhow::ensure!(interval_ms > 0, "--interval-ms must be at least 1");
         anyhow::ensure!(duration_s > 0, "--duration-s must be at least 1");
         Ok(RunPlan {
             workload: WorkloadConfig {
@@ -262,7 +261,8 @@ pub async fn run_measured(
         pool.clone(),
         db_floor,
         clock.started() + plan.workload.warmup,
-        plan.workload.interval,
+        // A closed loop has no interval: probe at the game's 20 Hz.
+        plan.workload.interval.max(Duration::from_millis(50)),
         stop.clone(),
     ));
     let injector = injector.map(|start| start(clock, stop.clone()));
@@ -282,6 +282,19 @@ pub async fn run_measured(
 
     let records = recorder.snapshot();
     faults::fill_recovery(&mut faults, &records);
+    let capacity_floor = match (&target.database_url, plan.workload.interval.is_zero()) {
+        (Some(url), true) => Some(
+            floors::txn_throughput(
+                url,
+                plan.workload.clients,
+                plan.games,
+                plan.workload.total - plan.workload.warmup,
+            )
+            .await
+            .context("measuring the bare-transaction throughput")?,
+        ),
+        _ => None,
+    };
     let warmup_us = record::duration_us(plan.workload.warmup);
     let final_url = match &target.final_database_url {
         Some(current) => {
@@ -340,6 +353,11 @@ pub async fn run_measured(
             .iter()
             .filter_map(|f| Some(f.recovered_ms? - f.promoted_ms?)),
     );
+    if let Some(floor) = capacity_floor {
+        summary.floor_txn_throughput_per_s = (floor * 100.0).round() / 100.0;
+        summary.throughput_to_floor =
+            (summary.throughput_per_s / floor.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
+    }
     summary.ratios = FloorRatios::new(
         &summary.rtt_us,
         &summary.act_rtt_us,

@@ -193,6 +193,83 @@ pub fn write_rtt_svg(
 
 /// Labels a log axis at 1, 2 and 5 of each decade only (the others would
 /// overlap), in µs, ms or s.
+/// One point of a capacity sweep, for `sweep.svg`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SweepPoint {
+    pub games: u32,
+    pub rtt_p50_us: u64,
+    pub rtt_p99_us: u64,
+    /// Ping + transaction floor p99 measured beside that point.
+    pub floor_p99_us: u64,
+}
+
+/// Draws RTT p50 and p99 against the number of 20 Hz games, with 3× the
+/// floor's p99 (the target) beside them, on a log y-axis.
+pub fn write_sweep_svg(path: &Path, points: &[SweepPoint]) -> Result<(), PlotError> {
+    draw(path, |root| {
+        let max_games = points.iter().map(|p| p.games).max().unwrap_or(1).max(1);
+        let values = points
+            .iter()
+            .flat_map(|p| [p.rtt_p50_us, p.rtt_p99_us, p.floor_p99_us * 3]);
+        let highest = values.clone().max().unwrap_or(10_000).max(1) as f64;
+        let lowest = values.min().unwrap_or(100).max(1) as f64;
+        let mut chart = ChartBuilder::on(root)
+            .caption("RTT against games at 20 Hz", ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                0u32..max_games + 1,
+                ((lowest * 0.8)..(highest * 1.25)).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc("games (4 players each, one call per player every 50 ms)")
+            .y_desc("RTT (log scale)")
+            .y_label_formatter(&log_label)
+            .draw()?;
+        let series = [
+            (
+                "RTT p50",
+                BLUE,
+                points
+                    .iter()
+                    .map(|p| (p.games, p.rtt_p50_us as f64))
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "RTT p99",
+                RED,
+                points
+                    .iter()
+                    .map(|p| (p.games, p.rtt_p99_us as f64))
+                    .collect(),
+            ),
+            (
+                "3 × floor p99",
+                BLACK,
+                points
+                    .iter()
+                    .map(|p| (p.games, 3.0 * p.floor_p99_us as f64))
+                    .collect(),
+            ),
+        ];
+        for (label, color, line) in series {
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+            chart.draw_series(line.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        Ok(())
+    })
+}
+
 fn log_label(value_us: &f64) -> String {
     let decade = 10f64.powf(value_us.log10().floor());
     let leading = (value_us / decade).round();

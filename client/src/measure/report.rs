@@ -145,6 +145,12 @@ pub struct Summary {
     pub faults: u64,
     pub failovers: u64,
     pub failover_gap_ms: GapStats,
+    /// Closed-loop runs (`--interval-ms 0`): bare transactions of a game
+    /// call's shape committed per second by as many connections as there
+    /// are clients, on the same database, for the same time, right after
+    /// the workload; and `throughput_per_s` over it.
+    pub floor_txn_throughput_per_s: f64,
+    pub throughput_to_floor: f64,
     /// Copies of a call sent to a second server because the first was slow
     /// (hedges), and their share of the measured calls.
     pub hedges: u64,

@@ -134,10 +134,13 @@ impl ClientRun {
         let deadline = self.clock.started() + self.config.total;
         let mut driver = Driver::new(u64::from(self.client));
         // Spread the clients' calls over the interval instead of all at once.
+        // An interval of zero is a closed loop: the next call as soon as
+        // the last one answered.
+        let closed_loop = self.config.interval.is_zero();
         let offset = self.config.interval * self.client / self.config.clients.max(1);
         let mut ticker = tokio::time::interval_at(
             tokio::time::Instant::from_std(self.clock.started() + offset),
-            self.config.interval,
+            self.config.interval.max(Duration::from_micros(1)),
         );
         // After a stall, carry on at the normal pace rather than in a burst.
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -145,10 +148,15 @@ impl ClientRun {
         loop {
             // The previous call, if any, ended here.
             let idle_from = Instant::now();
-            let due = ticker.tick().await.into_std();
-            // Late only by what the client could have done: a call that
-            // overran the interval delays the next one by its own RTT.
-            self.tick_late_us = duration_us(idle_from.max(due).elapsed());
+            if closed_loop {
+                tokio::task::yield_now().await;
+                self.tick_late_us = 0;
+            } else {
+                let due = ticker.tick().await.into_std();
+                // Late only by what the client could have done: a call that
+                // overran the interval delays the next one by its own RTT.
+                self.tick_late_us = duration_us(idle_from.max(due).elapsed());
+            }
             if Instant::now() >= deadline || self.stop.is_shutdown() {
                 break;
             }

@@ -654,7 +654,8 @@ impl ServerPool {
             &HashSet::new(),
             &mut rand::rng(),
         )?;
-        Some(candidates[i].clone())
+        let chosen = candidates[i].clone();
+        state.hedge.spend().then_some(chosen)
     }
 
     /// Makes `address` the current server (a hedge to it answered first).
