@@ -2,7 +2,7 @@
 //! fail over within seconds, committed rows survive, `restore` heals the
 //! cluster, and dropping it leaves no process behind.
 //!
-//! Skipped (with a message) when Patroni or etcd is not installed. Set
+//! Patroni and etcd must be installed (`scripts/test` installs them). Set
 //! `BORBAMAN_HA_LOG_DIR` to keep the etcd and Patroni logs there,
 //! `BORBAMAN_HA_FSYNC=1` to run the members with fsync on.
 
@@ -131,8 +131,12 @@ fn drop_and_check(ha: LocalHa) {
     assert!(!dir.exists(), "{} must be deleted", dir.display());
 }
 
+/// Every fault on one cluster (starting one takes ~15 s): a postmaster
+/// kill, a host loss, an etcd member lost, a switchover; after each the
+/// committed rows are on the new primary and, once restored, the old
+/// primary is back as a streaming standby. Then nothing is left running.
 #[test]
-fn postmaster_kill_fails_over_keeps_commits_and_old_primary_rejoins() {
+fn every_fault_fails_over_keeps_commits_and_heals() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut ha = start();
     let primary = ha.primary().expect("a primary after start");
@@ -167,28 +171,18 @@ fn postmaster_kill_fails_over_keeps_commits_and_old_primary_rejoins() {
             .ok()
     });
     assert!(committed.is_some(), "no commit on the new primary");
-
     let healed = restore(&mut ha, "kill_postmaster");
     assert_eq!(healed, new);
     assert_streaming_standby(&ha, primary);
-    drop_and_check(ha);
-}
 
-#[test]
-fn host_loss_etcd_loss_and_switchover_heal() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut ha = start();
-    let primary = ha.primary().expect("a primary after start");
-    ha.psql(
-        primary,
-        "borbaman",
-        "CREATE TABLE kept (v int); INSERT INTO kept VALUES (1)",
-    )
-    .unwrap();
-
+    let primary = new;
     let fault = ha.host_loss(primary).unwrap();
     let (new, _) = new_primary(&ha, primary, fault, "host_loss");
-    assert_eq!(ha.psql(new, "borbaman", "SELECT v FROM kept").unwrap(), "1");
+    assert_eq!(
+        ha.psql(new, "borbaman", "SELECT count(*) FROM kept")
+            .unwrap(),
+        "2"
+    );
     restore(&mut ha, "host_loss");
     assert_streaming_standby(&ha, primary);
 
