@@ -89,10 +89,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 
-use crate::local::{Spawner, wait_or_kill};
 use crate::postgres::{
     DATABASE, MAX_SOCKET_DIR_BYTES, PgError, find_bin_dir, last_lines, postgres_user,
 };
+use crate::process::{Spawner, wait_or_kill};
 
 /// Patroni (and PostgreSQL) members; etcd has as many.
 pub const MEMBERS: usize = 3;

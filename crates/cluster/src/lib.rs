@@ -16,6 +16,7 @@
 pub mod ha;
 pub mod local;
 pub mod postgres;
+mod process;
 pub mod ready;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
