@@ -216,8 +216,9 @@ async fn inject(
 ) -> Vec<FaultEvent> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut events = Vec::new();
+    let mut calm_until = tokio::time::Instant::now();
     for due in &schedule.at {
-        let at = tokio::time::Instant::from_std(clock.started() + *due);
+        let at = tokio::time::Instant::from_std(clock.started() + *due).max(calm_until);
         tokio::select! {
             _ = tokio::time::sleep_until(at) => {}
             _ = stop.recv() => break,
@@ -226,6 +227,9 @@ async fn inject(
         let servers = cluster.lock().unwrap().len();
         let index = rng.random_range(0..servers);
         let event = inject_one(&cluster, kind, index, timing, clock).await;
+        if kind.needs_ha() {
+            calm_until = tokio::time::Instant::now() + SETTLE_AFTER_RESTORE;
+        }
         match &event.error[..] {
             "" => tracing::info!(%kind, target = %event.target, "fault injected"),
             error => tracing::warn!(%kind, target = %event.target, "fault: {error}"),
@@ -249,6 +253,7 @@ async fn inject_one(
         kind,
         target: String::new(),
         promoted_ms: None,
+        committing_ms: None,
         recovered_ms: None,
         restored_ms: 0.0,
         error: String::new(),
@@ -346,12 +351,19 @@ async fn database_fault(
             Ok(ha.wait_for_new_primary(old, timeout))
         })
         .await?;
-        match promoted {
-            Some((_, at)) => {
+        let new = match promoted {
+            Some((new, at)) => {
                 event.promoted_ms = Some(round_ms(at.saturating_duration_since(injected)));
+                new
             }
             None => return Err(format!("no new primary within {timeout:?}")),
-        }
+        };
+        let committing = blocking(cluster, move |c| {
+            let ha = c.replicated_mut()?;
+            Ok(ha.wait_until_committing(new, COMMIT_ATTEMPT, timeout))
+        })
+        .await?;
+        event.committing_ms = committing.map(|at| round_ms(at.saturating_duration_since(injected)));
     }
     tokio::time::sleep(timing.replace_after).await;
     blocking(cluster, |c| {
@@ -362,6 +374,15 @@ async fn database_fault(
     })
     .await
 }
+
+/// How long one probe commit on a new primary may wait (for its
+/// synchronous standby) before it is dropped and tried again.
+const COMMIT_ATTEMPT: Duration = Duration::from_millis(200);
+
+/// After the cluster is whole again, calm before the next database fault:
+/// a member that has just rejoined is not yet the synchronous standby, and
+/// a fault at that moment measures two failovers as one.
+const SETTLE_AFTER_RESTORE: Duration = Duration::from_secs(3);
 
 fn round_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0 * 10.0).round() / 10.0

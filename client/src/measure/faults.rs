@@ -89,6 +89,11 @@ pub struct FaultEvent {
     /// first answered as primary to Patroni's REST API (empty where it does
     /// not apply, or no new primary was seen).
     pub promoted_ms: Option<f64>,
+    /// Database faults of `--db ha`: from injection until the new primary
+    /// committed a transaction (it is writable and a synchronous standby is
+    /// attached): the database can take actions again. What follows, up to
+    /// `recovered_ms`, is the servers' and clients' own share.
+    pub committing_ms: Option<f64>,
     /// From injection until every client had a successful `Act` that it
     /// started after the injection (empty if some client never had one in
     /// the run): what the players felt.
@@ -143,6 +148,7 @@ mod tests {
             kind: FaultKind::DbKill,
             target: "pg1".into(),
             promoted_ms: Some(2500.0),
+            committing_ms: Some(2900.0),
             recovered_ms: None,
             restored_ms: 9000.0,
             error: String::new(),

@@ -187,12 +187,15 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     if summary.faults > 0 {
         println!(
             "recovery (every client's first good act after a fault): p50 {} ms, p99 {} ms, \
-             max {} ms over {} faults; after promotion: p99 {} ms",
+             max {} ms over {} faults; after promotion p99 {} ms, after the new \
+             primary's first commit p50 {} ms, p99 {} ms",
             summary.recovery_ms.p50,
             summary.recovery_ms.p99,
             summary.recovery_ms.max,
             summary.recovery_ms.samples,
             summary.recovery_after_promotion_ms.p99,
+            summary.recovery_after_commit_ms.p50,
+            summary.recovery_after_commit_ms.p99,
         );
     }
     println!("report written to {}", out.display());
@@ -352,6 +355,11 @@ pub async fn run_measured(
         faults
             .iter()
             .filter_map(|f| Some(f.recovered_ms? - f.promoted_ms?)),
+    );
+    summary.recovery_after_commit_ms = report::ms_stats(
+        faults
+            .iter()
+            .filter_map(|f| Some((f.recovered_ms? - f.committing_ms?).max(0.0))),
     );
     if let Some(floor) = capacity_floor {
         summary.floor_txn_throughput_per_s = (floor * 100.0).round() / 100.0;

@@ -207,9 +207,12 @@ pub struct Summary {
     /// successful `Act` started after it (`recovered_ms` in faults.csv).
     pub recovery_ms: GapStats,
     /// Database faults with a promotion: from the new primary answering as
-    /// primary until every client's first successful `Act` after the
-    /// fault (the servers' own share of the recovery).
+    /// primary (Patroni's `/primary`) until every client's first successful
+    /// `Act` after the fault.
     pub recovery_after_promotion_ms: GapStats,
+    /// The same from the new primary's first commit (writable, synchronous
+    /// standby attached): the servers' and clients' own share.
+    pub recovery_after_commit_ms: GapStats,
     pub command: String,
     /// HEAD of the git repository the command ran in (the binary may have
     /// been built from an older commit).

@@ -560,6 +560,32 @@ impl LocalHa {
             })
     }
 
+    /// Commits a transaction on member `i` again and again (each given
+    /// `attempt` to finish) until one succeeds or `timeout` passes; returns
+    /// when it did. The commit writes a commit record, so in strict
+    /// synchronous mode it succeeds only once the member is a writable
+    /// primary with a synchronous standby attached: the moment the
+    /// database can take a player's action again after a failover.
+    pub fn wait_until_committing(
+        &self,
+        i: usize,
+        attempt: Duration,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        let port = self.member(i).ok()?.pg_port;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self
+                .psql_port_within(port, "postgres", "SELECT txid_current()", attempt)
+                .is_ok()
+            {
+                return Some(Instant::now());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
     /// PIDs of every process of the cluster still alive: Patroni, etcd,
     /// postmasters and their children.
     pub fn pids(&self) -> Vec<u32> {
@@ -958,6 +984,16 @@ impl LocalHa {
     }
 
     fn psql_port(&self, port: u16, database: &str, sql: &str) -> Result<String, String> {
+        self.psql_port_within(port, database, sql, PSQL_TIMEOUT)
+    }
+
+    fn psql_port_within(
+        &self,
+        port: u16,
+        database: &str,
+        sql: &str,
+        timeout: Duration,
+    ) -> Result<String, String> {
         let mut cmd = Command::new(self.bin_dir.join("psql"));
         cmd.args([
             "-X",
@@ -983,7 +1019,7 @@ impl LocalHa {
         .env_remove("PGOPTIONS")
         .env_remove("PGSERVICE")
         .env("LC_ALL", "C");
-        let out = output_within(cmd, PSQL_TIMEOUT)?;
+        let out = output_within(cmd, timeout)?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         } else {
