@@ -61,8 +61,9 @@ fn three_kills_lose_and_duplicate_nothing() {
     assert_eq!(n("duplicate_actions"), 0, "{stdout}");
     assert_eq!(n("state_regressions"), 0, "{stdout}");
     assert_eq!(n("errors"), 0, "every call eventually succeeded: {stdout}");
-    // 8 clients at 20 Hz for 13 measured seconds: well over a thousand.
-    assert!(n("invocations") > 1000, "{stdout}");
+    // 8 clients at 20 Hz for 13 measured seconds: about two thousand on a
+    // quiet machine; the bound only checks that the clients played.
+    assert!(n("invocations") > 300, "{stdout}");
     assert_eq!(summary["invariants_ok"], true, "{stdout}");
     let acknowledged = summary["invariants"]["actions"]["acknowledged"]
         .as_u64()
