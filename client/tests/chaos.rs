@@ -68,7 +68,7 @@ fn three_kills_lose_and_duplicate_nothing() {
     let acknowledged = summary["invariants"]["actions"]["acknowledged"]
         .as_u64()
         .unwrap();
-    assert!(acknowledged > 500, "the checker saw the actions: {summary}");
+    assert!(acknowledged > 150, "the checker saw the actions: {summary}");
 
     // Every call in the CSV, warm-up included, ended well.
     let csv = std::fs::read_to_string(out.path().join("invocations.csv")).unwrap();
