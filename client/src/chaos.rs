@@ -319,7 +319,16 @@ async fn database_fault(
     let injected = Instant::now();
     let (old, target) = blocking(cluster, move |c| {
         let ha = c.replicated_mut()?;
-        let primary = ha.primary().ok_or(HaError::NoPrimary)?;
+        // A loaded machine can miss one round of Patroni's answers: ask for
+        // a moment before calling the cluster leaderless.
+        let primary = (0..40)
+            .find_map(|_| {
+                ha.primary().or_else(|| {
+                    std::thread::sleep(Duration::from_millis(50));
+                    None
+                })
+            })
+            .ok_or(HaError::NoPrimary)?;
         let target = match kind {
             FaultKind::DbKill => {
                 ha.kill_postmaster(primary)?;
