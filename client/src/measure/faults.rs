@@ -107,13 +107,17 @@ pub struct FaultEvent {
 
 /// Fills each fault's `recovered_ms` from the clients' records: the time
 /// from the injection to the end of the last client's first successful
-/// `Act` started after it. Clients that made no call after the injection
+/// `Act` started after it — after the new primary was named, for a fault
+/// that moves the primary: a planned switchover leaves the old primary
+/// serving for a while after it is asked for, and an `Act` it served then
+/// says nothing about the failover. Clients that made no call after that
 /// (the run ended) are not waited for.
 pub fn fill_recovery(faults: &mut [FaultEvent], records: &[Invocation]) {
     for fault in faults.iter_mut() {
+        let from_us = fault.at_us + fault.promoted_ms.map_or(0, |ms| (ms * 1000.0) as u64);
         let mut first_ok: BTreeMap<u32, u64> = BTreeMap::new();
         let mut called: BTreeSet<u32> = BTreeSet::new();
-        for r in records.iter().filter(|r| r.start_us >= fault.at_us) {
+        for r in records.iter().filter(|r| r.start_us >= from_us) {
             called.insert(r.client);
             if r.call == CallKind::Act && r.is_ok() {
                 first_ok.entry(r.client).or_insert(r.end_us());
@@ -147,8 +151,8 @@ mod tests {
             at_us: 1_000_000,
             kind: FaultKind::DbKill,
             target: "pg1".into(),
-            promoted_ms: Some(2500.0),
-            committing_ms: Some(2900.0),
+            promoted_ms: Some(100.0),
+            committing_ms: Some(150.0),
             recovered_ms: None,
             restored_ms: 9000.0,
             error: String::new(),
@@ -157,6 +161,7 @@ mod tests {
         failed.status = "Unavailable".into();
         let records = vec![
             act(0, 900_000, 1_000),   // before the fault: ignored
+            act(1, 1_050_000, 1_000), // before the new primary: ignored
             act(0, 1_200_000, 3_000), // client 0 back at 1.203 s
             failed,                   // client 1 fails first,
             act(1, 3_000_000, 4_000), // then is back at 3.004 s
