@@ -654,7 +654,9 @@ impl ServerPool {
             &HashSet::new(),
             &mut rand::rng(),
         )?;
-        Some(candidates[i].clone())
+        let server = candidates[i].clone();
+        // Spent only when there is a server to hedge to.
+        state.hedge.spend().then_some(server)
     }
 
     /// Makes `address` the current server (a hedge to it answered first).
