@@ -78,6 +78,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.db.db,
             !args.no_fsync,
             &args.server_args,
+            false,
         )?;
         let cluster = Arc::new(Mutex::new(cluster));
         let target = Target::of_cluster(&cluster);
