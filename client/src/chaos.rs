@@ -208,9 +208,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     plan.floor_samples = args.floor_samples;
 
     let mut server_args = args.server_args.clone();
-    if args.fault.contains(&FaultKind::Slow) {
-        // Before the run's own extras, so that one given there wins.
-        server_args.insert(0, format!("--slow-mode-ms={}", args.slow_ms));
+    if args.fault.contains(&FaultKind::Slow)
+        && !server_args.iter().any(|a| a.starts_with("--slow-mode-ms"))
+    {
+        // Unless given with --server-arg (a server refuses the flag twice).
+        server_args.push(format!("--slow-mode-ms={}", args.slow_ms));
     }
     let database_proxy = args.fault.iter().any(|k| k.needs_database_proxy());
     let cluster = measure::start_cluster(
