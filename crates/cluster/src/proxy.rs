@@ -4,16 +4,17 @@
 //! gray failure, as the server's health check still says it serves).
 //!
 //! [`LocalCluster`](crate::LocalCluster) puts one in front of the database
-//! for each server slot when asked to ([`ClusterConfig::database_proxy`]
-//! (crate::ClusterConfig::database_proxy)) and gives that server the
-//! proxy's address in its database URL.
+//! for each server slot when asked to
+//! ([`database_proxy`](crate::ClusterConfig::database_proxy)) and gives
+//! that server the proxy's address in its database URL.
 //!
 //! - [`TcpProxy::cut`] closes every forwarded connection at once (the
 //!   server's side ends with a reset; PostgreSQL sees its client go and
-//!   rolls back whatever it was doing)
-//!   and from then on resets each new connection as soon as it is accepted:
-//!   the server's connection attempts fail at their first read, at once,
-//!   rather than hang.
+//!   rolls back whatever it was doing) and from then on resets each new
+//!   connection as soon as it is accepted: the server's connection
+//!   attempts fail at their first read, at once. (A partition that drops
+//!   packets instead would leave them hanging until the server's acquire
+//!   timeout; its callers' hedged copies go elsewhere before that.)
 //! - [`TcpProxy::heal`] lets new connections through again; the ones cut
 //!   stay closed, as after a real partition.
 //!
