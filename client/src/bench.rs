@@ -85,6 +85,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.db.db,
             !args.no_fsync,
             &args.server_args,
+            false,
         )?))),
         false => None,
     };

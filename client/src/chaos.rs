@@ -9,6 +9,16 @@
 //!   start it again;
 //! - `db-restart`: restart PostgreSQL (fast shutdown) and bring it back;
 //!
+//! two gray failures, where a server still passes its health checks:
+//!
+//! - `db-partition` (`--db single`): cut a random server off the database
+//!   for `--partition-ms` (its proxy to PostgreSQL closes every connection
+//!   and resets new ones), then heal it; the server answers "database
+//!   unavailable" meanwhile, and its callers must move to servers that can
+//!   commit;
+//! - `slow`: a random server answers every game call `--slow-ms` late for
+//!   `--slow-for-ms` (its slow mode), and hedged calls must keep the tail;
+//!
 //! and with `--db ha` (3 etcd + 3 Patroni members, synchronous), faults on
 //! the database, each followed by the wait for a new primary
 //! (`promoted_ms`) and, after `--replace-after-ms`, the killed member
@@ -60,6 +70,16 @@ pub struct ChaosArgs {
     /// How long a hung server stays stopped.
     #[arg(long, default_value_t = 2000)]
     pub hang_ms: u64,
+    /// How long a server stays cut off the database (`db-partition`).
+    #[arg(long, default_value_t = 2000)]
+    pub partition_ms: u64,
+    /// How late a slow server answers each game call (`slow`; the servers'
+    /// `--slow-mode-ms`).
+    #[arg(long, default_value_t = 200)]
+    pub slow_ms: u64,
+    /// How long a server stays slow (`slow`).
+    #[arg(long, default_value_t = 2000)]
+    pub slow_for_ms: u64,
     /// Delay between a kill (or a restart's exit) and the start of the
     /// replacement. Starting a server costs a burst of CPU; on a small
     /// machine, doing it at the very moment of the kill would be measured
@@ -137,6 +157,12 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "--fault {kind} acts on the replicated database: add --db ha"
         );
     }
+    if args.db.db == DbKind::Ha && args.fault.contains(&FaultKind::DbPartition) {
+        // The servers find the primary through Patroni, by its own address:
+        // a proxy per server would have to stand in front of every member
+        // and every Patroni REST API.
+        anyhow::bail!("--fault db-partition needs --db single (one proxied PostgreSQL)");
+    }
     if args.db.db == DbKind::Ha && args.fault.contains(&FaultKind::DbRestart) {
         anyhow::bail!(
             "--fault db-restart restarts the single PostgreSQL; with --db ha use db-kill, \
@@ -156,12 +182,18 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     );
     let timing = FaultTiming {
         hang: Duration::from_millis(args.hang_ms),
+        partition: Duration::from_millis(args.partition_ms),
+        slow_for: Duration::from_millis(args.slow_for_ms),
         replace_after: Duration::from_millis(args.replace_after_ms),
         promotion_timeout: Duration::from_secs(args.promotion_timeout_s),
     };
     anyhow::ensure!(
-        timing.hang < interval && timing.replace_after < interval,
-        "--hang-ms and --replace-after-ms must be shorter than --fault-interval-s"
+        timing.hang < interval
+            && timing.replace_after < interval
+            && timing.partition < interval
+            && timing.slow_for < interval,
+        "--hang-ms, --partition-ms, --slow-for-ms and --replace-after-ms must be shorter \
+         than --fault-interval-s"
     );
     let measured_s = (schedule.total - Duration::from_secs(args.warmup_s)).as_secs();
     let mut plan = RunPlan::new(
@@ -175,8 +207,21 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     plan.workload.name_prefix = "chaos-".into();
     plan.floor_samples = args.floor_samples;
 
-    let cluster =
-        measure::start_cluster(args.servers, args.db.db, !args.no_fsync, &args.server_args)?;
+    let mut server_args = args.server_args.clone();
+    if args.fault.contains(&FaultKind::Slow)
+        && !server_args.iter().any(|a| a.starts_with("--slow-mode-ms"))
+    {
+        // Unless given with --server-arg (a server refuses the flag twice).
+        server_args.push(format!("--slow-mode-ms={}", args.slow_ms));
+    }
+    let database_proxy = args.fault.iter().any(|k| k.needs_database_proxy());
+    let cluster = measure::start_cluster(
+        args.servers,
+        args.db.db,
+        !args.no_fsync,
+        &server_args,
+        database_proxy,
+    )?;
     let cluster = Arc::new(Mutex::new(cluster));
     let target = Target::of_cluster(&cluster);
     let injector: Injector = {
@@ -199,6 +244,10 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
 #[derive(Clone, Copy, Debug)]
 struct FaultTiming {
     hang: Duration,
+    /// How long a `db-partition` lasts.
+    partition: Duration,
+    /// How long a `slow` fault lasts.
+    slow_for: Duration,
     /// Also the wait before a killed database member is brought back.
     replace_after: Duration,
     promotion_timeout: Duration,
@@ -299,6 +348,16 @@ async fn server_fault(
             blocking(cluster, move |c| c.hang(index)).await?;
             tokio::time::sleep(timing.hang).await;
             blocking(cluster, move |c| c.resume(index)).await
+        }
+        FaultKind::DbPartition => {
+            blocking(cluster, move |c| c.partition_database(index)).await?;
+            tokio::time::sleep(timing.partition).await;
+            blocking(cluster, move |c| c.heal_database(index)).await
+        }
+        FaultKind::Slow => {
+            blocking(cluster, move |c| c.slow(index)).await?;
+            tokio::time::sleep(timing.slow_for).await;
+            blocking(cluster, move |c| c.unslow(index)).await
         }
         FaultKind::DbRestart => blocking(cluster, |c| c.restart_database()).await,
         other => Err(format!("{other} is not a server fault")),

@@ -217,6 +217,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         heartbeat: Duration::from_millis(250),
         server_ttl: Duration::from_millis(1000),
         startup_timeout: Duration::from_secs(10),
+        slow: Default::default(),
     })
     .await
     .unwrap();

@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use borbaman_cluster::ReadyLine;
@@ -13,6 +14,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::patroni::Member;
 use crate::server::{self, ServerConfig};
+use crate::slow::SlowMode;
 use crate::store::{FollowOptions, StoreOptions};
 
 /// Flags of `borbaman-server` (and `borbaman server`).
@@ -90,6 +92,11 @@ pub struct ServerArgs {
     /// How long start-up waits for the database.
     #[arg(long, default_value_t = 30)]
     pub startup_timeout_s: u64,
+    /// Fault injection: the delay of slow mode, which SIGUSR1 switches on
+    /// and SIGUSR2 off. While on, every game call waits this long before
+    /// it is handled; health checks, the registry and Ping do not.
+    #[arg(long, default_value_t = 200)]
+    pub slow_mode_ms: u64,
 }
 
 impl ServerArgs {
@@ -116,11 +123,13 @@ impl ServerArgs {
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             server_ttl: Duration::from_millis(self.server_ttl_ms),
             startup_timeout: Duration::from_secs(self.startup_timeout_s),
+            slow: Arc::new(SlowMode::new(Duration::from_millis(self.slow_mode_ms))),
         }
     }
 }
 
-/// Runs a server until SIGTERM or Ctrl-C, then drains and returns.
+/// Runs a server until SIGTERM or Ctrl-C, then drains and returns. SIGUSR1
+/// and SIGUSR2 switch slow mode on and off (see [`crate::slow`]).
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -132,7 +141,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let running = server::start(args.config()).await?;
+        let config = args.config();
+        // Before the ready line: a launcher may signal as soon as it reads
+        // it, and an unhandled SIGUSR1 would end the process.
+        slow_mode_signals(config.slow.clone())?;
+        let running = server::start(config).await?;
         {
             let mut out = std::io::stdout().lock();
             let ready = ReadyLine {
@@ -145,6 +158,24 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         shutdown_signal().await?;
         running.shutdown().await
     })
+}
+
+/// Switches `slow` on at each SIGUSR1 and off at each SIGUSR2, for the
+/// life of the runtime.
+fn slow_mode_signals(slow: Arc<SlowMode>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut on = signal(SignalKind::user_defined1())?;
+    let mut off = signal(SignalKind::user_defined2())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = on.recv() => slow.set(true),
+                Some(()) = off.recv() => slow.set(false),
+                else => return,
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.

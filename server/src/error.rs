@@ -85,6 +85,25 @@ fn is_connection_lost_state(code: &str) -> bool {
     code.starts_with("08") || code.starts_with("57P") || code == "25006"
 }
 
+impl Error {
+    /// A failure to get a connection from the pool. An I/O error there
+    /// means a new connection could not be opened: sqlx retries a refused
+    /// connection itself until the acquire timeout, but returns any other
+    /// failure at once (reset, closed during the handshake: the path to the
+    /// database is broken, as in a partition). That is `Unavailable`, not a
+    /// lost connection to retry: the next attempts would find the same, and
+    /// the caller is better served by an answer now, so that it moves to a
+    /// server that can reach the database.
+    pub fn from_acquire(err: sqlx::Error) -> Error {
+        match err {
+            sqlx::Error::Io(io) => {
+                Error::Unavailable(format!("cannot connect to the database: {io}"))
+            }
+            other => Error::from(other),
+        }
+    }
+}
+
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
         match &err {
@@ -219,6 +238,22 @@ mod tests {
         assert!(matches!(
             Error::from(sqlx::Error::RowNotFound),
             Error::Internal(_)
+        ));
+    }
+
+    #[test]
+    fn a_connection_that_cannot_be_opened_is_unavailable_at_once() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let err = Error::from_acquire(sqlx::Error::Io(reset));
+        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(!err.is_transient(), "not retried in the store");
+        assert_eq!(
+            Reason::of(&Status::from(err)),
+            Some(Reason::DatabaseUnavailable)
+        );
+        assert!(matches!(
+            Error::from_acquire(sqlx::Error::PoolTimedOut),
+            Error::Unavailable(_)
         ));
     }
 }

@@ -13,6 +13,7 @@
 //! - [`registry`]: heartbeats and the `Registry` gRPC service.
 //! - [`patroni`]: asking Patroni's REST API which member is the primary.
 //! - [`server`]: assembles a server; health and graceful shutdown.
+//! - [`slow`]: slow mode, a fault-injection hook (SIGUSR1/SIGUSR2).
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
 //! - [`token`]: session tokens.
@@ -23,6 +24,7 @@ pub mod patroni;
 pub mod registry;
 pub mod server;
 pub mod service;
+pub mod slow;
 pub mod store;
 pub mod token;
 pub mod wire;

@@ -23,6 +23,7 @@ use tonic_health::ServingStatus;
 
 use crate::registry::{self, Registration, RegistryService};
 use crate::service::GameService;
+use crate::slow::SlowMode;
 use crate::store::{Store, StoreOptions};
 
 /// Everything a server needs to run.
@@ -40,6 +41,9 @@ pub struct ServerConfig {
     /// How long start-up waits for the database to accept migrations and
     /// the first heartbeat.
     pub startup_timeout: Duration,
+    /// Slow mode (fault injection), switched by whoever holds it; off by
+    /// default.
+    pub slow: Arc<SlowMode>,
 }
 
 /// A server that is ready: migrated, listening and registered.
@@ -97,8 +101,12 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .await;
     health.set_service_status("", ServingStatus::Serving).await;
 
-    let game = pb::game_server::GameServer::new(GameService::new(store.clone(), server_id.clone()))
-        .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let game = pb::game_server::GameServer::new(GameService::new(
+        store.clone(),
+        server_id.clone(),
+        config.slow.clone(),
+    ))
+    .max_decoding_message_size(MAX_REQUEST_BYTES);
     let registry = pb::registry_server::RegistryServer::new(RegistryService::new(
         store.clone(),
         config.server_ttl,

@@ -10,6 +10,7 @@ use borbaman_proto::pb;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
+use crate::slow::SlowMode;
 use crate::store::{ActCall, LeaveCall, Store};
 use crate::token;
 use crate::wire;
@@ -26,11 +27,18 @@ const MAX_RANKINGS: u32 = 100;
 pub struct GameService {
     store: Store,
     server_id: Arc<str>,
+    /// Fault injection: game calls wait while it is on (not `Ping`, the
+    /// network floor, which stays a measure of the network).
+    slow: Arc<SlowMode>,
 }
 
 impl GameService {
-    pub fn new(store: Store, server_id: Arc<str>) -> Self {
-        GameService { store, server_id }
+    pub fn new(store: Store, server_id: Arc<str>, slow: Arc<SlowMode>) -> Self {
+        GameService {
+            store,
+            server_id,
+            slow,
+        }
     }
 
     async fn join(&self, req: pb::JoinRequest) -> Result<pb::JoinReply, Error> {
@@ -113,10 +121,12 @@ impl GameService {
 #[tonic::async_trait]
 impl pb::game_server::Game for GameService {
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
+        self.slow.pause().await;
         Ok(Response::new(self.join(req.into_inner()).await?))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
+        self.slow.pause().await;
         Ok(Response::new(self.act(req.into_inner()).await?))
     }
 
@@ -124,6 +134,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
+        self.slow.pause().await;
         Ok(Response::new(self.get_state(req.into_inner()).await?))
     }
 
@@ -131,6 +142,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::LeaveRequest>,
     ) -> Result<Response<pb::LeaveReply>, Status> {
+        self.slow.pause().await;
         Ok(Response::new(self.leave(req.into_inner()).await?))
     }
 
@@ -138,6 +150,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::RankingsRequest>,
     ) -> Result<Response<pb::RankingsReply>, Status> {
+        self.slow.pause().await;
         Ok(Response::new(self.rankings(req.into_inner()).await?))
     }
 

@@ -29,10 +29,17 @@ pub enum FaultKind {
     DbSwitchover,
     /// SIGKILL one etcd member (`--db ha`).
     EtcdKill,
+    /// Cut one game server off the database for a while; its clients still
+    /// reach it (`--db single`: each server's database connections go
+    /// through a proxy of the cluster's).
+    DbPartition,
+    /// One game server answers every game call late for a while (its slow
+    /// mode, SIGUSR1/SIGUSR2).
+    Slow,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Hang,
         FaultKind::Restart,
@@ -41,6 +48,8 @@ impl FaultKind {
         FaultKind::DbHostLoss,
         FaultKind::DbSwitchover,
         FaultKind::EtcdKill,
+        FaultKind::DbPartition,
+        FaultKind::Slow,
     ];
 
     /// True for the faults of the replicated database.
@@ -58,6 +67,12 @@ impl FaultKind {
     pub fn is_database(self) -> bool {
         self.needs_ha() || self == FaultKind::DbRestart
     }
+
+    /// True for the faults that need each server's database connections to
+    /// go through a proxy of the cluster's.
+    pub fn needs_database_proxy(self) -> bool {
+        self == FaultKind::DbPartition
+    }
 }
 
 impl fmt::Display for FaultKind {
@@ -71,6 +86,8 @@ impl fmt::Display for FaultKind {
             FaultKind::DbHostLoss => "db-host-loss",
             FaultKind::DbSwitchover => "db-switchover",
             FaultKind::EtcdKill => "etcd-kill",
+            FaultKind::DbPartition => "db-partition",
+            FaultKind::Slow => "slow",
         })
     }
 }

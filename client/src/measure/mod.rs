@@ -51,16 +51,20 @@ use workload::{Progress, WorkloadConfig};
 
 /// Starts a local cluster of `servers` servers of this binary on a
 /// throwaway database of its own (one PostgreSQL, or the replicated one),
-/// saying what it does. `server_args` are passed to every server.
+/// saying what it does. `server_args` are passed to every server. With
+/// `database_proxy` each server reaches the database through a proxy of its
+/// own, which a fault can cut ([`LocalCluster::partition_database`]).
 pub fn start_cluster(
     servers: usize,
     db: DbKind,
     fsync: bool,
     server_args: &[String],
+    database_proxy: bool,
 ) -> anyhow::Result<LocalCluster> {
     let config = ClusterConfig {
         fsync,
         server_args: server_args.to_vec(),
+        database_proxy,
         database: match db {
             DbKind::Single => Database::Temporary,
             DbKind::Ha => Database::Replicated,

@@ -43,6 +43,7 @@ pub(super) async fn start(
         server_command: None,
         server_args: Vec::new(),
         log_dir: Some(setup.log_dir.clone()),
+        database_proxy: false,
     };
     let steps = view.clone();
     let slot = slot.clone();

@@ -25,6 +25,17 @@ pub fn cluster_with(servers: usize, server_args: &[&str]) -> LocalCluster {
     LocalCluster::start(config, |_| {}).expect("start a local cluster")
 }
 
+/// [`cluster_with`], each server reaching the database through a proxy of
+/// its own, which [`LocalCluster::partition_database`] cuts.
+pub fn cluster_with_proxies(servers: usize, server_args: &[&str]) -> LocalCluster {
+    let config = ClusterConfig {
+        server_args: server_args.iter().map(|a| a.to_string()).collect(),
+        database_proxy: true,
+        ..ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+    };
+    LocalCluster::start(config, |_| {}).expect("start a local cluster")
+}
+
 pub async fn database(cluster: &LocalCluster) -> PgPool {
     PgPool::connect(&cluster.database_url())
         .await

@@ -41,7 +41,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use choice::{FailureKind, classify, pick};
+use choice::{Exhausted, FailureKind, classify, exhausted, pick};
 pub use hedge::HedgeDelay;
 
 /// Background refresh interval while no server is live.
@@ -316,40 +316,43 @@ impl ServerPool {
             };
             let server = match server {
                 Some(server) => server,
-                None if !database_down_at.is_empty() => {
-                    // Every server we could try says the database is down:
-                    // it is, for everyone. Back off and ask again, often:
-                    // a replicated database is back within seconds, and
-                    // every millisecond of backoff after it is back is
-                    // the players' wait. A call that is refused costs a
-                    // server little.
-                    database_down_at.clear();
-                    self.set_database_unavailable(true);
-                    if !sleep_until_before(backoff, give_up_at).await {
-                        return Err(self.give_up(started, last_failure, database_trouble));
+                None => match self.exhausted(&avoid, &database_down_at) {
+                    Exhausted::DatabaseDown => {
+                        // Every server we could try says the database is down:
+                        // it is, for everyone. Back off and ask again, often:
+                        // a replicated database is back within seconds, and
+                        // every millisecond of backoff after it is back is
+                        // the players' wait. A call that is refused costs a
+                        // server little.
+                        database_down_at.clear();
+                        self.set_database_unavailable(true);
+                        if !sleep_until_before(backoff, give_up_at).await {
+                            return Err(self.give_up(started, last_failure, database_trouble));
+                        }
+                        backoff = (backoff * 2).min(DATABASE_BACKOFF_CAP);
+                        continue;
                     }
-                    backoff = (backoff * 2).min(DATABASE_BACKOFF_CAP);
-                    continue;
-                }
-                None if !avoid.is_empty() && self.shared.live_count.borrow().gt(&0) => {
-                    // Every live server timed out once: they are alive but
-                    // slow, or the database is. Back off, then try them all
-                    // again with a longer deadline, long enough for a server
-                    // to answer for itself (e.g. "database unavailable").
-                    avoid.clear();
-                    deadline = config.slow_call_deadline.max(config.call_deadline);
-                    if !sleep_until_before(backoff, give_up_at).await {
-                        return Err(self.give_up(started, last_failure, database_trouble));
+                    Exhausted::RetrySlow => {
+                        // Every live server timed out once (or said its database
+                        // is unavailable): they are alive but slow, or the
+                        // database is. Back off, then try the slow ones again
+                        // with a longer deadline, long enough for a server to
+                        // answer for itself (e.g. "database unavailable").
+                        avoid.clear();
+                        deadline = config.slow_call_deadline.max(config.call_deadline);
+                        if !sleep_until_before(backoff, give_up_at).await {
+                            return Err(self.give_up(started, last_failure, database_trouble));
+                        }
+                        backoff = (backoff * 2).min(Duration::from_millis(500));
+                        continue;
                     }
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
-                    continue;
-                }
-                None => {
-                    if !self.wait_for_server(give_up_at).await {
-                        return Err(self.give_up(started, last_failure, database_trouble));
+                    Exhausted::WaitForServer => {
+                        if !self.wait_for_server(give_up_at).await {
+                            return Err(self.give_up(started, last_failure, database_trouble));
+                        }
+                        continue;
                     }
-                    continue;
-                }
+                },
             };
             attempts += 1;
             let attempt_started = Instant::now();
@@ -575,6 +578,14 @@ impl ServerPool {
         Some(server)
     }
 
+    /// What to do when every live server is in `timed_out` or
+    /// `database_down` (see [`exhausted`]).
+    fn exhausted(&self, timed_out: &HashSet<String>, database_down: &HashSet<String>) -> Exhausted {
+        let state = self.shared.state.lock().unwrap();
+        let live: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
+        exhausted(&live, timed_out, database_down)
+    }
+
     /// Drops a failed server's connection; the next call picks another.
     fn mark_down(&self, address: &str) {
         let remaining = {
@@ -654,8 +665,9 @@ impl ServerPool {
             &HashSet::new(),
             &mut rand::rng(),
         )?;
-        let chosen = candidates[i].clone();
-        state.hedge.spend().then_some(chosen)
+        let server = candidates[i].clone();
+        // Spent only when there is a server to hedge to.
+        state.hedge.spend().then_some(server)
     }
 
     /// Makes `address` the current server (a hedge to it answered first).

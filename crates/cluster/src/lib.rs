@@ -7,6 +7,8 @@
 //!   members) and the faults failover tests inject into it.
 //! - [`local`]: `LocalCluster`, a database plus N game-server processes, and
 //!   the faults chaos runs inject into them.
+//! - [`proxy`]: `TcpProxy`, a TCP forwarder that can be cut, to partition
+//!   one server from the database.
 //! - [`ready`]: the line a server prints when it serves, which launchers
 //!   wait for.
 //!
@@ -17,9 +19,11 @@ pub mod ha;
 pub mod local;
 pub mod postgres;
 mod process;
+pub mod proxy;
 pub mod ready;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{ClusterConfig, ClusterError, Database, LocalCluster};
 pub use postgres::{LocalPostgres, PgError, PgOptions};
+pub use proxy::TcpProxy;
 pub use ready::ReadyLine;

@@ -13,9 +13,19 @@
 //!
 //! Fault injection for chaos runs acts on single servers by index: `kill`
 //! (SIGKILL), `hang`/`resume` (SIGSTOP/SIGCONT), `terminate` (SIGTERM, then
-//! wait), `replace`, and `restart_database`. A server that dies by other
-//! hands (a crash, a `kill -9` from a shell) is started again by
-//! [`LocalCluster::revive_exited`], as a supervisor would.
+//! wait), `replace`, and `restart_database`. Two gray failures, where the
+//! server still looks alive to its health checks:
+//!
+//! - `partition_database`/`heal_database`: with
+//!   [`ClusterConfig::database_proxy`], each server slot reaches the
+//!   database through a [`TcpProxy`] of its own, which the fault cuts (that
+//!   one server loses its database, the others keep theirs);
+//! - `slow`/`unslow`: SIGUSR1/SIGUSR2, which switch the server's slow mode
+//!   on and off (every game call waits `--slow-mode-ms` first; see
+//!   `borbaman-server --help`).
+//!
+//! A server that dies by other hands (a crash, a `kill -9` from a shell) is
+//! started again by [`LocalCluster::revive_exited`], as a supervisor would.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -27,6 +37,7 @@ use std::time::{Duration, Instant};
 use crate::ha::{HaError, HaOptions, LocalHa};
 use crate::postgres::{LocalPostgres, PgError, PgOptions};
 use crate::process::{Spawner, signal, wait_or_kill};
+use crate::proxy::{self, TcpProxy};
 use crate::ready::ReadyLine;
 
 /// Listen address of a new server: a free port on loopback.
@@ -75,6 +86,13 @@ pub struct ClusterConfig {
     pub server_args: Vec<String>,
     /// Where server logs go; a temporary directory when `None`.
     pub log_dir: Option<PathBuf>,
+    /// Give each server slot a [`TcpProxy`] to the database, so that
+    /// [`LocalCluster::partition_database`] can cut one server off it. Off
+    /// by default: the proxy adds two thread wake-ups to every database
+    /// round trip. A single database only (a URL with its host and port):
+    /// servers on the replicated database find the primary through Patroni
+    /// and would go around the proxy.
+    pub database_proxy: bool,
 }
 
 impl ClusterConfig {
@@ -89,6 +107,7 @@ impl ClusterConfig {
             server_command: None,
             server_args: Vec::new(),
             log_dir: None,
+            database_proxy: false,
         }
     }
 
@@ -128,6 +147,13 @@ pub enum ClusterError {
     ExternalDatabase,
     #[error("the database is not replicated (start the cluster with the replicated database)")]
     NotReplicated,
+    #[error(
+        "server {0} reaches the database directly: start the cluster with a database proxy \
+         (ClusterConfig::database_proxy)"
+    )]
+    NoProxy(usize),
+    #[error("cannot put a proxy in front of the database: {0}")]
+    Proxy(String),
 }
 
 /// One server process.
@@ -144,6 +170,9 @@ pub struct LocalCluster {
     ha: Option<LocalHa>,
     database_url: String,
     servers: Vec<ServerProcess>,
+    /// One per server slot when the database is proxied, else empty.
+    /// Dropped after the servers are stopped.
+    proxies: Vec<TcpProxy>,
     program: PathBuf,
     program_args: Vec<String>,
     server_args: Vec<String>,
@@ -210,6 +239,25 @@ impl LocalCluster {
                 (None, Some(ha), url)
             }
         };
+        let proxies = if config.database_proxy {
+            if ha.is_some() {
+                return Err(ClusterError::Proxy(
+                    "the replicated database is reached through Patroni, not one address".into(),
+                ));
+            }
+            let upstream = proxy::url_host_port(&database_url).ok_or_else(|| {
+                ClusterError::Proxy(format!("no host:port in the database URL {database_url:?}"))
+            })?;
+            (0..config.servers)
+                .map(|_| TcpProxy::start(&upstream))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|source| ClusterError::Io {
+                    context: format!("starting a proxy to {upstream}"),
+                    source,
+                })?
+        } else {
+            Vec::new()
+        };
         let (program, program_args) = match config.server_command {
             Some(command) => command,
             None => {
@@ -225,6 +273,7 @@ impl LocalCluster {
             ha,
             database_url,
             servers: Vec::new(),
+            proxies,
             program,
             program_args,
             server_args,
@@ -240,7 +289,7 @@ impl LocalCluster {
         // Start them all, then wait for each: migrations run once, the
         // others find them applied.
         let pending: Vec<_> = (0..config.servers)
-            .map(|_| cluster.spawn(ANY_PORT))
+            .map(|slot| cluster.spawn(ANY_PORT, slot))
             .collect::<Result<_, _>>()?;
         for (child, log, index, ready) in pending {
             let server = cluster.await_ready(child, log, index, ready)?;
@@ -253,7 +302,7 @@ impl LocalCluster {
     /// its place (a new port and id).
     pub fn replace(&mut self, i: usize) -> Result<(), ClusterError> {
         self.kill(i)?;
-        let (child, log, index, ready) = self.spawn(ANY_PORT)?;
+        let (child, log, index, ready) = self.spawn(ANY_PORT, i)?;
         let server = self.await_ready(child, log, index, ready)?;
         self.servers[i] = server;
         Ok(())
@@ -265,7 +314,7 @@ impl LocalCluster {
     pub fn restart(&mut self, i: usize) -> Result<(), ClusterError> {
         self.terminate(i)?;
         let address = self.servers[i].address.clone();
-        let (child, log, index, ready) = self.spawn(&address)?;
+        let (child, log, index, ready) = self.spawn(&address, i)?;
         let server = self.await_ready(child, log, index, ready)?;
         self.servers[i] = server;
         Ok(())
@@ -284,11 +333,11 @@ impl LocalCluster {
             }
             server.running = false;
             let address = server.address.clone();
-            let (child, log, index, ready) = self.spawn(&address)?;
+            let (child, log, index, ready) = self.spawn(&address, i)?;
             let server = match self.await_ready(child, log, index, ready) {
                 Ok(server) => server,
                 Err(_) => {
-                    let (child, log, index, ready) = self.spawn(ANY_PORT)?;
+                    let (child, log, index, ready) = self.spawn(ANY_PORT, i)?;
                     self.await_ready(child, log, index, ready)?
                 }
             };
@@ -328,6 +377,48 @@ impl LocalCluster {
             signal(&server.child, libc::SIGCONT);
         }
         Ok(())
+    }
+
+    /// Slow mode on (SIGUSR1): the server waits `--slow-mode-ms` before
+    /// each game call, while its health checks answer at once.
+    pub fn slow(&mut self, i: usize) -> Result<(), ClusterError> {
+        let server = self.server_mut(i)?;
+        if server.running {
+            signal(&server.child, libc::SIGUSR1);
+        }
+        Ok(())
+    }
+
+    /// Slow mode off (SIGUSR2).
+    pub fn unslow(&mut self, i: usize) -> Result<(), ClusterError> {
+        let server = self.server_mut(i)?;
+        if server.running {
+            signal(&server.child, libc::SIGUSR2);
+        }
+        Ok(())
+    }
+
+    /// Cuts server `i` off the database: its proxy closes every connection
+    /// and resets new ones until [`Self::heal_database`]. The server keeps
+    /// answering its clients (with "database unavailable"). A replacement
+    /// started in slot `i` meanwhile would find no database either.
+    pub fn partition_database(&mut self, i: usize) -> Result<(), ClusterError> {
+        self.proxy(i)?.cut();
+        Ok(())
+    }
+
+    /// Lets server `i` reach the database again.
+    pub fn heal_database(&mut self, i: usize) -> Result<(), ClusterError> {
+        self.proxy(i)?.heal();
+        Ok(())
+    }
+
+    /// The proxy between server slot `i` and the database.
+    pub fn proxy(&self, i: usize) -> Result<&TcpProxy, ClusterError> {
+        if i >= self.servers.len() {
+            return Err(ClusterError::NoSuchServer(i));
+        }
+        self.proxies.get(i).ok_or(ClusterError::NoProxy(i))
     }
 
     /// SIGTERM, then waits for the server to drain and exit (SIGKILL after a
@@ -434,11 +525,29 @@ impl LocalCluster {
         self.servers.get_mut(i).ok_or(ClusterError::NoSuchServer(i))
     }
 
-    /// Spawns a server process; a reader thread passes on its ready line.
+    /// The database URL server slot `slot` is given: its proxy's, when the
+    /// database is proxied.
+    fn server_database_url(&self, slot: usize) -> Result<String, ClusterError> {
+        match self.proxies.get(slot) {
+            None => Ok(self.database_url.clone()),
+            Some(proxy) => {
+                proxy::redirect_url(&self.database_url, proxy.address()).ok_or_else(|| {
+                    ClusterError::Proxy(format!(
+                        "cannot point the database URL {:?} at a proxy",
+                        self.database_url
+                    ))
+                })
+            }
+        }
+    }
+
+    /// Spawns a server process for slot `slot`; a reader thread passes on
+    /// its ready line.
     #[allow(clippy::type_complexity)]
     fn spawn(
         &mut self,
         listen: &str,
+        slot: usize,
     ) -> Result<
         (
             Child,
@@ -448,6 +557,7 @@ impl LocalCluster {
         ),
         ClusterError,
     > {
+        let database_url = self.server_database_url(slot)?;
         let index = self.started_servers;
         self.started_servers += 1;
         let log = self.log_dir.join(format!("server-{index}.log"));
@@ -458,7 +568,7 @@ impl LocalCluster {
         let mut command = Command::new(&self.program);
         command
             .args(&self.program_args)
-            .args(["--listen", listen, "--database-url", &self.database_url])
+            .args(["--listen", listen, "--database-url", &database_url])
             .args(&self.server_args)
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())

@@ -288,7 +288,7 @@ impl Store {
     /// A connection from the pool for one attempt of a call (see
     /// [`Lease`]).
     async fn lease(&self) -> Result<Lease, Error> {
-        let conn = self.pool.acquire().await?;
+        let conn = self.pool.acquire().await.map_err(Error::from_acquire)?;
         Ok(Lease {
             conn: Some(conn),
             acquired_at: Instant::now(),

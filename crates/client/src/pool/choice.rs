@@ -58,6 +58,41 @@ fn is_transport_message(message: &str) -> bool {
     .any(|m| message.contains(m))
 }
 
+/// What a call does when no live server is left to try: every one either
+/// timed out in this call (`timed_out`) or said its database is unavailable
+/// (`database_down`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exhausted {
+    /// Some live servers only timed out: they are slow, not known to be
+    /// cut off the database. Try them again with a longer deadline.
+    RetrySlow,
+    /// Every live server said its database is unavailable: it is, for
+    /// everyone. Back off and ask again.
+    DatabaseDown,
+    /// No live server: wait for one.
+    WaitForServer,
+}
+
+/// Decides [`Exhausted`]. A server that said "database unavailable" may be
+/// partitioned from a database the others still reach, so the database is
+/// down for everyone only when no live server is left that has not said
+/// so; servers that merely timed out come first, or a call could go round
+/// between backing off and the one partitioned server until it heals.
+pub fn exhausted(
+    live: &[&str],
+    timed_out: &HashSet<String>,
+    database_down: &HashSet<String>,
+) -> Exhausted {
+    let not_database_down = live.iter().any(|s| !database_down.contains(*s));
+    if !timed_out.is_empty() && not_database_down {
+        Exhausted::RetrySlow
+    } else if !database_down.is_empty() && !live.is_empty() {
+        Exhausted::DatabaseDown
+    } else {
+        Exhausted::WaitForServer
+    }
+}
+
 /// Index of a server picked at random among `live`, preferring those not in
 /// `avoid`. `None` when every live server is to be avoided, or none is live.
 pub fn pick<R: Rng + ?Sized>(live: &[&str], avoid: &HashSet<String>, rng: &mut R) -> Option<usize> {
@@ -135,6 +170,41 @@ mod tests {
         assert!(
             seen[0] > 100 && seen[2] > 100,
             "random among the rest: {seen:?}"
+        );
+    }
+
+    fn set(items: &[&str]) -> HashSet<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_partitioned_server_does_not_make_the_database_down_for_everyone() {
+        let live = ["a:1", "b:2", "c:3"];
+        // a: cut off the database; b and c: slow once.
+        assert_eq!(
+            exhausted(&live, &set(&["b:2", "c:3"]), &set(&["a:1"])),
+            Exhausted::RetrySlow
+        );
+        // Every server says the database is down.
+        assert_eq!(
+            exhausted(&live, &set(&[]), &set(&["a:1", "b:2", "c:3"])),
+            Exhausted::DatabaseDown
+        );
+        // Some timed out, the others say the database is down: those that
+        // timed out said nothing about the database yet.
+        assert_eq!(
+            exhausted(&live, &set(&["a:1"]), &set(&["b:2", "c:3"])),
+            Exhausted::RetrySlow
+        );
+        // All slow.
+        assert_eq!(
+            exhausted(&live, &set(&["a:1", "b:2", "c:3"]), &set(&[])),
+            Exhausted::RetrySlow
+        );
+        // Nobody left.
+        assert_eq!(
+            exhausted(&[], &set(&["a:1"]), &set(&["b:2"])),
+            Exhausted::WaitForServer
         );
     }
 

@@ -1,0 +1,165 @@
+//! Gray failures against real server processes, one call at a time: a
+//! server cut off the database while its clients still reach it, and a
+//! server that answers late. Both still pass their health checks; the pool
+//! must move calls to servers that can serve them, and apply each action
+//! once.
+
+mod common;
+
+use std::time::Duration;
+
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_proto::pb::Action;
+
+/// The current server loses the database: it answers "database
+/// unavailable" at once, and the same request goes to another server,
+/// which commits it. The partitioned server is not dropped (it is alive),
+/// and once healed it commits again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_server_is_left_for_one_that_can_commit() {
+    let mut cluster = common::cluster_with_proxies(3, &[]);
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "cut").await;
+    let player = &mut players[0];
+    player.act(Action::Idle).await.unwrap();
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    cluster.partition_database(index).unwrap();
+    assert_eq!(cluster.proxy(index).unwrap().open_connections(), 0);
+
+    let seq = player.next_seq();
+    let (reply, info) = player
+        .act(Action::Bomb)
+        .await
+        .expect("another server commits it");
+    assert_eq!(reply.seq, seq);
+    assert_ne!(info.server, victim);
+    assert!(info.attempts >= 2 || info.hedge_won, "{info:?}");
+    // A pool that kept asking the partitioned server would wait until the
+    // partition heals (here: never) and give up after 15 s.
+    assert!(
+        info.rtt < Duration::from_secs(5),
+        "the partitioned server must be left, not waited for: {:?}",
+        info.rtt
+    );
+    assert_ne!(pool.status().current.as_deref(), Some(victim.as_str()));
+    assert!(
+        pool.status().live.contains(&victim),
+        "a partitioned server is alive: not dropped"
+    );
+    assert!(!pool.status().database_unavailable);
+
+    // Healed, the server commits again: ask it directly.
+    cluster.heal_database(index).unwrap();
+    let mut game = borbaman_proto::pb::game_client::GameClient::connect(format!("http://{victim}"))
+        .await
+        .unwrap();
+    let mut committed = false;
+    for _ in 0..100 {
+        let ranked = game
+            .rankings(borbaman_proto::pb::RankingsRequest { limit: 1 })
+            .await;
+        if ranked.is_ok() {
+            committed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(committed, "the healed server reaches the database again");
+    assert!(cluster.proxy(index).unwrap().open_connections() > 0);
+
+    let next = player.act(Action::Idle).await.expect("the game goes on");
+    assert_eq!(next.0.seq, seq + 1);
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(applied, (1..=seq as i64 + 1).collect::<Vec<_>>());
+}
+
+/// Two servers: the current one is cut off the database, the other is
+/// slower than the call deadline. The call must wait for the slow one (it
+/// can commit) rather than go back and forth between backing off and the
+/// partitioned one, which answers at once but can never commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_server_beside_a_slow_one_does_not_stall_calls() {
+    let mut cluster = common::cluster_with_proxies(2, &["--slow-mode-ms=300"]);
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "both").await;
+    let player = &mut players[0];
+    player.act(Action::Idle).await.unwrap();
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    let other = 1 - index;
+    cluster.partition_database(index).unwrap();
+    cluster.slow(other).unwrap();
+
+    let seq = player.next_seq();
+    let (reply, info) = player
+        .act(Action::Idle)
+        .await
+        .expect("the slow server commits it");
+    assert_eq!(reply.seq, seq);
+    assert_eq!(info.server, cluster.addresses()[other]);
+    // The slow server misses the 150 ms deadline once, then gets the 1 s
+    // slow-call deadline; waiting for the partition would take until the
+    // 15 s give-up.
+    assert!(
+        info.rtt < Duration::from_secs(5),
+        "the slow server must be given time: {:?} {info:?}",
+        info.rtt
+    );
+    assert!(
+        info.rtt >= Duration::from_millis(300),
+        "answered after the slow server's delay: {info:?}"
+    );
+
+    cluster.unslow(other).unwrap();
+    cluster.heal_database(index).unwrap();
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(applied, (1..=seq as i64).collect::<Vec<_>>());
+}
+
+/// The current server turns slow: the call is hedged to another server
+/// after the hedge delay, which answers first, and calls stay there. The
+/// slow server's own copy is cancelled or answered as a replay: the action
+/// is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_server_is_hedged_around() {
+    const SLOW: Duration = Duration::from_millis(1000);
+    let mut cluster = common::cluster_with(3, &["--slow-mode-ms=1000"]);
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "slow").await;
+    let player = &mut players[0];
+    player.act(Action::Idle).await.unwrap();
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    cluster.slow(index).unwrap();
+
+    let seq = player.next_seq();
+    let (reply, info) = player.act(Action::Bomb).await.expect("answered");
+    assert_eq!(reply.seq, seq);
+    assert_ne!(info.server, victim);
+    assert!(info.hedge_won || info.attempts >= 2, "{info:?}");
+    assert!(
+        info.rtt < SLOW,
+        "the slow server's delay must not be waited out: {info:?}"
+    );
+    assert_ne!(pool.status().current.as_deref(), Some(victim.as_str()));
+    assert!(pool.status().live.contains(&victim), "slow, not dropped");
+
+    cluster.unslow(index).unwrap();
+    tokio::time::sleep(SLOW).await;
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(
+        applied.iter().filter(|&&s| s == seq as i64).count(),
+        1,
+        "seq {seq} applied exactly once: {applied:?}"
+    );
+}
