@@ -67,6 +67,7 @@
 
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgRow, PgTypeInfo};
 use sqlx::{Postgres, Row, Transaction};
 
@@ -258,9 +259,25 @@ impl Store {
         if let Some(joined) = self.rejoin(token_hash).await? {
             return Ok(joined);
         }
-        // Seating: under the session's lock, which also settles a join
-        // with the same token that seated it since the read above.
-        let mut tx = self.pool.begin().await?;
+        let mut conn = TxConnection {
+            conn: self.pool.acquire().await?,
+            ended: false,
+        };
+        let joined = self.seat(&mut conn.conn, token_hash, name).await;
+        conn.ended = true;
+        joined
+    }
+
+    /// Seats the token's player, in one transaction on `conn`: under the
+    /// session's lock, which also settles a join with the same token that
+    /// seated it since [`Store::rejoin`] read it, and the lobby's.
+    async fn seat(
+        &self,
+        conn: &mut PgConnection,
+        token_hash: &TokenHash,
+        name: &str,
+    ) -> Result<Joined, Error> {
+        let mut tx = sqlx::Connection::begin(conn).await?;
         let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
             .bind(&token_hash[..])
             .fetch_optional(&mut *tx)
@@ -527,6 +544,28 @@ impl Store {
             }
         }
         Ok(Some(snapshot))
+    }
+}
+
+/// A pooled connection that holds a transaction: closed, instead of
+/// returned to the pool, if the call is dropped (its client went away, or
+/// the store's deadline passed) before the transaction ended. sqlx's
+/// `begin` dropped while its `BEGIN` is in flight leaves the connection in
+/// a transaction sqlx does not know of; back in the pool, the autocommitted
+/// statements of later calls on it (an Act's compare-and-set write) would
+/// run inside that transaction, answered but never committed. Closing the
+/// connection ends the transaction.
+struct TxConnection {
+    conn: PoolConnection<Postgres>,
+    /// The transaction was committed or rolled back (or never began).
+    ended: bool,
+}
+
+impl Drop for TxConnection {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.conn.close_on_drop();
+        }
     }
 }
 
@@ -942,6 +981,72 @@ mod sql_tests {
         .await
         .unwrap();
         assert_eq!(counts, (1, SEATS as i64));
+        store.close().await;
+    }
+
+    /// A join dropped at any point (its client went away) leaves no
+    /// transaction open on a pooled connection: a later autocommitted
+    /// write on the pool is committed, not swallowed by a transaction the
+    /// join began. Sweeps the point of cancellation over every await of
+    /// the join, the database answering between polls.
+    #[tokio::test]
+    async fn a_join_dropped_anywhere_leaves_no_transaction_open() {
+        use std::future::Future;
+        use std::task::Poll;
+        use std::time::Duration;
+
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(
+            &pg.url(),
+            &StoreOptions {
+                // One connection, reused by every call; a transaction left
+                // open on it would stay open for the whole test.
+                max_connections: 1,
+                min_connections: 0,
+                idle_txn_timeout: Duration::from_secs(60),
+                db_timeout: Duration::from_secs(10),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        store.migrate().await.unwrap();
+        let check = sqlx::PgPool::connect(&pg.url()).await.unwrap();
+        let mut completed = 0;
+        for polls in 1..=40 {
+            let token = crate::token::hash(&crate::token::draw());
+            let mut join = Box::pin(store.join(&token, "dropped"));
+            for _ in 0..polls {
+                let ready =
+                    std::future::poll_fn(|cx| Poll::Ready(join.as_mut().poll(cx).is_ready())).await;
+                if ready {
+                    completed += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            drop(join);
+            let name = format!("probe-{polls}");
+            sqlx::query("INSERT INTO rankings (name) VALUES ($1)")
+                .bind(&name)
+                .execute(store.pool())
+                .await
+                .unwrap();
+            let committed: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM rankings WHERE name = $1)")
+                    .bind(&name)
+                    .fetch_one(&check)
+                    .await
+                    .unwrap();
+            assert!(
+                committed,
+                "dropped after {polls} polls: a write was swallowed"
+            );
+        }
+        assert!(completed > 0, "the sweep never reached the end of a join");
         store.close().await;
     }
 }
