@@ -7,7 +7,8 @@
 //! deadline: a call that cannot finish in time (database down, stalled, or
 //! locked) fails with [`Error::Unavailable`] instead of hanging; a
 //! compare-and-set that lost to another call reads and writes again at once
-//! (counted, see [`Store::cas_retries`]); and conflicts (serialization
+//! (counted, see [`Store::cas_retries`]; calls on one game through one
+//! server take turns instead, see [`gates`]); and conflicts (serialization
 //! failures, deadlocks, lock timeouts, connections closed by a database
 //! restart) are retried inside the deadline with a small backoff. Every
 //! mutating call is idempotent (sessions remember their last sequence
@@ -19,6 +20,7 @@
 //!   and chaos runs.
 
 pub mod audit;
+mod gates;
 pub mod play;
 mod queries;
 pub mod servers;
@@ -134,6 +136,8 @@ pub struct Store {
     /// Compare-and-set writes that lost to another call and were retried,
     /// by all clones of this store.
     cas_retries: Arc<AtomicU64>,
+    /// Calls writing one game through this server take turns.
+    gates: Arc<gates::Gates>,
 }
 
 impl Store {
@@ -172,6 +176,7 @@ impl Store {
             round_ticks: round_ticks(opts.round)?,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
+            gates: Arc::default(),
         })
     }
 
@@ -217,28 +222,37 @@ impl Store {
 
     /// Runs `attempt` (a read, then a compare-and-set write) until it
     /// writes or fails: `Ok(None)` is a write that matched nothing because
-    /// another call committed first, retried after a short random pause.
-    /// Runs inside [`Store::retrying`], whose deadline bounds it too.
+    /// another call committed first, retried (see [`Store::lost`]). Runs
+    /// inside [`Store::retrying`], whose deadline bounds it too.
     async fn cas<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Option<T>, Error>>,
     {
-        let mut tries = 1;
+        let mut retries = 0;
         loop {
             if let Some(done) = attempt().await? {
                 return Ok(done);
             }
-            self.cas_retries.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(tries, "compare-and-set lost to another call; reading again");
-            if tries >= MAX_CAS_ATTEMPTS {
-                return Err(Error::Transient(format!(
-                    "the game changed before each of {tries} writes"
-                )));
-            }
-            cas_pause(tries).await;
-            tries += 1;
+            retries += 1;
+            self.lost(retries).await?;
         }
+    }
+
+    /// A compare-and-set write lost to another call, for the `retry`-th
+    /// time in this call: counts it, gives up (as a transient failure)
+    /// after [`MAX_CAS_ATTEMPTS`] writes, else pauses (see [`cas_pause`]).
+    /// Returns whether the pause was a sleep, long enough for a read made
+    /// before it to be worth doing again.
+    async fn lost(&self, retry: u32) -> Result<bool, Error> {
+        self.cas_retries.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(retry, "compare-and-set lost to another call; reading again");
+        if retry >= MAX_CAS_ATTEMPTS {
+            return Err(Error::Transient(format!(
+                "the game changed before each of {retry} writes"
+            )));
+        }
+        Ok(cas_pause(retry).await)
     }
 
     /// Runs `op` (one whole transaction) until it succeeds, fails for good,
@@ -284,13 +298,16 @@ impl Store {
 /// call has just committed, so the first retries go at once: tokio's timer
 /// counts whole milliseconds, and a pause under one is a yield to the
 /// other tasks. Later ones spread out, so calls that keep crossing part.
-async fn cas_pause(retry: u32) {
+/// Returns whether it slept.
+async fn cas_pause(retry: u32) -> bool {
     let cap = (50u64 << retry.min(16)).min(MAX_CAS_PAUSE.as_micros() as u64);
     let pause = Duration::from_micros(rand::random_range(0..=cap));
     if pause < Duration::from_millis(1) {
         tokio::task::yield_now().await;
+        false
     } else {
         tokio::time::sleep(pause).await;
+        true
     }
 }
 

@@ -9,8 +9,12 @@
 //! that finishes a game also the rankings) with data-modifying CTEs, all of
 //! it only if the game is still at the version read and the session still
 //! seated in it. If another call committed first, the write changes nothing
-//! and returns no row, and the call reads and applies again, a bounded
-//! number of times after a short random pause (see `Store::cas`).
+//! and returns, instead of a new version, the caller's read done again
+//! after that commit (`game_call_read`, in the same round trip); the call
+//! applies on it and writes again, a bounded number of times, with a short
+//! random pause from the second retry on (see `Store::lost`). Calls on one
+//! game through one server take turns (see `gates`), so they do not
+//! collide with each other at all.
 //!
 //! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
 //! row lock across the round trips from the read to the commit, and a
@@ -19,8 +23,9 @@
 //! for idling. A compare-and-set write takes its locks only while its one
 //! statement runs, and the database runs and commits that statement without
 //! the server: a stopped server holds nothing. It also saves two of the
-//! four round trips (`BEGIN` and `COMMIT`). The price is a read and a write
-//! again when two calls on one game cross, rare with four players a game.
+//! four round trips (`BEGIN` and `COMMIT`). The price is a write again
+//! when two calls on one game cross: calls that would have queued for the
+//! lock compute and write again instead.
 //!
 //! A server that stalls between its read and its write must not commit,
 //! long after, an action computed at a tick long gone (in a game no one
@@ -190,6 +195,15 @@ pub struct Ranking {
     pub draws: u32,
 }
 
+/// A compare-and-set attempt: done, or nothing written because another
+/// call wrote first, with the caller's read done again if the write
+/// returned it.
+enum Written<T> {
+    Done(T),
+    /// Boxed: a read holds a whole game state, and misses are the rare case.
+    Missed(Option<Box<Read>>),
+}
+
 /// The caller's session and game, as one statement read them.
 struct Read {
     session_id: i64,
@@ -218,13 +232,65 @@ impl Store {
     /// Applies one action at the current tick, exactly once per sequence
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
-        self.retrying(|| self.cas(|| self.act_once(call))).await
+        self.retrying(|| async {
+            let _turn = self.gates.enter(call.game_id).await;
+            let mut conn = self.pool.acquire().await?;
+            let mut read = load(&mut conn, &call.token_hash).await?;
+            let mut retries = 0;
+            loop {
+                match self.act_once(&mut conn, call, read).await? {
+                    Written::Done(acted) => return Ok(acted),
+                    Written::Missed(again) => {
+                        read = self
+                            .read_again(&mut conn, &call.token_hash, again, &mut retries)
+                            .await?;
+                    }
+                }
+            }
+        })
+        .await
     }
 
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
     /// number.
     pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
-        self.retrying(|| self.cas(|| self.leave_once(call))).await
+        self.retrying(|| async {
+            let _turn = self.gates.enter(call.game_id).await;
+            let mut conn = self.pool.acquire().await?;
+            let mut read = load(&mut conn, &call.token_hash).await?;
+            let mut retries = 0;
+            loop {
+                match self.leave_once(&mut conn, call, read).await? {
+                    Written::Done(left) => return Ok(left),
+                    Written::Missed(again) => {
+                        read = self
+                            .read_again(&mut conn, &call.token_hash, again, &mut retries)
+                            .await?;
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// After a compare-and-set write of the caller's call lost to another
+    /// call: counts and bounds the retry and pauses (see [`Store::lost`]),
+    /// then returns the read to apply the call on again: the one the
+    /// losing write returned (`again`), unless the pause was long enough
+    /// for it to be stale, or the write returned none.
+    async fn read_again(
+        &self,
+        conn: &mut PgConnection,
+        token_hash: &TokenHash,
+        again: Option<Box<Read>>,
+        retries: &mut u32,
+    ) -> Result<Read, Error> {
+        *retries += 1;
+        let slept = self.lost(*retries).await?;
+        match again {
+            Some(read) if !slept => Ok(*read),
+            _ => load(conn, token_hash).await,
+        }
     }
 
     /// The caller's game advanced to the current tick. A plain read; only
@@ -397,12 +463,16 @@ impl Store {
         }))
     }
 
-    /// One read and, unless the call repeats the last applied one, one
-    /// compare-and-set write. `None`: another call changed the game or the
-    /// session between the two, and nothing was written.
-    async fn act_once(&self, call: &ActCall) -> Result<Option<Acted>, Error> {
-        let mut conn = self.pool.acquire().await?;
-        let mut read = load(&mut conn, &call.token_hash).await?;
+    /// Applies the call on `read` and writes it, compare-and-set, unless it
+    /// repeats the last applied call (then only a game the clock ended is
+    /// written). `Missed`: another call changed the game or the session
+    /// since `read`, and nothing was written.
+    async fn act_once(
+        &self,
+        conn: &mut PgConnection,
+        call: &ActCall,
+        mut read: Read,
+    ) -> Result<Written<Acted>, Error> {
         check_owner(&read, call.game_id, call.seat)?;
         let kind = call.action.code();
         let seq = to_db_seq(call.seq)?;
@@ -412,11 +482,11 @@ impl Store {
             let now_tick = read.now_tick;
             let mut snapshot = read.into_snapshot();
             if let Some(before) = advance_to(&mut snapshot, now_tick)
-                && !commit_clock(&mut conn, &mut snapshot, before).await?
+                && !commit_clock(conn, &mut snapshot, before).await?
             {
-                return Ok(None);
+                return Ok(Written::Missed(None));
             }
-            return Ok(Some(Acted {
+            return Ok(Written::Done(Acted {
                 seq: call.seq,
                 outcome,
                 applied_tick,
@@ -447,20 +517,21 @@ impl Store {
             .bind(outcome.code())
             .bind(read.version)
             .bind(read.read_us)
-            .bind(self.max_write_lag_us);
+            .bind(self.max_write_lag_us)
+            .bind(&call.token_hash[..])
+            .bind(i64::from(TICK_MS));
         if ending.is_some() {
             query = query
                 .bind(winner_code(ending))
                 .bind(ending == Some(Ending::Draw));
         }
-        let Some(row) = query.fetch_optional(&mut *conn).await? else {
-            return Ok(None);
+        let version = match written(query.fetch_optional(&mut *conn).await?)? {
+            Written::Done(version) => version,
+            Written::Missed(again) => return Ok(Written::Missed(again)),
         };
-        drop(conn);
-        let version: i64 = row.try_get(0)?;
         read.roster.connected[seat_index(read.seat)] = true;
         read.version = version;
-        Ok(Some(Acted {
+        Ok(Written::Done(Acted {
             seq: call.seq,
             outcome,
             applied_tick: tick,
@@ -470,13 +541,16 @@ impl Store {
     }
 
     /// As [`Store::act_once`], for a leave.
-    async fn leave_once(&self, call: &LeaveCall) -> Result<Option<Left>, Error> {
-        let mut conn = self.pool.acquire().await?;
-        let mut read = load(&mut conn, &call.token_hash).await?;
+    async fn leave_once(
+        &self,
+        conn: &mut PgConnection,
+        call: &LeaveCall,
+        mut read: Read,
+    ) -> Result<Written<Left>, Error> {
         check_owner(&read, call.game_id, call.seat)?;
         let seq = to_db_seq(call.seq)?;
         if seq == read.last_seq && read.last_kind == KIND_LEAVE {
-            return Ok(Some(Left { seq: call.seq }));
+            return Ok(Written::Done(Left { seq: call.seq }));
         }
         check_fresh(&read, seq)?;
         let state = &mut read.state;
@@ -490,7 +564,7 @@ impl Store {
             Phase::Finished => {}
         }
         let ending = finishing(before, state);
-        let written = sqlx::query(WRITE_LEAVE)
+        let row = sqlx::query(WRITE_LEAVE)
             .bind(Packed(state))
             .bind(state.phase().code())
             .bind(read.game_id)
@@ -505,9 +579,14 @@ impl Store {
             .bind(read.version)
             .bind(read.read_us)
             .bind(self.max_write_lag_us)
+            .bind(&call.token_hash[..])
+            .bind(i64::from(TICK_MS))
             .fetch_optional(&mut *conn)
             .await?;
-        Ok(written.map(|_| Left { seq: call.seq }))
+        Ok(match written(row)? {
+            Written::Done(_) => Written::Done(Left { seq: call.seq }),
+            Written::Missed(again) => Written::Missed(again),
+        })
     }
 
     /// One read, and a compare-and-set write only when the clock alone
@@ -611,22 +690,40 @@ async fn load(conn: &mut PgConnection, token_hash: &TokenHash) -> Result<Read, E
         .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(unknown_token)?;
-    let (now_tick, snapshot) = game_row(&row, 7)?;
+    read_row(&row, 0)
+}
+
+/// Parses [`LOAD`]'s columns, starting at column `at`.
+fn read_row(row: &PgRow, at: usize) -> Result<Read, Error> {
+    let (now_tick, snapshot) = game_row(row, at + 7)?;
     Ok(Read {
-        session_id: row.try_get(0)?,
-        seat: row.try_get(1)?,
-        in_game: row.try_get(2)?,
-        last_seq: row.try_get(3)?,
-        last_kind: row.try_get(4)?,
-        last_outcome: row.try_get(5)?,
-        last_tick: row.try_get(6)?,
+        session_id: row.try_get(at)?,
+        seat: row.try_get(at + 1)?,
+        in_game: row.try_get(at + 2)?,
+        last_seq: row.try_get(at + 3)?,
+        last_kind: row.try_get(at + 4)?,
+        last_outcome: row.try_get(at + 5)?,
+        last_tick: row.try_get(at + 6)?,
         game_id: snapshot.game_id as i64,
         state: snapshot.state,
         version: snapshot.version as i64,
         now_tick,
-        read_us: row.try_get(13)?,
+        read_us: row.try_get(at + 13)?,
         roster: snapshot.roster,
     })
+}
+
+/// What a compare-and-set write of an Act or a Leave returned (see
+/// `read_again!` in the queries): the new version, or nothing written and
+/// the caller's read done again after the commit it lost to.
+fn written(row: Option<PgRow>) -> Result<Written<i64>, Error> {
+    let Some(row) = row else {
+        return Ok(Written::Missed(None));
+    };
+    if let Some(version) = row.try_get::<Option<i64>, _>(0)? {
+        return Ok(Written::Done(version));
+    }
+    Ok(Written::Missed(Some(Box::new(read_row(&row, 1)?))))
 }
 
 /// Advances `snapshot` (as read) to the clock's `now_tick`. Returns the
@@ -872,7 +969,8 @@ mod sql_tests {
 
     /// A compare-and-set write that misses (the game moved on, the
     /// session is not seated there, the read is too old) writes nothing at
-    /// all: no game, session, seat, log or rankings change.
+    /// all: no game, session, seat, log or rankings change. It returns the
+    /// caller's read again instead, as [`LOAD`] reads it.
     #[tokio::test]
     async fn a_write_that_misses_writes_nothing() {
         let pg = LocalPostgres::start_temp(PgOptions {
@@ -883,10 +981,15 @@ mod sql_tests {
         let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
         store.migrate().await.unwrap();
         let mut game_id = 0;
+        let mut tokens = Vec::new();
         for i in 0..SEATS {
             let token = crate::token::hash(&crate::token::draw());
             game_id = store.join(&token, &format!("p{i}")).await.unwrap().game_id;
+            tokens.push(token);
         }
+        // The first joiner took seat 0.
+        let token = &tokens[0][..];
+        let tick_ms = i64::from(TICK_MS);
         let game = game_id as i64;
         let pool = store.pool();
         let (session, version, state, clock): (i64, i64, Vec<u8>, i64) = sqlx::query_as(
@@ -916,8 +1019,16 @@ mod sql_tests {
                 .bind(version)
                 .bind(read_us)
                 .bind(lag_us)
+                .bind(token)
+                .bind(tick_ms)
                 .bind(0i16)
                 .bind(false)
+        };
+        // A missed write's row: no version, then the read again.
+        let read_again = |row: PgRow| {
+            assert_eq!(row.get::<Option<i64>, _>(0), None);
+            let read = read_row(&row, 1).unwrap();
+            (read.session_id, read.game_id, read.version, read.last_seq)
         };
         let missed = [
             (
@@ -931,7 +1042,8 @@ mod sql_tests {
             ),
         ];
         for (why, write) in missed {
-            assert!(write.fetch_optional(pool).await.unwrap().is_none(), "{why}");
+            let row = write.fetch_one(pool).await.unwrap();
+            assert_eq!(read_again(row), (session, game, version, 0), "{why}");
             assert_eq!(dump(pool, game).await, before, "{why}");
         }
         let leave = sqlx::query(WRITE_LEAVE)
@@ -949,10 +1061,12 @@ mod sql_tests {
             .bind(version - 1)
             .bind(clock)
             .bind(lag_us)
-            .fetch_optional(pool)
+            .bind(token)
+            .bind(tick_ms)
+            .fetch_one(pool)
             .await
             .unwrap();
-        assert!(leave.is_none());
+        assert_eq!(read_again(leave), (session, game, version, 0));
         assert_eq!(dump(pool, game).await, before, "leave");
         let advance = sqlx::query(WRITE_ADVANCE)
             .bind(Packed(&state))
@@ -981,6 +1095,141 @@ mod sql_tests {
         .await
         .unwrap();
         assert_eq!(counts, (1, SEATS as i64));
+
+        // The function a missed write reads again with is LOAD, column for
+        // column (but for the clock, read a moment later).
+        let load = sqlx::query(LOAD)
+            .bind(token)
+            .bind(tick_ms)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let function = sqlx::query("SELECT * FROM game_call_read($1, $2)")
+            .bind(token)
+            .bind(tick_ms)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let (load, function) = (read_row(&load, 0).unwrap(), read_row(&function, 0).unwrap());
+        assert_eq!(function.last_seq, 1);
+        let columns = |r: &Read| {
+            (
+                (r.session_id, r.seat, r.in_game, r.last_seq, r.last_kind),
+                (r.last_outcome, r.last_tick, r.game_id, r.version),
+                (r.state.encode(), r.roster.clone()),
+            )
+        };
+        assert_eq!(columns(&load), columns(&function));
+        assert!(function.read_us >= load.read_us && function.now_tick >= load.now_tick);
+        store.close().await;
+    }
+
+    /// A write that lost to a commit made while it ran (it waited for the
+    /// winner's row lock, its own snapshot older than that commit) reads
+    /// again after that commit: the winner's version and log row.
+    #[tokio::test]
+    async fn a_missed_write_reads_again_after_the_commit_it_lost_to() {
+        use std::time::Duration;
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(
+            &pg.url(),
+            &StoreOptions {
+                // The winner's transaction idles while the loser waits.
+                idle_txn_timeout: Duration::from_secs(60),
+                db_timeout: Duration::from_secs(20),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        store.migrate().await.unwrap();
+        let token = crate::token::hash(&crate::token::draw());
+        let joined = store.join(&token, "p0").await.unwrap();
+        let (game, version) = (joined.game_id as i64, joined.snapshot.version as i64);
+        let pool = store.pool().clone();
+        let (session, clock): (i64, i64) = sqlx::query_as(
+            "SELECT id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+             FROM sessions WHERE token_hash = $1",
+        )
+        .bind(&token[..])
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+        // The winner: the game's next version and the session's seq 1,
+        // not committed yet.
+        let mut winner = pool.begin().await.unwrap();
+        sqlx::query("UPDATE games SET version = version + 1 WHERE id = $1")
+            .bind(game)
+            .execute(&mut *winner)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+             VALUES ($1, 1, $2, 0, 0, 6, 1, $3)",
+        )
+        .bind(session)
+        .bind(game)
+        .bind(version + 1)
+        .execute(&mut *winner)
+        .await
+        .unwrap();
+
+        let state = joined.snapshot.state.clone();
+        let loser = tokio::spawn(async move {
+            sqlx::query(WRITE_ACT)
+                .bind(Packed(&state))
+                .bind(state.phase().code())
+                .bind(game)
+                .bind(session)
+                .bind(1i64)
+                .bind(Action::Idle.code())
+                .bind(0i32)
+                .bind(0i16)
+                .bind(Outcome::NoEffect.code())
+                .bind(version)
+                .bind(clock)
+                .bind(60_000_000i64)
+                .bind(&token[..])
+                .bind(i64::from(TICK_MS))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        });
+        // The loser starts, and waits for the winner's lock on the game.
+        let waiting = async {
+            loop {
+                let waits: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                )
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                if waits > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the write waits for the winner's row lock");
+        winner.commit().await.unwrap();
+
+        let row = loser.await.unwrap();
+        assert_eq!(row.get::<Option<i64>, _>(0), None, "nothing written");
+        let again = read_row(&row, 1).unwrap();
+        assert_eq!((again.version, again.last_seq), (version + 1, 1));
+        assert_eq!(
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM actions")
+                .fetch_one(store.pool())
+                .await
+                .unwrap(),
+            1
+        );
         store.close().await;
     }
 

@@ -195,7 +195,8 @@ macro_rules! rankings {
 /// The caller's session, its newest action-log row (its last applied
 /// sequence number and reply), its game and the database clock in
 /// microseconds, as one snapshot; locks nothing. `$1` token hash, `$2` tick
-/// length.
+/// length. The function `game_call_read` (migration `cas_reads`) is the
+/// same query, for a write that lost its race to read again (`read_again!`).
 pub const LOAD: &str = concat!(
     "SELECT s.id, s.seat, s.in_game, coalesce(l.seq, 0), coalesce(l.action, 0::smallint), \
             coalesce(l.outcome, 0::smallint), coalesce(l.tick, 0), ",
@@ -297,15 +298,37 @@ pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game
      FROM sessions s JOIN games g ON g.id = s.game_id \
      WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
 
+/// The end of a compare-and-set write: its new version in the first
+/// column, the rest NULL; or, if it wrote nothing, NULL then the caller's
+/// read done again ([`LOAD`]'s columns, from `game_call_read`, which sees
+/// the commit the write lost to). `$token` token hash, `$tick` tick length.
+macro_rules! read_again {
+    ($token:literal, $tick:literal) => {
+        concat!(
+            " SELECT version, NULL::bigint, NULL::smallint, NULL::boolean, NULL::bigint, \
+                     NULL::smallint, NULL::smallint, NULL::integer, NULL::bigint, NULL::bytea, \
+                     NULL::bigint, NULL::bigint, NULL::text[], NULL::boolean[], NULL::bigint \
+              FROM g \
+              UNION ALL \
+              SELECT NULL::bigint, r.* FROM game_call_read(",
+            $token,
+            "::bytea, ",
+            $tick,
+            "::bigint) r WHERE NOT EXISTS (SELECT 1 FROM g)"
+        )
+    };
+}
+
 /// Writes an applied Act, compare-and-set (see `cas_game!`): the game row
 /// and one action-log row, or nothing. The session's last sequence number
 /// is its newest log row, so the log row is the session's update; the
 /// log's primary key (session, seq) refuses a sequence number twice even
-/// if everything else let it through. Returns the new version, or no row
-/// if the game or the session changed since the read. `$1` state, `$2`
-/// phase, `$3` game, `$4` session, `$5` seq, `$6` action, `$7` tick, `$8`
-/// seat, `$9` outcome, `$10` version read, `$11` clock read (µs), `$12`
-/// longest read-to-write lag (µs).
+/// if everything else let it through. Returns the new version, or, if the
+/// game or the session changed since the read, the read again (see
+/// `read_again!`). `$1` state, `$2` phase, `$3` game, `$4` session, `$5`
+/// seq, `$6` action, `$7` tick, `$8` seat, `$9` outcome, `$10` version
+/// read, `$11` clock read (µs), `$12` longest read-to-write lag (µs), `$13`
+/// token hash, `$14` tick length.
 pub const WRITE_ACT: &str = concat!(
     "WITH ",
     session_guard!("$4", "$3", "$8", "FOR SHARE"),
@@ -321,12 +344,12 @@ pub const WRITE_ACT: &str = concat!(
     ),
     ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
            SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
-                  $9::smallint, version FROM g) \
-     SELECT version FROM g"
+                  $9::smallint, version FROM g)",
+    read_again!("$13", "$14")
 );
 
 /// [`WRITE_ACT`] for the Act that finishes the game: also the rankings.
-/// `$13` winner seat or -1, `$14` draw.
+/// `$15` winner seat or -1, `$16` draw.
 pub const WRITE_ACT_FINISHING: &str = concat!(
     "WITH ",
     session_guard!("$4", "$3", "$8", "FOR SHARE"),
@@ -343,19 +366,20 @@ pub const WRITE_ACT_FINISHING: &str = concat!(
     ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
            SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
                   $9::smallint, version FROM g), ",
-    rankings!("$3", "$13", "$14", "true"),
-    " SELECT version FROM g"
+    rankings!("$3", "$15", "$16", "true"),
+    read_again!("$13", "$14")
 );
 
 /// Writes an applied Leave, compare-and-set like [`WRITE_ACT`]: game,
 /// session, seat, action log, and the rankings if the forfeit finished the
-/// game, or nothing. The session is locked as for an update (it is
-/// updated), so a Leave and an Act of one session never hold it shared
-/// while each waits for the other's game update. `$1` state, `$2` phase,
+/// game, or nothing (then the read again). The session is locked as for
+/// an update (it is updated), so a Leave and an Act of one session never
+/// hold it shared while each waits for the other's game update. `$1`
+/// state, `$2` phase,
 /// `$3` game, `$4` session, `$5` seq, `$6` tick, `$7` seat, `$8` the game
 /// was waiting (the seat is freed), `$9` winner or -1, `$10` draw, `$11`
 /// finishing, `$12` version read, `$13` clock read (µs), `$14` longest
-/// read-to-write lag (µs).
+/// read-to-write lag (µs), `$15` token hash, `$16` tick length.
 pub const WRITE_LEAVE: &str = concat!(
     "WITH ",
     session_guard!("$4", "$3", "$7", "FOR NO KEY UPDATE"),
@@ -380,7 +404,7 @@ pub const WRITE_LEAVE: &str = concat!(
            WHERE NOT $8::boolean AND game_id = $3::bigint AND seat = $7::smallint \
            AND EXISTS (SELECT 1 FROM g)), ",
     rankings!("$3", "$9", "$10", "$11::boolean"),
-    " SELECT version FROM g"
+    read_again!("$15", "$16")
 );
 
 /// Writes a state advanced by the clock alone (a game that just ended),
