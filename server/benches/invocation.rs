@@ -1,12 +1,16 @@
-//! Server-side cost of one invocation against the bare PostgreSQL
-//! transaction of the same shape, measured side by side in one run.
+//! Server-side cost of one invocation against bare PostgreSQL round trips
+//! of the same shapes, measured side by side in one run.
 //!
 //! Starts a private PostgreSQL with fsync on, then in interleaved rounds:
 //! - floor: `BEGIN; SELECT state ... FOR UPDATE; UPDATE ...; COMMIT` on a
-//!   ~200-byte row, one client;
+//!   ~200-byte row, one client (4 round trips; the shape game calls had
+//!   before they became compare-and-set writes, kept so runs compare);
 //! - the same on a connection held outside the pool: the difference is what
 //!   the pool costs per call (sqlx pings a connection, one more round trip,
 //!   in a spawned task each time one is released);
+//! - CAS floor: `SELECT state, version ...` then `UPDATE ... WHERE version
+//!   = $read`, both autocommitted, on one pooled connection (2 round trips,
+//!   the shape of an `Act` now);
 //! - `Store::act`: the exact function the gRPC `Act` runs, in-process;
 //! - `Store::state`: the read-only `GetState` path;
 //! - gRPC `Ping` (no database) and gRPC `Act` against an in-process server.
@@ -196,10 +200,13 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
     let store = Store::connect(url, &StoreOptions::default()).unwrap();
     store.migrate().await.unwrap();
     let pool = store.pool().clone();
-    sqlx::query("CREATE TABLE IF NOT EXISTS floor_rows (id int PRIMARY KEY, state bytea NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS floor_rows \
+         (id int PRIMARY KEY, state bytea NOT NULL, version bigint NOT NULL DEFAULT 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
     sqlx::query("INSERT INTO floor_rows VALUES (1, $1) ON CONFLICT DO NOTHING")
         .bind(vec![7u8; 200])
         .execute(&pool)
@@ -229,6 +236,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
     let mut floor = Path::new("bare txn (floor)");
     let mut held_floor = Path::new("bare txn, held conn");
     let mut held = pool.acquire().await.unwrap().detach();
+    let mut cas_floor = Path::new("bare CAS (floor)");
     let mut act = Path::new("Store::act");
     let mut state = Path::new("Store::state (read)");
     let mut ping = Path::new("gRPC Ping (floor)");
@@ -243,6 +251,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         Action::Move(Dir::Down),
     ];
     let wal_floor = WalMeter::new();
+    let wal_cas = WalMeter::new();
     let wal_act = WalMeter::new();
     for round in 0..=rounds {
         // Round 0 is the warm-up, recorded nowhere.
@@ -273,6 +282,20 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         if keep {
             held_floor.cpu.add_since(cpu, pg_pid);
         }
+
+        let wal = wal_cas.start(&pool).await;
+        let cpu = Cpu::now(pg_pid);
+        for _ in 0..n {
+            let (t, a) = start();
+            floor_cas(&pool).await;
+            if keep {
+                cas_floor.record(t, a);
+            }
+        }
+        if keep {
+            cas_floor.cpu.add_since(cpu, pg_pid);
+        }
+        wal_cas.stop(&pool, wal, n, keep).await;
 
         let wal = wal_act.start(&pool).await;
         let cpu = Cpu::now(pg_pid);
@@ -380,6 +403,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
     let paths = [
         &floor,
         &held_floor,
+        &cas_floor,
         &act,
         &state,
         &ping,
@@ -404,6 +428,14 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
     println!(
         "server-side overhead of Store::act over the floor at p50: {overhead_us:.0} us ({:.0}% of the floor)",
         100.0 * overhead_us / floor_p50
+    );
+    let cas_p50 = cas_floor.hist.value_at_quantile(0.5) as f64;
+    let overhead_us = act.hist.value_at_quantile(0.5) as f64 - cas_p50;
+    println!(
+        "server-side overhead of Store::act over the CAS floor at p50: {overhead_us:.0} us ({:.0}% of it); \
+         compare-and-set retries: {}",
+        100.0 * overhead_us / cas_p50,
+        store.cas_retries()
     );
 
     println!();
@@ -440,8 +472,16 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         sizes.floor_row,
         wal_floor.per_call()
     );
+    println!(
+        "{:<22} {:>10} {:>10} {:>12.0}",
+        cas_floor.name,
+        sizes.floor_row,
+        sizes.floor_row,
+        wal_cas.per_call()
+    );
     // An Act reads the session row, its newest log row and the game row,
-    // and writes a new game row and one log row.
+    // and writes a new game row and one log row (and locks the session
+    // row for its write).
     let read = sizes.session_row + sizes.action_row + sizes.game_row;
     let written = sizes.game_row + sizes.action_row;
     println!(
@@ -469,6 +509,31 @@ async fn floor_txn(pool: &PgPool) {
 async fn floor_txn_on(conn: &mut PgConnection) {
     let tx = sqlx::Connection::begin(conn).await.unwrap();
     floor_statements(tx).await;
+}
+
+/// The compare-and-set floor: read the row and its version, write it back
+/// if the version is unchanged; two autocommitted statements on one
+/// connection.
+async fn floor_cas(pool: &PgPool) {
+    let mut conn = pool.acquire().await.unwrap();
+    let (state, version): (Vec<u8>, i64) =
+        sqlx::query_as("SELECT state, version FROM floor_rows WHERE id = $1")
+            .bind(1)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    let mut next = state;
+    next[0] = next[0].wrapping_add(1);
+    let written = sqlx::query(
+        "UPDATE floor_rows SET state = $2, version = version + 1 WHERE id = $1 AND version = $3",
+    )
+    .bind(1)
+    .bind(next)
+    .bind(version)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(written.rows_affected(), 1);
 }
 
 async fn floor_statements(mut tx: sqlx::Transaction<'_, sqlx::Postgres>) {

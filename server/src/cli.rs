@@ -69,8 +69,9 @@ pub struct ServerArgs {
     /// the database is down.
     #[arg(long, default_value_t = 250)]
     pub db_acquire_timeout_ms: u64,
-    /// The database ends a transaction idle this long (a hung server's),
-    /// releasing the game it locked.
+    /// The database ends a transaction idle this long (a hung server's
+    /// join), releasing the lobby it locked; also the longest a game write
+    /// may land after its read (a server stalled longer reads again).
     #[arg(long, default_value_t = 50)]
     pub idle_txn_timeout_ms: u64,
     /// Database connections in the pool.

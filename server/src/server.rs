@@ -140,7 +140,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             .await
             .context("gRPC server failed")?;
         store.close().await;
-        tracing::info!("stopped");
+        tracing::info!(cas_retries = store.cas_retries(), "stopped");
         Ok(())
     });
     tracing::info!(%addr, id = %server_id, "ready");

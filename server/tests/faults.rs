@@ -178,9 +178,9 @@ async fn the_database_going_away_and_coming_back_is_survived() {
     assert_eq!(logged_actions(&db, game_id).await, 3);
 }
 
-/// A server frozen (SIGSTOP) in the middle of calls may hold its games'
-/// row locks; the database ends its idle transactions, so the same calls
-/// retried on another server go through within a bounded time.
+/// A server frozen (SIGSTOP) in the middle of calls holds no lock on its
+/// games (their writes are single compare-and-set statements), so the same
+/// calls retried on another server go through within a bounded time.
 #[tokio::test]
 async fn a_frozen_server_does_not_hold_its_games_for_long() {
     let pg = start_db();

@@ -2,8 +2,10 @@
 //! applied, so a checker can compare it with what clients saw acknowledged;
 //! whether game versions only grew; whether every game's stored state is
 //! consistent. Also the bare-transaction floor those runs measure against:
-//! the same shape as a game call (`SELECT … FOR UPDATE` + `UPDATE` +
-//! `COMMIT` of a game-sized row) on a table of its own.
+//! `BEGIN`, `SELECT … FOR UPDATE`, `UPDATE`, `COMMIT` of a game-sized row on
+//! a table of its own. That was the shape of a game call until calls became
+//! a read and one compare-and-set write (two round trips to its four); the
+//! floor keeps its shape so runs before and after compare.
 //!
 //! Read-only against the game tables; none of it is on the per-call path.
 

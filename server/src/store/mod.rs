@@ -1,10 +1,14 @@
 //! The store: the only module that speaks SQL.
 //!
-//! A game server holds nothing between calls; every call is one short
-//! transaction against PostgreSQL. [`Store`] is a cheap-to-clone handle on a
-//! connection pool that runs those transactions with a deadline: a call that
-//! cannot finish in time (database down, stalled, or locked) fails with
-//! [`Error::Unavailable`] instead of hanging, and conflicts (serialization
+//! A game server holds nothing between calls; every call is a read and at
+//! most one write against PostgreSQL (a compare-and-set, see [`play`]; a
+//! join that seats a player is one short transaction). [`Store`] is a
+//! cheap-to-clone handle on a connection pool that runs them with a
+//! deadline: a call that cannot finish in time (database down, stalled, or
+//! locked) fails with [`Error::Unavailable`] instead of hanging; a
+//! compare-and-set that lost to another call reads and writes again at once
+//! (counted, see [`Store::cas_retries`]; calls on one game through one
+//! server take turns instead, see [`gates`]); and conflicts (serialization
 //! failures, deadlocks, lock timeouts, connections closed by a database
 //! restart) are retried inside the deadline with a small backoff. Every
 //! mutating call is idempotent (sessions remember their last sequence
@@ -32,6 +36,7 @@
 
 pub mod audit;
 pub mod follow;
+mod gates;
 pub mod play;
 mod queries;
 pub mod servers;
@@ -39,6 +44,7 @@ pub mod servers;
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -65,6 +71,13 @@ const MAX_ATTEMPTS: u32 = 8;
 /// Backoff before the second attempt; doubles per attempt up to the cap.
 const FIRST_BACKOFF: Duration = Duration::from_millis(1);
 const MAX_BACKOFF: Duration = Duration::from_millis(25);
+/// Most reads and writes of one compare-and-set call (first try included)
+/// before it counts as a transient failure, which [`Store::retrying`] then
+/// retries with its longer backoff. Each miss means another call committed,
+/// so the game as a whole always moves on.
+const MAX_CAS_ATTEMPTS: u32 = 16;
+/// Cap of the random pause before a compare-and-set retry.
+const MAX_CAS_PAUSE: Duration = Duration::from_millis(2);
 
 /// How the store talks to the database.
 #[derive(Clone, Debug)]
@@ -77,11 +90,14 @@ pub struct StoreOptions {
     /// call fails while the database is down.
     pub acquire_timeout: Duration,
     /// A transaction left idle this long (its server hung or was stopped
-    /// while holding a game's lock) is ended by the database, releasing the
-    /// lock for the other servers. Keep it short: a frozen server may have
-    /// several transactions queued on one game, and each holds the lock
-    /// this long in turn. Our own transactions are idle for microseconds
-    /// between statements; if one is ended by mistake the call is retried.
+    /// in a join, holding the lobby's lock) is ended by the database,
+    /// releasing the lock for the other servers. Keep it short: a frozen
+    /// server may have several joins queued on the lobby, and each holds
+    /// the lock this long in turn. Our own transactions are idle for
+    /// microseconds between statements; if one is ended by mistake the call
+    /// is retried. Also the longest a compare-and-set write may land after
+    /// its read, by the database clock: a server stalled longer between the
+    /// two reads again rather than commit what it computed at an old tick.
     pub idle_txn_timeout: Duration,
     /// Connections in the pool.
     pub max_connections: u32,
@@ -143,6 +159,14 @@ pub struct Store {
     round_ticks: u16,
     /// Following Patroni's primary (`None`: the URL's host and port).
     follow: Option<Arc<Follower>>,
+    /// [`StoreOptions::idle_txn_timeout`] in microseconds: how long after
+    /// its read a compare-and-set write may land.
+    max_write_lag_us: i64,
+    /// Compare-and-set writes that lost to another call and were retried,
+    /// by all clones of this store.
+    cas_retries: Arc<AtomicU64>,
+    /// Calls writing one game through this server take turns.
+    gates: Arc<gates::Gates>,
 }
 
 impl Store {
@@ -220,6 +244,9 @@ impl Store {
             lobby_seat_ttl_ms: i64::try_from(opts.lobby_seat_ttl.as_millis()).unwrap_or(i64::MAX),
             round_ticks: round_ticks(opts.round)?,
             follow,
+            max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
+            cas_retries: Arc::new(AtomicU64::new(0)),
+            gates: Arc::default(),
         })
     }
 
@@ -283,6 +310,47 @@ impl Store {
             follow.stop().await;
         }
         self.pool.close().await;
+    }
+
+    /// Compare-and-set writes retried so far because another call had
+    /// written the game (or the session) since their read.
+    pub fn cas_retries(&self) -> u64 {
+        self.cas_retries.load(Ordering::Relaxed)
+    }
+
+    /// Runs `attempt` (a read, then a compare-and-set write) until it
+    /// writes or fails: `Ok(None)` is a write that matched nothing because
+    /// another call committed first, retried (see [`Store::lost`]). Runs
+    /// inside [`Store::retrying`], whose deadline bounds it too.
+    async fn cas<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>, Error>>,
+    {
+        let mut retries = 0;
+        loop {
+            if let Some(done) = attempt().await? {
+                return Ok(done);
+            }
+            retries += 1;
+            self.lost(retries).await?;
+        }
+    }
+
+    /// A compare-and-set write lost to another call, for the `retry`-th
+    /// time in this call: counts it, gives up (as a transient failure)
+    /// after [`MAX_CAS_ATTEMPTS`] writes, else pauses (see [`cas_pause`]).
+    /// Returns whether the pause was a sleep, long enough for a read made
+    /// before it to be worth doing again.
+    async fn lost(&self, retry: u32) -> Result<bool, Error> {
+        self.cas_retries.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(retry, "compare-and-set lost to another call; reading again");
+        if retry >= MAX_CAS_ATTEMPTS {
+            return Err(Error::Transient(format!(
+                "the game changed before each of {retry} writes"
+            )));
+        }
+        Ok(cas_pause(retry).await)
     }
 
     /// A connection from the pool for one attempt of a call (see
@@ -401,10 +469,28 @@ impl Drop for Lease {
     }
 }
 
+/// The pause before compare-and-set retry `retry` (1 = the first): random,
+/// up to 50 µs × 2^retry, at most [`MAX_CAS_PAUSE`]. A miss means another
+/// call has just committed, so the first retries go at once: tokio's timer
+/// counts whole milliseconds, and a pause under one is a yield to the
+/// other tasks. Later ones spread out, so calls that keep crossing part.
+/// Returns whether it slept.
+async fn cas_pause(retry: u32) -> bool {
+    let cap = (50u64 << retry.min(16)).min(MAX_CAS_PAUSE.as_micros() as u64);
+    let pause = Duration::from_micros(rand::random_range(0..=cap));
+    if pause < Duration::from_millis(1) {
+        tokio::task::yield_now().await;
+        false
+    } else {
+        tokio::time::sleep(pause).await;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
 
     fn lazy_store(timeout_ms: u64) -> Store {
         // Port 1 on loopback: nothing listens, connections are refused.
@@ -460,6 +546,49 @@ mod tests {
             .unwrap_err();
         assert!(err.is_transient());
         assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
+    }
+
+    #[tokio::test]
+    async fn a_lost_compare_and_set_is_retried_counted_and_bounded() {
+        let store = lazy_store(2000);
+        let calls = AtomicU32::new(0);
+        let got = store
+            .cas(|| async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 3 {
+                    Ok(None)
+                } else {
+                    Ok(Some(7))
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(got, 7);
+        assert_eq!(store.cas_retries(), 3);
+
+        // A write that never matches gives up, as a transient failure.
+        calls.store(0, Ordering::SeqCst);
+        let err = store
+            .cas(|| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok::<Option<()>, Error>(None)
+            })
+            .await
+            .unwrap_err();
+        assert!(err.is_transient(), "{err:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), MAX_CAS_ATTEMPTS);
+        assert_eq!(store.cas_retries(), 3 + u64::from(MAX_CAS_ATTEMPTS));
+
+        // Errors are not the compare-and-set's to retry.
+        calls.store(0, Ordering::SeqCst);
+        let err = store
+            .cas(|| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<Option<()>, _>(Error::PermissionDenied("no".into()))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::PermissionDenied(_)));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -1,16 +1,51 @@
-//! The game transactions: join, act, leave, state and rankings.
+//! The game calls: join, act, leave, state and rankings.
 //!
-//! Every mutating call has the shape of the bare floor transaction:
-//! `BEGIN`; one `SELECT ... FOR UPDATE` that loads the caller's session, its
-//! newest action-log row (its last sequence number and reply) and its game;
-//! the game core computes the new state in memory; one statement writes the
-//! game row and the action-log row (data-modifying CTEs; also the rankings
-//! when this commit finishes the game); `COMMIT`. A join that seats a
-//! player also locks the single `lobby` row first, so simultaneous joiners
-//! fill one game instead of each opening their own. The game clock is the
-//! database's: tick = floor((clock - games.created_at) / tick), and the
-//! state's tick never goes backwards. Reading the state takes no lock and
-//! never waits for writers.
+//! An `Act` or a `Leave` is an optimistic, compare-and-set write in two
+//! statements, with no transaction around them: one `SELECT` (no lock)
+//! reads the caller's session, its newest action-log row (its last sequence
+//! number and reply), its game and the database clock; the game core
+//! computes the new state in memory; one statement writes the game row and
+//! the action-log row (a leave also its session and seat, and the commit
+//! that finishes a game also the rankings) with data-modifying CTEs, all of
+//! it only if the game is still at the version read and the session still
+//! seated in it. If another call committed first, the write changes nothing
+//! and returns, instead of a new version, the caller's read done again
+//! after that commit (`game_call_read`, in the same round trip); the call
+//! applies on it and writes again, a bounded number of times, with a short
+//! random pause from the second retry on (see `Store::lost`). Calls on one
+//! game through one server take turns (see `gates`), so they do not
+//! collide with each other at all.
+//!
+//! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
+//! row lock across the round trips from the read to the commit, and a
+//! server stopped inside such a transaction (SIGSTOP, a long pause) blocks
+//! every other player of the game until the database ends the transaction
+//! for idling. A compare-and-set write takes its locks only while its one
+//! statement runs, and the database runs and commits that statement without
+//! the server: a stopped server holds nothing. It also saves two of the
+//! four round trips (`BEGIN` and `COMMIT`). The price is a write again
+//! when two calls on one game cross: calls that would have queued for the
+//! lock compute and write again instead.
+//!
+//! A server that stalls between its read and its write must not commit,
+//! long after, an action computed at a tick long gone (in a game no one
+//! else wrote meanwhile, so the version still matches): the write matches
+//! only within the idle-in-transaction timeout of its read, by the database
+//! clock, as a transaction idle that long would have been ended. Otherwise
+//! the call reads again and applies at the current tick.
+//!
+//! A join that seats a player still runs in a transaction: it locks the
+//! single `lobby` row first, so simultaneous joiners fill one game instead
+//! of each opening their own, then the oldest waiting game, and writes the
+//! game and the session. A server stopped inside a join holds those locks
+//! until the idle-in-transaction timeout, as before; joins are rare, and a
+//! compare-and-set lobby would turn the queue of simultaneous joiners into
+//! a storm of retries. A join that puts a player back in its running game
+//! (a rejoin) only reads, without a lock. The game clock is the database's:
+//! tick = floor((clock - games.created_at) / tick), and the state's tick
+//! never goes backwards. Reading the state takes no lock and never waits
+//! for writers; when the clock alone finished the game, that is committed
+//! once, compare-and-set, so the rankings are recorded once.
 //!
 //! Lobby seats: a player seated in a waiting game who has made no writing
 //! call (a join or an `Act`; `GetState` is a read and does not count) for
@@ -26,15 +61,20 @@
 //! game. Clients keep their seat by acting (idle) every second while their
 //! game waits.
 //!
-//! Exactly once: the action log's primary key is (session, seq). A call
-//! that raced a copy of itself (a client retrying on another server) loses
-//! on that key, is retried, and then finds its sequence number applied and
-//! answers with the stored reply.
+//! Exactly once: a call whose sequence number is the session's last applied
+//! one answers with the stored reply and the current state, without
+//! applying. Two copies of one call racing on two servers (a client
+//! retrying elsewhere) read the same version; one write matches, the other
+//! finds no row, reads again and answers as a repeat. The action log's
+//! primary key (session, seq) refuses a second row for one number whatever
+//! else lets it through: that statement fails as a whole, is retried, and
+//! answers as a repeat.
 
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgRow, PgTypeInfo};
-use sqlx::{Connection, Postgres, Row, Transaction};
+use sqlx::{Postgres, Row, Transaction};
 
 use super::Store;
 use super::queries::*;
@@ -155,8 +195,17 @@ pub struct Ranking {
     pub draws: u32,
 }
 
-/// The caller's session and game, locked.
-struct Locked {
+/// A compare-and-set attempt: done, or nothing written because another
+/// call wrote first, with the caller's read done again if the write
+/// returned it.
+enum Written<T> {
+    Done(T),
+    /// Boxed: a read holds a whole game state, and misses are the rare case.
+    Missed(Option<Box<Read>>),
+}
+
+/// The caller's session and game, as one statement read them.
+struct Read {
     session_id: i64,
     game_id: i64,
     seat: i16,
@@ -168,6 +217,8 @@ struct Locked {
     state: GameState,
     version: i64,
     now_tick: Tick,
+    /// The database clock at the read, in microseconds.
+    read_us: i64,
     roster: Roster,
 }
 
@@ -175,20 +226,34 @@ impl Store {
     /// Seats the token's player: back in its running game (rejoin), else in
     /// the oldest waiting game, else in a new one.
     pub async fn join(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
-        self.retrying(|| async {
-            let mut lease = self.lease().await?;
-            let result = self.join_once(lease.conn(), token_hash, name).await;
-            lease.settle_commit(self, result)
-        })
-        .await
+        self.retrying(|| self.join_once(token_hash, name)).await
     }
 
     /// Applies one action at the current tick, exactly once per sequence
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
         self.retrying(|| async {
+            let _turn = self.gates.enter(call.game_id).await;
+            // A leased connection: if the deadline cuts this attempt (a
+            // commit waiting for a synchronous standby that is gone), the
+            // connection is dropped, never pooled, pinged or cancelled.
             let mut lease = self.lease().await?;
-            let result = self.act_once(lease.conn(), call).await;
+            let result = async {
+                let conn = lease.conn();
+                let mut read = load(conn, &call.token_hash).await?;
+                let mut retries = 0;
+                loop {
+                    match self.act_once(conn, call, read).await? {
+                        Written::Done(acted) => return Ok(acted),
+                        Written::Missed(again) => {
+                            read = self
+                                .read_again(conn, &call.token_hash, again, &mut retries)
+                                .await?;
+                        }
+                    }
+                }
+            }
+            .await;
             lease.settle_commit(self, result)
         })
         .await
@@ -198,23 +263,55 @@ impl Store {
     /// number.
     pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
         self.retrying(|| async {
+            let _turn = self.gates.enter(call.game_id).await;
             let mut lease = self.lease().await?;
-            let result = self.leave_once(lease.conn(), call).await;
+            let result = async {
+                let conn = lease.conn();
+                let mut read = load(conn, &call.token_hash).await?;
+                let mut retries = 0;
+                loop {
+                    match self.leave_once(conn, call, read).await? {
+                        Written::Done(left) => return Ok(left),
+                        Written::Missed(again) => {
+                            read = self
+                                .read_again(conn, &call.token_hash, again, &mut retries)
+                                .await?;
+                        }
+                    }
+                }
+            }
+            .await;
             lease.settle_commit(self, result)
         })
         .await
+    }
+
+    /// After a compare-and-set write of the caller's call lost to another
+    /// call: counts and bounds the retry and pauses (see [`Store::lost`]),
+    /// then returns the read to apply the call on again: the one the
+    /// losing write returned (`again`), unless the pause was long enough
+    /// for it to be stale, or the write returned none.
+    async fn read_again(
+        &self,
+        conn: &mut PgConnection,
+        token_hash: &TokenHash,
+        again: Option<Box<Read>>,
+        retries: &mut u32,
+    ) -> Result<Read, Error> {
+        *retries += 1;
+        let slept = self.lost(*retries).await?;
+        match again {
+            Some(read) if !slept => Ok(*read),
+            _ => load(conn, token_hash).await,
+        }
     }
 
     /// The caller's game advanced to the current tick. A plain read; only
     /// when the clock alone finished the game is that committed (once,
     /// through the write path) so the rankings are recorded.
     pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
-        self.retrying(|| async {
-            let mut lease = self.lease().await?;
-            let result = self.state_once(lease.conn(), token_hash, game_id).await;
-            lease.settle(result)
-        })
-        .await
+        self.retrying(|| self.cas(|| self.state_once(token_hash, game_id)))
+            .await
     }
 
     /// The best players, at most `limit`.
@@ -239,13 +336,29 @@ impl Store {
         .await
     }
 
-    async fn join_once(
+    async fn join_once(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
+        if let Some(joined) = self.rejoin(token_hash).await? {
+            return Ok(joined);
+        }
+        let mut conn = TxConnection {
+            conn: self.pool.acquire().await?,
+            ended: false,
+        };
+        let joined = self.seat(&mut conn.conn, token_hash, name).await;
+        conn.ended = true;
+        joined
+    }
+
+    /// Seats the token's player, in one transaction on `conn`: under the
+    /// session's lock, which also settles a join with the same token that
+    /// seated it since [`Store::rejoin`] read it, and the lobby's.
+    async fn seat(
         &self,
         conn: &mut PgConnection,
         token_hash: &TokenHash,
         name: &str,
     ) -> Result<Joined, Error> {
-        let mut tx = conn.begin().await?;
+        let mut tx = sqlx::Connection::begin(conn).await?;
         let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
             .bind(&token_hash[..])
             .fetch_optional(&mut *tx)
@@ -336,27 +449,70 @@ impl Store {
         })
     }
 
-    async fn act_once(&self, conn: &mut PgConnection, call: &ActCall) -> Result<Acted, Error> {
-        let mut tx = conn.begin().await?;
-        let mut locked = load_locked(&mut tx, &call.token_hash).await?;
-        check_owner(&locked, call.game_id, call.seat)?;
+    /// A token whose session sits in a game that has not finished goes back
+    /// to it: one read, no lock. `None`: there is no such session, and the
+    /// join seats the player.
+    async fn rejoin(&self, token_hash: &TokenHash) -> Result<Option<Joined>, Error> {
+        let mut conn = self.pool.acquire().await?;
+        let row = sqlx::query(READ_JOINER)
+            .bind(&token_hash[..])
+            .bind(i64::from(TICK_MS))
+            .fetch_optional(&mut *conn)
+            .await?;
+        drop(conn);
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let (seat, in_game, last_seq): (i16, bool, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let (_, snapshot) = game_row(&row, 3)?;
+        if !in_game || snapshot.state.phase() == Phase::Finished {
+            return Ok(None);
+        }
+        Ok(Some(Joined {
+            game_id: snapshot.game_id,
+            seat: seat_index(seat) as u8,
+            rejoined: true,
+            last_seq: last_seq.max(0) as u64,
+            snapshot,
+        }))
+    }
+
+    /// Applies the call on `read` and writes it, compare-and-set, unless it
+    /// repeats the last applied call (then only a game the clock ended is
+    /// written). `Missed`: another call changed the game or the session
+    /// since `read`, and nothing was written.
+    async fn act_once(
+        &self,
+        conn: &mut PgConnection,
+        call: &ActCall,
+        mut read: Read,
+    ) -> Result<Written<Acted>, Error> {
+        check_owner(&read, call.game_id, call.seat)?;
         let kind = call.action.code();
         let seq = to_db_seq(call.seq)?;
-        if seq == locked.last_seq && locked.last_kind == kind {
-            let outcome = outcome_from_code(locked.last_outcome);
-            let applied_tick = locked.last_tick.max(0) as Tick;
-            return Ok(Acted {
+        if seq == read.last_seq && read.last_kind == kind {
+            let outcome = outcome_from_code(read.last_outcome);
+            let applied_tick = read.last_tick.max(0) as Tick;
+            let now_tick = read.now_tick;
+            let mut snapshot = read.into_snapshot();
+            if let Some(before) = advance_to(&mut snapshot, now_tick)
+                && !commit_clock(conn, &mut snapshot, before).await?
+            {
+                return Ok(Written::Missed(None));
+            }
+            return Ok(Written::Done(Acted {
                 seq: call.seq,
                 outcome,
                 applied_tick,
                 replayed: true,
-                snapshot: commit_advance(tx, locked).await?,
-            });
+                snapshot,
+            }));
         }
-        check_fresh(&locked, seq)?;
-        let state = &mut locked.state;
+        check_fresh(&read, seq)?;
+        let state = &mut read.state;
         let before = state.phase();
-        let tick = state.tick().max(locked.now_tick);
+        let tick = state.tick().max(read.now_tick);
         let outcome = state.apply(call.seat, call.action, tick);
         let ending = finishing(before, state);
         let sql = if ending.is_some() {
@@ -367,43 +523,54 @@ impl Store {
         let mut query = sqlx::query(sql)
             .bind(Packed(state))
             .bind(state.phase().code())
-            .bind(locked.game_id)
-            .bind(locked.session_id)
+            .bind(read.game_id)
+            .bind(read.session_id)
             .bind(seq)
             .bind(kind)
             .bind(tick as i32)
-            .bind(locked.seat)
-            .bind(outcome.code());
+            .bind(read.seat)
+            .bind(outcome.code())
+            .bind(read.version)
+            .bind(read.read_us)
+            .bind(self.max_write_lag_us)
+            .bind(&call.token_hash[..])
+            .bind(i64::from(TICK_MS));
         if ending.is_some() {
             query = query
                 .bind(winner_code(ending))
                 .bind(ending == Some(Ending::Draw));
         }
-        let version: i64 = query.fetch_one(&mut *tx).await?.try_get(0)?;
-        tx.commit().await?;
-        locked.roster.connected[seat_index(locked.seat)] = true;
-        Ok(Acted {
+        let version = match written(query.fetch_optional(&mut *conn).await?)? {
+            Written::Done(version) => version,
+            Written::Missed(again) => return Ok(Written::Missed(again)),
+        };
+        read.roster.connected[seat_index(read.seat)] = true;
+        read.version = version;
+        Ok(Written::Done(Acted {
             seq: call.seq,
             outcome,
             applied_tick: tick,
             replayed: false,
-            snapshot: locked.into_snapshot(version),
-        })
+            snapshot: read.into_snapshot(),
+        }))
     }
 
-    async fn leave_once(&self, conn: &mut PgConnection, call: &LeaveCall) -> Result<Left, Error> {
-        let mut tx = conn.begin().await?;
-        let mut locked = load_locked(&mut tx, &call.token_hash).await?;
-        check_owner(&locked, call.game_id, call.seat)?;
+    /// As [`Store::act_once`], for a leave.
+    async fn leave_once(
+        &self,
+        conn: &mut PgConnection,
+        call: &LeaveCall,
+        mut read: Read,
+    ) -> Result<Written<Left>, Error> {
+        check_owner(&read, call.game_id, call.seat)?;
         let seq = to_db_seq(call.seq)?;
-        if seq == locked.last_seq && locked.last_kind == KIND_LEAVE {
-            tx.commit().await?;
-            return Ok(Left { seq: call.seq });
+        if seq == read.last_seq && read.last_kind == KIND_LEAVE {
+            return Ok(Written::Done(Left { seq: call.seq }));
         }
-        check_fresh(&locked, seq)?;
-        let state = &mut locked.state;
+        check_fresh(&read, seq)?;
+        let state = &mut read.state;
         let before = state.phase();
-        let tick = state.tick().max(locked.now_tick);
+        let tick = state.tick().max(read.now_tick);
         state.advance(tick);
         let waiting = state.phase() == Phase::Waiting;
         match state.phase() {
@@ -412,30 +579,41 @@ impl Store {
             Phase::Finished => {}
         }
         let ending = finishing(before, state);
-        sqlx::query(WRITE_LEAVE)
+        let row = sqlx::query(WRITE_LEAVE)
             .bind(Packed(state))
             .bind(state.phase().code())
-            .bind(locked.game_id)
-            .bind(locked.session_id)
+            .bind(read.game_id)
+            .bind(read.session_id)
             .bind(seq)
             .bind(tick as i32)
-            .bind(locked.seat)
+            .bind(read.seat)
             .bind(waiting)
             .bind(winner_code(ending))
             .bind(ending == Some(Ending::Draw))
             .bind(ending.is_some())
-            .fetch_one(&mut *tx)
+            .bind(read.version)
+            .bind(read.read_us)
+            .bind(self.max_write_lag_us)
+            .bind(&call.token_hash[..])
+            .bind(i64::from(TICK_MS))
+            .fetch_optional(&mut *conn)
             .await?;
-        tx.commit().await?;
-        Ok(Left { seq: call.seq })
+        Ok(match written(row)? {
+            Written::Done(_) => Written::Done(Left { seq: call.seq }),
+            Written::Missed(again) => Written::Missed(again),
+        })
     }
 
+    /// One read, and a compare-and-set write only when the clock alone
+    /// finished the game. `None`: another call wrote the game first.
     async fn state_once(
         &self,
-        conn: &mut PgConnection,
         token_hash: &TokenHash,
         game_id: u64,
-    ) -> Result<Snapshot, Error> {
+    ) -> Result<Option<Snapshot>, Error> {
+        // On an acquired connection rather than `&self.pool`: same query,
+        // but the pool's executor boxes a much larger future per call.
+        let mut conn = self.pool.acquire().await?;
         let row = sqlx::query(READ_STATE)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
@@ -452,30 +630,35 @@ impl Store {
                 snapshot.game_id
             )));
         }
-        let before = snapshot.state.phase();
-        let tick = snapshot.state.tick().max(now_tick);
-        snapshot.state.advance(tick);
-        if snapshot.state.phase() == before {
-            return Ok(snapshot);
+        if let Some(before) = advance_to(&mut snapshot, now_tick) {
+            let mut conn = self.pool.acquire().await?;
+            if !commit_clock(&mut conn, &mut snapshot, before).await? {
+                return Ok(None);
+            }
         }
-        // The clock alone changed the phase (the game just ended): commit
-        // it so the rankings are recorded exactly once.
-        let own_game = to_db_id(game_id)?;
-        let mut tx = conn.begin().await?;
-        let row = sqlx::query(LOAD_GAME_LOCKED)
-            .bind(own_game)
-            .bind(i64::from(TICK_MS))
-            .fetch_one(&mut *tx)
-            .await?;
-        let (now_tick, mut snapshot) = game_row(&row, 0)?;
-        let before = snapshot.state.phase();
-        let tick = snapshot.state.tick().max(now_tick);
-        snapshot.state.advance(tick);
-        if snapshot.state.phase() != before {
-            snapshot.version = write_advance(&mut tx, own_game, before, &snapshot.state).await?;
+        Ok(Some(snapshot))
+    }
+}
+
+/// A pooled connection that holds a transaction: closed, instead of
+/// returned to the pool, if the call is dropped (its client went away, or
+/// the store's deadline passed) before the transaction ended. sqlx's
+/// `begin` dropped while its `BEGIN` is in flight leaves the connection in
+/// a transaction sqlx does not know of; back in the pool, the autocommitted
+/// statements of later calls on it (an Act's compare-and-set write) would
+/// run inside that transaction, answered but never committed. Closing the
+/// connection ends the transaction.
+struct TxConnection {
+    conn: PoolConnection<Postgres>,
+    /// The transaction was committed or rolled back (or never began).
+    ended: bool,
+}
+
+impl Drop for TxConnection {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.conn.close_on_drop();
         }
-        tx.commit().await?;
-        Ok(snapshot)
     }
 }
 
@@ -512,82 +695,94 @@ async fn free_silent_seats(
     Ok(())
 }
 
-/// Loads and locks the caller's session and game; an unknown token is
-/// `UNAUTHENTICATED`.
-async fn load_locked(
-    tx: &mut Transaction<'_, Postgres>,
-    token_hash: &TokenHash,
-) -> Result<Locked, Error> {
-    let row = sqlx::query(LOAD_LOCKED)
+/// Reads the caller's session and game in one statement, without a lock;
+/// an unknown token is `UNAUTHENTICATED`.
+async fn load(conn: &mut PgConnection, token_hash: &TokenHash) -> Result<Read, Error> {
+    let row = sqlx::query(LOAD)
         .bind(&token_hash[..])
         .bind(i64::from(TICK_MS))
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(unknown_token)?;
-    let (now_tick, snapshot) = game_row(&row, 7)?;
-    Ok(Locked {
-        session_id: row.try_get(0)?,
-        seat: row.try_get(1)?,
-        in_game: row.try_get(2)?,
-        last_seq: row.try_get(3)?,
-        last_kind: row.try_get(4)?,
-        last_outcome: row.try_get(5)?,
-        last_tick: row.try_get(6)?,
+    read_row(&row, 0)
+}
+
+/// Parses [`LOAD`]'s columns, starting at column `at`.
+fn read_row(row: &PgRow, at: usize) -> Result<Read, Error> {
+    let (now_tick, snapshot) = game_row(row, at + 7)?;
+    Ok(Read {
+        session_id: row.try_get(at)?,
+        seat: row.try_get(at + 1)?,
+        in_game: row.try_get(at + 2)?,
+        last_seq: row.try_get(at + 3)?,
+        last_kind: row.try_get(at + 4)?,
+        last_outcome: row.try_get(at + 5)?,
+        last_tick: row.try_get(at + 6)?,
         game_id: snapshot.game_id as i64,
         state: snapshot.state,
         version: snapshot.version as i64,
         now_tick,
+        read_us: row.try_get(at + 13)?,
         roster: snapshot.roster,
     })
 }
 
-/// A replay returns the game as it is now: advanced in memory, and, if the
-/// clock alone finished it, committed (we hold the lock already).
-async fn commit_advance(
-    mut tx: Transaction<'_, Postgres>,
-    locked: Locked,
-) -> Result<Snapshot, Error> {
-    let mut state = locked.state;
-    let before = state.phase();
-    state.advance(state.tick().max(locked.now_tick));
-    let mut version = locked.version as u64;
-    if state.phase() != before {
-        version = write_advance(&mut tx, locked.game_id, before, &state).await?;
+/// What a compare-and-set write of an Act or a Leave returned (see
+/// `read_again!` in the queries): the new version, or nothing written and
+/// the caller's read done again after the commit it lost to.
+fn written(row: Option<PgRow>) -> Result<Written<i64>, Error> {
+    let Some(row) = row else {
+        return Ok(Written::Missed(None));
+    };
+    if let Some(version) = row.try_get::<Option<i64>, _>(0)? {
+        return Ok(Written::Done(version));
     }
-    tx.commit().await?;
-    Ok(Snapshot {
-        game_id: locked.game_id as u64,
-        version,
-        state,
-        roster: locked.roster,
-    })
+    Ok(Written::Missed(Some(Box::new(read_row(&row, 1)?))))
 }
 
-/// Writes a state advanced by the clock alone; returns the new version.
-async fn write_advance(
+/// Advances `snapshot` (as read) to the clock's `now_tick`. Returns the
+/// phase it had if the clock alone changed it (the game just ended), which
+/// is for [`commit_clock`] to record.
+fn advance_to(snapshot: &mut Snapshot, now_tick: Tick) -> Option<Phase> {
+    let state = &mut snapshot.state;
+    let before = state.phase();
+    state.advance(state.tick().max(now_tick));
+    (state.phase() != before).then_some(before)
+}
+
+/// Commits a game the clock alone moved on from phase `before` (see
+/// [`advance_to`]), compare-and-set on the version read, so the rankings
+/// are recorded once. `false`: another call wrote the game since the read;
+/// nothing was written.
+async fn commit_clock(
     conn: &mut PgConnection,
-    game_id: i64,
+    snapshot: &mut Snapshot,
     before: Phase,
-    state: &GameState,
-) -> Result<u64, Error> {
+) -> Result<bool, Error> {
+    let state = &snapshot.state;
     let ending = finishing(before, state);
     let row = sqlx::query(WRITE_ADVANCE)
         .bind(Packed(state))
         .bind(state.phase().code())
-        .bind(game_id)
+        .bind(to_db_id(snapshot.game_id)?)
         .bind(winner_code(ending))
         .bind(ending == Some(Ending::Draw))
         .bind(ending.is_some())
-        .fetch_one(conn)
+        .bind(to_db_id(snapshot.version)?)
+        .fetch_optional(conn)
         .await?;
-    Ok(row.try_get::<i64, _>(0)? as u64)
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    snapshot.version = row.try_get::<i64, _>(0)? as u64;
+    Ok(true)
 }
 
-impl Locked {
-    fn into_snapshot(self, version: i64) -> Snapshot {
+impl Read {
+    fn into_snapshot(self) -> Snapshot {
         Snapshot {
             game_id: self.game_id as u64,
-            version: version as u64,
+            version: self.version as u64,
             state: self.state,
             roster: self.roster,
         }
@@ -608,20 +803,20 @@ fn unknown_token() -> Error {
 
 /// The request's game and seat must be the session's, and the session must
 /// still hold its seat.
-fn check_owner(locked: &Locked, game_id: u64, seat: u8) -> Result<(), Error> {
-    if locked.seat < 0 {
-        return Err(seat_freed(locked.game_id));
+fn check_owner(read: &Read, game_id: u64, seat: u8) -> Result<(), Error> {
+    if read.seat < 0 {
+        return Err(seat_freed(read.game_id));
     }
-    if Some(locked.game_id) != i64::try_from(game_id).ok() {
+    if Some(read.game_id) != i64::try_from(game_id).ok() {
         return Err(Error::PermissionDenied(format!(
             "game {game_id} is not your game (yours is {})",
-            locked.game_id
+            read.game_id
         )));
     }
-    if i16::from(seat) != locked.seat {
+    if i16::from(seat) != read.seat {
         return Err(Error::PermissionDenied(format!(
             "seat {seat} is not your seat (yours is {})",
-            locked.seat
+            read.seat
         )));
     }
     Ok(())
@@ -629,22 +824,22 @@ fn check_owner(locked: &Locked, game_id: u64, seat: u8) -> Result<(), Error> {
 
 /// A new call needs a newer sequence number and a session still in its
 /// game.
-fn check_fresh(locked: &Locked, seq: i64) -> Result<(), Error> {
-    if seq == locked.last_seq {
+fn check_fresh(read: &Read, seq: i64) -> Result<(), Error> {
+    if seq == read.last_seq {
         return Err(Error::FailedPrecondition(format!(
             "sequence number {seq} was already used by a different call"
         )));
     }
-    if seq < locked.last_seq {
+    if seq < read.last_seq {
         return Err(Error::FailedPrecondition(format!(
             "sequence number {seq} is older than the last applied ({})",
-            locked.last_seq
+            read.last_seq
         )));
     }
-    if !locked.in_game {
+    if !read.in_game {
         return Err(Error::FailedPrecondition(format!(
             "you left game {}; join again to play",
-            locked.game_id
+            read.game_id
         )));
     }
     Ok(())
@@ -768,5 +963,353 @@ mod sql_tests {
             .unwrap();
         assert_eq!(echoed, state.encode());
         assert_eq!(GameState::decode(&echoed).unwrap(), state);
+    }
+
+    /// Everything a game call may write, as text.
+    async fn dump(pool: &sqlx::PgPool, game: i64) -> String {
+        sqlx::query_scalar(
+            "SELECT concat_ws(' | ', \
+               (SELECT row(g.*)::text FROM games g WHERE g.id = $1), \
+               (SELECT string_agg(row(s.*)::text, ',' ORDER BY s.id) FROM sessions s), \
+               (SELECT string_agg(row(st.*)::text, ',' ORDER BY st.seat) FROM seats st), \
+               (SELECT count(*) FROM actions)::text, \
+               (SELECT count(*) FROM rankings)::text)",
+        )
+        .bind(game)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    }
+
+    /// A compare-and-set write that misses (the game moved on, the
+    /// session is not seated there, the read is too old) writes nothing at
+    /// all: no game, session, seat, log or rankings change. It returns the
+    /// caller's read again instead, as [`LOAD`] reads it.
+    #[tokio::test]
+    async fn a_write_that_misses_writes_nothing() {
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+        store.migrate().await.unwrap();
+        let mut game_id = 0;
+        let mut tokens = Vec::new();
+        for i in 0..SEATS {
+            let token = crate::token::hash(&crate::token::draw());
+            game_id = store.join(&token, &format!("p{i}")).await.unwrap().game_id;
+            tokens.push(token);
+        }
+        // The first joiner took seat 0.
+        let token = &tokens[0][..];
+        let tick_ms = i64::from(TICK_MS);
+        let game = game_id as i64;
+        let pool = store.pool();
+        let (session, version, state, clock): (i64, i64, Vec<u8>, i64) = sqlx::query_as(
+            "SELECT s.id, g.version, g.state, \
+                    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+             FROM sessions s JOIN games g ON g.id = s.game_id \
+             WHERE s.game_id = $1 AND s.seat = 0",
+        )
+        .bind(game)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let state = GameState::decode(&state).unwrap();
+        let before = dump(pool, game).await;
+        let lag_us = 10_000_000i64;
+        let finishing_act = |version: i64, seat: i16, read_us: i64, lag_us: i64| {
+            sqlx::query(WRITE_ACT_FINISHING)
+                .bind(Packed(&state))
+                .bind(Phase::Finished.code())
+                .bind(game)
+                .bind(session)
+                .bind(1i64)
+                .bind(Action::Bomb.code())
+                .bind(0i32)
+                .bind(seat)
+                .bind(Outcome::NoEffect.code())
+                .bind(version)
+                .bind(read_us)
+                .bind(lag_us)
+                .bind(token)
+                .bind(tick_ms)
+                .bind(0i16)
+                .bind(false)
+        };
+        // A missed write's row: no version, then the read again.
+        let read_again = |row: PgRow| {
+            assert_eq!(row.get::<Option<i64>, _>(0), None);
+            let read = read_row(&row, 1).unwrap();
+            (read.session_id, read.game_id, read.version, read.last_seq)
+        };
+        let missed = [
+            (
+                "an older version",
+                finishing_act(version - 1, 0, clock, lag_us),
+            ),
+            ("another seat", finishing_act(version, 1, clock, lag_us)),
+            (
+                "a read too old",
+                finishing_act(version, 0, clock - 2 * lag_us, lag_us),
+            ),
+        ];
+        for (why, write) in missed {
+            let row = write.fetch_one(pool).await.unwrap();
+            assert_eq!(read_again(row), (session, game, version, 0), "{why}");
+            assert_eq!(dump(pool, game).await, before, "{why}");
+        }
+        let leave = sqlx::query(WRITE_LEAVE)
+            .bind(Packed(&state))
+            .bind(Phase::Finished.code())
+            .bind(game)
+            .bind(session)
+            .bind(1i64)
+            .bind(0i32)
+            .bind(0i16)
+            .bind(false)
+            .bind(1i16)
+            .bind(false)
+            .bind(true)
+            .bind(version - 1)
+            .bind(clock)
+            .bind(lag_us)
+            .bind(token)
+            .bind(tick_ms)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(read_again(leave), (session, game, version, 0));
+        assert_eq!(dump(pool, game).await, before, "leave");
+        let advance = sqlx::query(WRITE_ADVANCE)
+            .bind(Packed(&state))
+            .bind(Phase::Finished.code())
+            .bind(game)
+            .bind(0i16)
+            .bind(false)
+            .bind(true)
+            .bind(version - 1)
+            .fetch_optional(pool)
+            .await
+            .unwrap();
+        assert!(advance.is_none());
+        assert_eq!(dump(pool, game).await, before, "advance");
+
+        // The same write, current: the game, its log and the rankings.
+        let row = finishing_act(version, 0, clock, lag_us)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(row.get::<i64, _>(0), version + 1);
+        let counts: (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM actions), (SELECT count(*) FROM rankings)",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(counts, (1, SEATS as i64));
+
+        // The function a missed write reads again with is LOAD, column for
+        // column (but for the clock, read a moment later).
+        let load = sqlx::query(LOAD)
+            .bind(token)
+            .bind(tick_ms)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let function = sqlx::query("SELECT * FROM game_call_read($1, $2)")
+            .bind(token)
+            .bind(tick_ms)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        let (load, function) = (read_row(&load, 0).unwrap(), read_row(&function, 0).unwrap());
+        assert_eq!(function.last_seq, 1);
+        let columns = |r: &Read| {
+            (
+                (r.session_id, r.seat, r.in_game, r.last_seq, r.last_kind),
+                (r.last_outcome, r.last_tick, r.game_id, r.version),
+                (r.state.encode(), r.roster.clone()),
+            )
+        };
+        assert_eq!(columns(&load), columns(&function));
+        assert!(function.read_us >= load.read_us && function.now_tick >= load.now_tick);
+        store.close().await;
+    }
+
+    /// A write that lost to a commit made while it ran (it waited for the
+    /// winner's row lock, its own snapshot older than that commit) reads
+    /// again after that commit: the winner's version and log row.
+    #[tokio::test]
+    async fn a_missed_write_reads_again_after_the_commit_it_lost_to() {
+        use std::time::Duration;
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(
+            &pg.url(),
+            &StoreOptions {
+                // The winner's transaction idles while the loser waits.
+                idle_txn_timeout: Duration::from_secs(60),
+                db_timeout: Duration::from_secs(20),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        store.migrate().await.unwrap();
+        let token = crate::token::hash(&crate::token::draw());
+        let joined = store.join(&token, "p0").await.unwrap();
+        let (game, version) = (joined.game_id as i64, joined.snapshot.version as i64);
+        let pool = store.pool().clone();
+        let (session, clock): (i64, i64) = sqlx::query_as(
+            "SELECT id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+             FROM sessions WHERE token_hash = $1",
+        )
+        .bind(&token[..])
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+
+        // The winner: the game's next version and the session's seq 1,
+        // not committed yet.
+        let mut winner = pool.begin().await.unwrap();
+        sqlx::query("UPDATE games SET version = version + 1 WHERE id = $1")
+            .bind(game)
+            .execute(&mut *winner)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+             VALUES ($1, 1, $2, 0, 0, 6, 1, $3)",
+        )
+        .bind(session)
+        .bind(game)
+        .bind(version + 1)
+        .execute(&mut *winner)
+        .await
+        .unwrap();
+
+        let state = joined.snapshot.state.clone();
+        let loser = tokio::spawn(async move {
+            sqlx::query(WRITE_ACT)
+                .bind(Packed(&state))
+                .bind(state.phase().code())
+                .bind(game)
+                .bind(session)
+                .bind(1i64)
+                .bind(Action::Idle.code())
+                .bind(0i32)
+                .bind(0i16)
+                .bind(Outcome::NoEffect.code())
+                .bind(version)
+                .bind(clock)
+                .bind(60_000_000i64)
+                .bind(&token[..])
+                .bind(i64::from(TICK_MS))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        });
+        // The loser starts, and waits for the winner's lock on the game.
+        let waiting = async {
+            loop {
+                let waits: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                )
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                if waits > 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the write waits for the winner's row lock");
+        winner.commit().await.unwrap();
+
+        let row = loser.await.unwrap();
+        assert_eq!(row.get::<Option<i64>, _>(0), None, "nothing written");
+        let again = read_row(&row, 1).unwrap();
+        assert_eq!((again.version, again.last_seq), (version + 1, 1));
+        assert_eq!(
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM actions")
+                .fetch_one(store.pool())
+                .await
+                .unwrap(),
+            1
+        );
+        store.close().await;
+    }
+
+    /// A join dropped at any point (its client went away) leaves no
+    /// transaction open on a pooled connection: a later autocommitted
+    /// write on the pool is committed, not swallowed by a transaction the
+    /// join began. Sweeps the point of cancellation over every await of
+    /// the join, the database answering between polls.
+    #[tokio::test]
+    async fn a_join_dropped_anywhere_leaves_no_transaction_open() {
+        use std::future::Future;
+        use std::task::Poll;
+        use std::time::Duration;
+
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(
+            &pg.url(),
+            &StoreOptions {
+                // One connection, reused by every call; a transaction left
+                // open on it would stay open for the whole test.
+                max_connections: 1,
+                min_connections: 0,
+                idle_txn_timeout: Duration::from_secs(60),
+                db_timeout: Duration::from_secs(10),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        store.migrate().await.unwrap();
+        let check = sqlx::PgPool::connect(&pg.url()).await.unwrap();
+        let mut completed = 0;
+        for polls in 1..=40 {
+            let token = crate::token::hash(&crate::token::draw());
+            let mut join = Box::pin(store.join(&token, "dropped"));
+            for _ in 0..polls {
+                let ready =
+                    std::future::poll_fn(|cx| Poll::Ready(join.as_mut().poll(cx).is_ready())).await;
+                if ready {
+                    completed += 1;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            drop(join);
+            let name = format!("probe-{polls}");
+            sqlx::query("INSERT INTO rankings (name) VALUES ($1)")
+                .bind(&name)
+                .execute(store.pool())
+                .await
+                .unwrap();
+            let committed: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM rankings WHERE name = $1)")
+                    .bind(&name)
+                    .fetch_one(&check)
+                    .await
+                    .unwrap();
+            assert!(
+                committed,
+                "dropped after {polls} polls: a write was swallowed"
+            );
+        }
+        assert!(completed > 0, "the sweep never reached the end of a join");
+        store.close().await;
     }
 }

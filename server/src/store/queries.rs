@@ -1,8 +1,14 @@
-//! SQL of the game transactions; [`super::play`] holds the logic around it.
+//! SQL of the game calls; [`super::play`] holds the logic around it.
 //!
 //! Parameters are cast explicitly so every statement prepares with fixed
 //! types. A game's columns are always selected in the same order (see
 //! `game_cols!`) so one parser reads them.
+//!
+//! Acts, leaves and the commits of a clock-ended game are compare-and-set
+//! writes: one autocommitted statement whose game update matches only the
+//! version the caller read (`cas_game!`), and whose every other part reads
+//! that update's row (`FROM g` or `EXISTS (SELECT 1 FROM g)`), so a write
+//! that lost the race changes nothing at all and returns no row.
 
 use borbaman_game::Phase;
 use borbaman_game::codes::CONNECTED_WINDOW_MS;
@@ -81,9 +87,9 @@ macro_rules! game_cols {
 }
 
 /// Game update shared by every write: new state, version + 1, phase, plus
-/// `$extra` assignments.
+/// `$extra` assignments, where `$cond` holds.
 macro_rules! update_game {
-    ($state:literal, $phase:literal, $game:literal, $extra:literal) => {
+    ($state:literal, $phase:literal, $game:literal, $extra:literal, $($cond:tt)+) => {
         concat!(
             "g AS (UPDATE games SET state = ",
             $state,
@@ -97,14 +103,76 @@ macro_rules! update_game {
             $extra,
             " WHERE id = ",
             $game,
-            "::bigint RETURNING id, version)"
+            "::bigint",
+            $($cond)+,
+            " RETURNING id, version)"
         )
     };
 }
 
-/// Rankings upsert for the commit that finishes the game (`$when`); grouped
-/// and ordered by name so two games finishing at once lock rankings rows in
-/// the same order.
+/// The database clock, in microseconds since the epoch.
+macro_rules! clock_us {
+    () => {
+        "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+    };
+}
+
+/// The compare-and-set game update of an Act or a Leave: it matches only
+/// while the game is still at the version the caller read (`$version`), the
+/// caller's session is still seated in it (`sl`), and the write is not older
+/// than `$lag_us` by the database clock since the read at `$read_us`. The
+/// last condition keeps a server that stalled between its read and its
+/// write (a stopped process, a CPU stall) from committing, much later, an
+/// action computed at a tick long gone, in a game nobody else touched
+/// meanwhile: the call reads again and applies it at the current tick.
+macro_rules! cas_game {
+    ($state:literal, $phase:literal, $game:literal, $extra:literal,
+     $version:literal, $read_us:literal, $lag_us:literal) => {
+        update_game!(
+            $state,
+            $phase,
+            $game,
+            $extra,
+            concat!(
+                " AND version = ",
+                $version,
+                "::bigint AND EXISTS (SELECT 1 FROM sl) AND ",
+                clock_us!(),
+                " <= ",
+                $read_us,
+                "::bigint + ",
+                $lag_us,
+                "::bigint"
+            )
+        )
+    };
+}
+
+/// The caller's session (`$session`) still seated at `$seat` of `$game`
+/// and in it: locked for the statement only (`$lock`), so a join moving
+/// the session elsewhere (it locks the session across its transaction)
+/// either finished before, and this finds no row, or waits for this write.
+/// No lock outlives the statement.
+macro_rules! session_guard {
+    ($session:literal, $game:literal, $seat:literal, $lock:literal) => {
+        concat!(
+            "sl AS MATERIALIZED (SELECT id FROM sessions WHERE id = ",
+            $session,
+            "::bigint AND game_id = ",
+            $game,
+            "::bigint AND seat = ",
+            $seat,
+            "::smallint AND in_game ",
+            $lock,
+            ")"
+        )
+    };
+}
+
+/// Rankings upsert for the commit that finishes the game (`$when`, and only
+/// if the game update `g` matched: a compare-and-set that lost counts
+/// nothing, so a game is counted once); grouped and ordered by name so two
+/// games finishing at once lock rankings rows in the same order.
 macro_rules! rankings {
     ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
         concat!(
@@ -115,7 +183,7 @@ macro_rules! rankings {
             $draw,
             "::boolean THEN count(*) ELSE 0 END FROM seats WHERE ",
             $when,
-            " AND game_id = ",
+            " AND EXISTS (SELECT 1 FROM g) AND game_id = ",
             $game,
             "::bigint GROUP BY name ORDER BY name \
              ON CONFLICT (name) DO UPDATE SET games = rk.games + excluded.games, \
@@ -125,16 +193,20 @@ macro_rules! rankings {
 }
 
 /// The caller's session, its newest action-log row (its last applied
-/// sequence number and reply) and its game; locks session and game.
-/// `$1` token hash, `$2` tick length.
-pub const LOAD_LOCKED: &str = concat!(
+/// sequence number and reply), its game and the database clock in
+/// microseconds, as one snapshot; locks nothing. `$1` token hash, `$2` tick
+/// length. The function `game_call_read` (migration `cas_reads`) is the
+/// same query, for a write that lost its race to read again (`read_again!`).
+pub const LOAD: &str = concat!(
     "SELECT s.id, s.seat, s.in_game, coalesce(l.seq, 0), coalesce(l.action, 0::smallint), \
             coalesce(l.outcome, 0::smallint), coalesce(l.tick, 0), ",
     game_cols!("$2"),
+    ", ",
+    clock_us!(),
     " FROM sessions s JOIN games g ON g.id = s.game_id \
      LEFT JOIN LATERAL (SELECT a.seq, a.action, a.outcome, a.tick FROM actions a \
                         WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true \
-     WHERE s.token_hash = $1::bytea FOR UPDATE OF s, g"
+     WHERE s.token_hash = $1::bytea"
 );
 
 /// The caller's game, without locking anything, then the caller's seat
@@ -143,13 +215,6 @@ pub const READ_STATE: &str = concat!(
     "SELECT ",
     game_cols!("$2"),
     ", s.seat FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
-);
-
-/// One game, locked (to commit an advance). `$1` game, `$2` tick length.
-pub const LOAD_GAME_LOCKED: &str = concat!(
-    "SELECT ",
-    game_cols!("$2"),
-    " FROM games g WHERE g.id = $1::bigint FOR UPDATE"
 );
 
 /// One game, read inside a join's transaction. `$1` game, `$2` tick length.
@@ -199,9 +264,10 @@ pub const LOAD_WAITING_LOCKED: &str = concat!(
 /// players went silent: their sessions leave the game and lose their seat
 /// (seat -1 marks a freed session), their `seats` rows go, and the game
 /// row forgets their names and activity. A session locked by a call in
-/// progress is being heard from right now: it is skipped, not waited for
-/// (waiting could deadlock with that call, which holds the session and
-/// waits for the game). Returns the seats freed.
+/// progress (an Act or Leave locks its session for its writing statement)
+/// is being heard from right now: it is skipped, not waited for (waiting
+/// could deadlock with that statement, which holds the session and waits
+/// for the game). Returns the seats freed.
 pub const FREE_SILENT_SEATS: &str = "WITH f AS (SELECT id, seat FROM sessions \
                 WHERE game_id = $1::bigint AND seat = ANY($2::smallint[]) AND in_game \
                 FOR UPDATE SKIP LOCKED), \
@@ -215,6 +281,16 @@ pub const FREE_SILENT_SEATS: &str = "WITH f AS (SELECT id, seat FROM sessions \
            WHERE id = $1::bigint AND EXISTS (SELECT 1 FROM f)) \
      SELECT seat FROM f ORDER BY seat";
 
+/// A joining token's session: seat, in its game, last sequence number,
+/// then its game; locks nothing (a rejoin only reads). `$1` token hash,
+/// `$2` tick length.
+pub const READ_JOINER: &str = concat!(
+    "SELECT s.seat, s.in_game, \
+            coalesce((SELECT max(a.seq) FROM actions a WHERE a.session_id = s.id), 0), ",
+    game_cols!("$2"),
+    " FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
+);
+
 /// A joining token's session (locked), its game's phase and its last
 /// sequence number. `$1` token hash.
 pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game, g.phase, \
@@ -222,60 +298,124 @@ pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game
      FROM sessions s JOIN games g ON g.id = s.game_id \
      WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
 
-/// Writes an applied Act: the game row and one action-log row. `$1` state,
-/// `$2` phase, `$3` game, `$4` session, `$5` seq, `$6` action, `$7` tick,
-/// `$8` seat, `$9` outcome.
+/// The end of a compare-and-set write: its new version in the first
+/// column, the rest NULL; or, if it wrote nothing, NULL then the caller's
+/// read done again ([`LOAD`]'s columns, from `game_call_read`, which sees
+/// the commit the write lost to). `$token` token hash, `$tick` tick length.
+macro_rules! read_again {
+    ($token:literal, $tick:literal) => {
+        concat!(
+            " SELECT version, NULL::bigint, NULL::smallint, NULL::boolean, NULL::bigint, \
+                     NULL::smallint, NULL::smallint, NULL::integer, NULL::bigint, NULL::bytea, \
+                     NULL::bigint, NULL::bigint, NULL::text[], NULL::boolean[], NULL::bigint \
+              FROM g \
+              UNION ALL \
+              SELECT NULL::bigint, r.* FROM game_call_read(",
+            $token,
+            "::bytea, ",
+            $tick,
+            "::bigint) r WHERE NOT EXISTS (SELECT 1 FROM g)"
+        )
+    };
+}
+
+/// Writes an applied Act, compare-and-set (see `cas_game!`): the game row
+/// and one action-log row, or nothing. The session's last sequence number
+/// is its newest log row, so the log row is the session's update; the
+/// log's primary key (session, seq) refuses a sequence number twice even
+/// if everything else let it through. Returns the new version, or, if the
+/// game or the session changed since the read, the read again (see
+/// `read_again!`). `$1` state, `$2` phase, `$3` game, `$4` session, `$5`
+/// seq, `$6` action, `$7` tick, `$8` seat, `$9` outcome, `$10` version
+/// read, `$11` clock read (µs), `$12` longest read-to-write lag (µs), `$13`
+/// token hash, `$14` tick length.
 pub const WRITE_ACT: &str = concat!(
     "WITH ",
-    update_game!("$1", "$2", "$3", ", active_at[$8::smallint + 1] = now()"),
+    session_guard!("$4", "$3", "$8", "FOR SHARE"),
+    ", ",
+    cas_game!(
+        "$1",
+        "$2",
+        "$3",
+        ", active_at[$8::smallint + 1] = now()",
+        "$10",
+        "$11",
+        "$12"
+    ),
     ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
            SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
-                  $9::smallint, version FROM g) \
-     SELECT version FROM g"
+                  $9::smallint, version FROM g)",
+    read_again!("$13", "$14")
 );
 
 /// [`WRITE_ACT`] for the Act that finishes the game: also the rankings.
-/// `$10` winner seat or -1, `$11` draw.
+/// `$15` winner seat or -1, `$16` draw.
 pub const WRITE_ACT_FINISHING: &str = concat!(
     "WITH ",
-    update_game!("$1", "$2", "$3", ", active_at[$8::smallint + 1] = now()"),
+    session_guard!("$4", "$3", "$8", "FOR SHARE"),
+    ", ",
+    cas_game!(
+        "$1",
+        "$2",
+        "$3",
+        ", active_at[$8::smallint + 1] = now()",
+        "$10",
+        "$11",
+        "$12"
+    ),
     ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
            SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
                   $9::smallint, version FROM g), ",
-    rankings!("$3", "$10", "$11", "true"),
-    " SELECT version FROM g"
+    rankings!("$3", "$15", "$16", "true"),
+    read_again!("$13", "$14")
 );
 
-/// Writes an applied Leave: game, session, seat, action log, and the
-/// rankings if the forfeit finished the game. `$1` state, `$2` phase,
+/// Writes an applied Leave, compare-and-set like [`WRITE_ACT`]: game,
+/// session, seat, action log, and the rankings if the forfeit finished the
+/// game, or nothing (then the read again). The session is locked as for
+/// an update (it is updated), so a Leave and an Act of one session never
+/// hold it shared while each waits for the other's game update. `$1`
+/// state, `$2` phase,
 /// `$3` game, `$4` session, `$5` seq, `$6` tick, `$7` seat, `$8` the game
-/// was waiting (the seat is freed), `$9` winner or -1, `$10` draw,
-/// `$11` finishing.
+/// was waiting (the seat is freed), `$9` winner or -1, `$10` draw, `$11`
+/// finishing, `$12` version read, `$13` clock read (µs), `$14` longest
+/// read-to-write lag (µs), `$15` token hash, `$16` tick length.
 pub const WRITE_LEAVE: &str = concat!(
     "WITH ",
-    update_game!(
+    session_guard!("$4", "$3", "$7", "FOR NO KEY UPDATE"),
+    ", ",
+    cas_game!(
         "$1",
         "$2",
         "$3",
         ", active_at[$7::smallint + 1] = NULL, \
-         names[$7::smallint + 1] = CASE WHEN $8::boolean THEN '' ELSE names[$7::smallint + 1] END"
+         names[$7::smallint + 1] = CASE WHEN $8::boolean THEN '' ELSE names[$7::smallint + 1] END",
+        "$12",
+        "$13",
+        "$14"
     ),
-    ", s AS (UPDATE sessions SET in_game = false WHERE id = $4::bigint), \
+    ", s AS (UPDATE sessions SET in_game = false \
+             WHERE id = $4::bigint AND EXISTS (SELECT 1 FROM g)), \
      a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
            SELECT $4::bigint, $5::bigint, id, $7::smallint, $6::integer, 7, 1, version FROM g), \
-     d AS (DELETE FROM seats WHERE $8::boolean AND game_id = $3::bigint AND seat = $7::smallint), \
+     d AS (DELETE FROM seats WHERE $8::boolean AND game_id = $3::bigint AND seat = $7::smallint \
+           AND EXISTS (SELECT 1 FROM g)), \
      l AS (UPDATE seats SET left_at = now() \
-           WHERE NOT $8::boolean AND game_id = $3::bigint AND seat = $7::smallint), ",
+           WHERE NOT $8::boolean AND game_id = $3::bigint AND seat = $7::smallint \
+           AND EXISTS (SELECT 1 FROM g)), ",
     rankings!("$3", "$9", "$10", "$11::boolean"),
-    " SELECT version FROM g"
+    read_again!("$15", "$16")
 );
 
-/// Writes a state advanced by the clock alone (a game that just ended).
-/// `$1` state, `$2` phase, `$3` game, `$4` winner or -1, `$5` draw,
-/// `$6` finishing.
+/// Writes a state advanced by the clock alone (a game that just ended),
+/// compare-and-set on the version read: of several calls that saw the game
+/// end, one commits it (and its rankings); the others find no row and read
+/// again. Any stalled writer computes the same state (the clock alone moved
+/// it), so no lag bound is needed. `$1` state, `$2` phase, `$3` game, `$4`
+/// winner or -1, `$5` draw, `$6` finishing, `$7` version read.
 pub const WRITE_ADVANCE: &str = concat!(
     "WITH ",
-    update_game!("$1", "$2", "$3", ""),
+    update_game!("$1", "$2", "$3", "", " AND version = $7::bigint"),
     ", ",
     rankings!("$3", "$4", "$5", "$6::boolean"),
     " SELECT version FROM g"
@@ -298,15 +438,17 @@ macro_rules! seat_session {
     };
 }
 
-/// Seats a session in an existing waiting game. `$1` token hash, `$2` name,
-/// `$3` seat, `$4` the session exists, `$5` state, `$6` phase, `$7` game.
+/// Seats a session in an existing waiting game (locked by the join's
+/// transaction, so no compare-and-set). `$1` token hash, `$2` name, `$3`
+/// seat, `$4` the session exists, `$5` state, `$6` phase, `$7` game.
 pub const WRITE_JOIN_WAITING: &str = concat!(
     "WITH ",
     update_game!(
         "$5",
         "$6",
         "$7",
-        ", names[$3::smallint + 1] = $2::text, active_at[$3::smallint + 1] = now()"
+        ", names[$3::smallint + 1] = $2::text, active_at[$3::smallint + 1] = now()",
+        ""
     ),
     seat_session!()
 );
@@ -359,10 +501,10 @@ pub const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[
-    LOAD_LOCKED,
+    LOAD,
     READ_STATE,
-    LOAD_GAME_LOCKED,
     READ_GAME,
+    READ_JOINER,
     LOCK_LOBBY,
     LOAD_WAITING_LOCKED,
     FREE_SILENT_SEATS,

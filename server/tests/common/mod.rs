@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -46,10 +47,22 @@ impl ServerProcess {
         } else {
             Stdio::null()
         };
+        Self::spawn(database_url, extra, stderr)
+    }
+
+    /// As [`ServerProcess::start_with`], its log (without colours) written
+    /// to the file `log`.
+    pub fn start_logged(database_url: &str, extra: &[&str], log: &Path) -> ServerProcess {
+        let file = std::fs::File::create(log).expect("create the server's log file");
+        Self::spawn(database_url, extra, Stdio::from(file))
+    }
+
+    fn spawn(database_url: &str, extra: &[&str], stderr: Stdio) -> ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_borbaman-server"))
             .args(["--listen", "127.0.0.1:0", "--database-url", database_url])
             .args(extra)
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -206,4 +219,29 @@ pub async fn stored_game(pool: &PgPool, game_id: u64) -> (i64, Vec<u8>) {
 /// The phase of a reply's state.
 pub fn phase(state: &Option<pb::GameState>) -> pb::Phase {
     pb::Phase::try_from(state.as_ref().expect("state").phase).unwrap()
+}
+
+/// A path for a log file of this test run, in the temporary directory.
+pub fn log_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "borbaman-test-{}-{name}-{}.log",
+        std::process::id(),
+        hex_token()
+    ))
+}
+
+fn hex_token() -> String {
+    token()[..6].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The compare-and-set retries a server logged when it stopped (after a
+/// SIGTERM), if it did.
+pub fn logged_cas_retries(log: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let at = text.rfind("cas_retries=")? + "cas_retries=".len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
 }
