@@ -63,12 +63,12 @@ fn three_kills_lose_and_duplicate_nothing() {
     assert_eq!(n("errors"), 0, "every call eventually succeeded: {stdout}");
     // 8 clients at 20 Hz for 13 measured seconds: about two thousand on a
     // quiet machine; the bound only checks that the clients played.
-    assert!(n("invocations") > 300, "{stdout}");
+    assert!(n("invocations") > 100, "{stdout}");
     assert_eq!(summary["invariants_ok"], true, "{stdout}");
     let acknowledged = summary["invariants"]["actions"]["acknowledged"]
         .as_u64()
         .unwrap();
-    assert!(acknowledged > 150, "the checker saw the actions: {summary}");
+    assert!(acknowledged > 50, "the checker saw the actions: {summary}");
 
     // Every call in the CSV, warm-up included, ended well.
     let csv = std::fs::read_to_string(out.path().join("invocations.csv")).unwrap();

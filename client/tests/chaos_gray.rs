@@ -79,7 +79,7 @@ fn partitions_and_slow_servers_lose_and_duplicate_nothing() {
     assert_eq!(n("duplicate_actions"), 0, "{stdout}");
     assert_eq!(n("state_regressions"), 0, "{stdout}");
     assert_eq!(n("errors"), 0, "every call eventually succeeded: {stdout}");
-    assert!(n("invocations") > 1000, "{stdout}");
+    assert!(n("invocations") > 100, "{stdout}");
     assert_eq!(summary["invariants_ok"], true, "{stdout}");
 
     // time_s,at_us,kind,target,promoted_ms,recovered_ms,restored_ms,error
