@@ -82,7 +82,7 @@ fn partitions_and_slow_servers_lose_and_duplicate_nothing() {
     assert!(n("invocations") > 100, "{stdout}");
     assert_eq!(summary["invariants_ok"], true, "{stdout}");
 
-    // time_s,at_us,kind,target,promoted_ms,recovered_ms,restored_ms,error
+    // time_s,at_us,kind,target,promoted_ms,committing_ms,recovered_ms,restored_ms,error
     let faults = std::fs::read_to_string(out.path().join("faults.csv")).unwrap();
     let rows: Vec<Vec<String>> = faults
         .lines()
@@ -98,11 +98,11 @@ fn partitions_and_slow_servers_lose_and_duplicate_nothing() {
     }
     for row in &rows {
         assert!(row[3].starts_with("127.0.0.1:"), "a server: {faults}");
-        let restored: f64 = row[6].parse().unwrap();
+        let restored: f64 = row[7].parse().unwrap();
         assert!(
             restored >= FAULT_MS as f64,
             "healed after the fault's time: {faults}"
         );
-        assert_eq!(row[7], "", "injected and healed: {faults}");
+        assert_eq!(row[8], "", "injected and healed: {faults}");
     }
 }

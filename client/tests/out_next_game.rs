@@ -40,8 +40,9 @@ async fn a_player_who_is_out_leaves_and_joins_the_next_game() {
     let (next, _) = GameSession::join(&pool, "out1", new_token())
         .await
         .expect("join the next game");
+    // (Not `!rejoined`: a join hedged or retried on a second server finds
+    // the session its first copy seated and answers as a rejoin.)
     assert_ne!(next.game_id(), old_game, "seated in a new game");
-    assert!(!next.rejoined());
     let lobby = next.latest().expect("the join's state");
     assert_eq!(
         lobby.phase(),
