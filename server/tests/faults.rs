@@ -136,7 +136,10 @@ async fn the_database_going_away_and_coming_back_is_survived() {
             "{}",
             err.message()
         );
-        assert!(took < Duration::from_millis(900), "took {took:?}");
+        // The database deadline is 500 ms; a server that waited for the
+        // database to come back would take seconds (the bound leaves room
+        // for a loaded machine).
+        assert!(took < Duration::from_secs(3), "took {took:?}");
     }
     let err = client
         .get_state(pb::GetStateRequest {
@@ -221,8 +224,12 @@ async fn a_frozen_server_does_not_hold_its_games_for_long() {
     for t in tasks {
         let (n, retry_took) = t.await.unwrap();
         acked += n;
+        // Nothing of the stopped server's stands in the way (it holds no
+        // lock); before, the retry waited for the database's idle
+        // transaction timeout per queued call. The bound leaves room for a
+        // loaded machine.
         assert!(
-            retry_took < Duration::from_millis(400),
+            retry_took < Duration::from_secs(2),
             "retry took {retry_took:?}"
         );
     }
