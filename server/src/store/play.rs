@@ -11,10 +11,10 @@
 //! seated in it. If another call committed first, the write changes nothing
 //! and returns, instead of a new version, the caller's read done again
 //! after that commit (`game_call_read`, in the same round trip); the call
-//! applies on it and writes again, a bounded number of times, with a short
-//! random pause from the second retry on (see `Store::lost`). Calls on one
-//! game through one server take turns (see `gates`), so they do not
-//! collide with each other at all.
+//! applies on it and writes again, a bounded number of times: at once at
+//! first, after a short random pause once it keeps losing (see
+//! `Store::lost`). Calls on one game through one server take turns (see
+//! `gates`), so they do not collide with each other at all.
 //!
 //! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
 //! row lock across the round trips from the read to the commit, and a
@@ -65,10 +65,10 @@
 //! one answers with the stored reply and the current state, without
 //! applying. Two copies of one call racing on two servers (a client
 //! retrying elsewhere) read the same version; one write matches, the other
-//! finds no row, reads again and answers as a repeat. The action log's
-//! primary key (session, seq) refuses a second row for one number whatever
-//! else lets it through: that statement fails as a whole, is retried, and
-//! answers as a repeat.
+//! writes nothing, gets the read again and answers as a repeat. The action
+//! log's primary key (session, seq) refuses a second row for one number
+//! whatever else lets it through: that statement fails as a whole, is
+//! retried, and answers as a repeat.
 
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;

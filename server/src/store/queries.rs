@@ -8,7 +8,9 @@
 //! writes: one autocommitted statement whose game update matches only the
 //! version the caller read (`cas_game!`), and whose every other part reads
 //! that update's row (`FROM g` or `EXISTS (SELECT 1 FROM g)`), so a write
-//! that lost the race changes nothing at all and returns no row.
+//! that lost the race changes nothing at all and returns no new version
+//! (an Act's or a Leave's returns the caller's read done again instead,
+//! see `read_again!`).
 
 use borbaman_game::Phase;
 use borbaman_game::codes::CONNECTED_WINDOW_MS;
@@ -375,11 +377,11 @@ pub const WRITE_ACT_FINISHING: &str = concat!(
 /// game, or nothing (then the read again). The session is locked as for
 /// an update (it is updated), so a Leave and an Act of one session never
 /// hold it shared while each waits for the other's game update. `$1`
-/// state, `$2` phase,
-/// `$3` game, `$4` session, `$5` seq, `$6` tick, `$7` seat, `$8` the game
-/// was waiting (the seat is freed), `$9` winner or -1, `$10` draw, `$11`
-/// finishing, `$12` version read, `$13` clock read (µs), `$14` longest
-/// read-to-write lag (µs), `$15` token hash, `$16` tick length.
+/// state, `$2` phase, `$3` game, `$4` session, `$5` seq, `$6` tick, `$7`
+/// seat, `$8` the game was waiting (the seat is freed), `$9` winner or -1,
+/// `$10` draw, `$11` finishing, `$12` version read, `$13` clock read (µs),
+/// `$14` longest read-to-write lag (µs), `$15` token hash, `$16` tick
+/// length.
 pub const WRITE_LEAVE: &str = concat!(
     "WITH ",
     session_guard!("$4", "$3", "$7", "FOR NO KEY UPDATE"),
