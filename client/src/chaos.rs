@@ -115,6 +115,11 @@ pub struct ChaosArgs {
     /// Longest wait for a new primary after a database fault (`--db ha`).
     #[arg(long, default_value_t = 30)]
     pub promotion_timeout_s: u64,
+    /// Put a proxy between each server and the database even when no
+    /// `db-partition` fault needs it, to measure what the proxy costs the
+    /// other faults.
+    #[arg(long)]
+    pub database_proxy: bool,
     /// An extra flag for every server, replacements included, e.g.
     /// `--server-arg=--db-min-connections=0`; repeat for several.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
@@ -157,11 +162,15 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             "--fault {kind} acts on the replicated database: add --db ha"
         );
     }
-    if args.db.db == DbKind::Ha && args.fault.contains(&FaultKind::DbPartition) {
+    if args.db.db == DbKind::Ha
+        && (args.database_proxy || args.fault.contains(&FaultKind::DbPartition))
+    {
         // The servers find the primary through Patroni, by its own address:
         // a proxy per server would have to stand in front of every member
         // and every Patroni REST API.
-        anyhow::bail!("--fault db-partition needs --db single (one proxied PostgreSQL)");
+        anyhow::bail!(
+            "--fault db-partition and --database-proxy need --db single (one proxied PostgreSQL)"
+        );
     }
     if args.db.db == DbKind::Ha && args.fault.contains(&FaultKind::DbRestart) {
         anyhow::bail!(
@@ -214,7 +223,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         // Unless given with --server-arg (a server refuses the flag twice).
         server_args.push(format!("--slow-mode-ms={}", args.slow_ms));
     }
-    let database_proxy = args.fault.iter().any(|k| k.needs_database_proxy());
+    let database_proxy = args.database_proxy || args.fault.iter().any(|k| k.needs_database_proxy());
     let cluster = measure::start_cluster(
         args.servers,
         args.db.db,

@@ -296,6 +296,17 @@ impl LocalPostgres {
 
     /// Runs one of the cluster's binaries, as the postgres user when root.
     fn run(&self, binary: &str, args: &[&str]) -> Result<Output, PgError> {
+        let mut cmd = self.command(binary);
+        cmd.args(args).stdin(std::process::Stdio::null());
+        cmd.output().map_err(io_err(format!(
+            "running {}",
+            self.bin_dir.join(binary).display()
+        )))
+    }
+
+    /// One of the cluster's binaries, to run as the postgres user when root
+    /// (tests drive `psql` sessions with it).
+    pub(crate) fn command(&self, binary: &str) -> Command {
         let path = self.bin_dir.join(binary);
         let mut cmd = if self.run_as.is_some() {
             let mut cmd = Command::new("runuser");
@@ -304,12 +315,8 @@ impl LocalPostgres {
         } else {
             Command::new(&path)
         };
-        cmd.args(args)
-            .env("LC_ALL", "C")
-            .current_dir("/")
-            .stdin(std::process::Stdio::null());
-        cmd.output()
-            .map_err(io_err(format!("running {}", path.display())))
+        cmd.env("LC_ALL", "C").current_dir("/");
+        cmd
     }
 }
 

@@ -468,6 +468,62 @@ mod tests {
         assert!(TcpStream::connect(address).is_err(), "no longer listening");
     }
 
+    /// PostgreSQL behind a proxy that is cut: the session behind it ends at
+    /// once, and the row lock it held goes with it (a partitioned server
+    /// must not keep the games it was playing locked).
+    #[test]
+    fn a_cut_ends_the_database_session_behind_it_and_its_locks() {
+        use crate::postgres::{DATABASE, LocalPostgres, PgOptions};
+        use std::io::BufRead;
+        use std::process::Stdio;
+
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let psql = |port: u16| {
+            let mut cmd = pg.command("psql");
+            let port = port.to_string();
+            cmd.args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
+                .args(["-d", DATABASE, "-qtA", "-v", "ON_ERROR_STOP=1"]);
+            cmd
+        };
+        let direct = |sql: &str| {
+            let out = psql(pg.port()).args(["-c", sql]).output().unwrap();
+            assert!(out.status.success(), "{sql}: {out:?}");
+        };
+        direct("CREATE TABLE held (id int PRIMARY KEY, v int); INSERT INTO held VALUES (1, 0)");
+
+        let proxy = TcpProxy::start(&format!("127.0.0.1:{}", pg.port())).unwrap();
+        let mut holder = psql(proxy.address().port())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = holder.stdin.take().unwrap();
+        input
+            .write_all(b"BEGIN;\nSELECT v FROM held WHERE id = 1 FOR UPDATE;\n")
+            .unwrap();
+        input.flush().unwrap();
+        let mut output = std::io::BufReader::new(holder.stdout.take().unwrap());
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "0", "the row is locked through the proxy");
+
+        proxy.cut();
+        let started = Instant::now();
+        direct("SET lock_timeout = '5s'; UPDATE held SET v = 1 WHERE id = 1");
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(1),
+            "the lock went with the cut session: waited {waited:?}"
+        );
+        drop(input);
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+
     #[test]
     fn urls_are_pointed_at_the_proxy() {
         let proxy: SocketAddr = "127.0.0.1:4000".parse().unwrap();
