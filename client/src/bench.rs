@@ -86,6 +86,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             !args.no_fsync,
             &args.server_args,
             false,
+            &args.out.join("logs"),
         )?))),
         false => None,
     };

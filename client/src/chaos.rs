@@ -230,6 +230,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         !args.no_fsync,
         &server_args,
         database_proxy,
+        &args.out.join("logs"),
     )?;
     let cluster = Arc::new(Mutex::new(cluster));
     let target = Target::of_cluster(&cluster);

@@ -54,15 +54,19 @@ use workload::{Progress, WorkloadConfig};
 /// saying what it does. `server_args` are passed to every server. With
 /// `database_proxy` each server reaches the database through a proxy of its
 /// own, which a fault can cut ([`LocalCluster::partition_database`]).
+/// The servers' logs (and the replicated database's) are kept in
+/// `log_dir`, so a fault can be read about after the run.
 pub fn start_cluster(
     servers: usize,
     db: DbKind,
     fsync: bool,
     server_args: &[String],
     database_proxy: bool,
+    log_dir: &Path,
 ) -> anyhow::Result<LocalCluster> {
     let config = ClusterConfig {
         fsync,
+        log_dir: Some(log_dir.to_path_buf()),
         server_args: server_args.to_vec(),
         database_proxy,
         database: match db {

@@ -562,10 +562,15 @@ impl LocalHa {
 
     /// Commits a transaction on member `i` again and again (each given
     /// `attempt` to finish) until one succeeds or `timeout` passes; returns
-    /// when it did. The commit writes a commit record, so in strict
-    /// synchronous mode it succeeds only once the member is a writable
-    /// primary with a synchronous standby attached: the moment the
-    /// database can take a player's action again after a failover.
+    /// when it did. The transaction writes WAL (a transactional logical
+    /// message), so its commit waits for the synchronous standby: in
+    /// strict synchronous mode it succeeds only once the member is a
+    /// writable primary with a synchronous standby attached, the moment
+    /// the database can take a player's action again after a failover.
+    /// (A transaction that only takes an xid, such as `SELECT
+    /// txid_current()`, writes no WAL before its commit record, so
+    /// PostgreSQL does not make it wait for the standby: it would report
+    /// the member committing up to seconds early.)
     pub fn wait_until_committing(
         &self,
         i: usize,
@@ -576,7 +581,7 @@ impl LocalHa {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if self
-                .psql_port_within(port, "postgres", "SELECT txid_current()", attempt)
+                .psql_port_within(port, "postgres", COMMIT_PROBE_SQL, attempt)
                 .is_ok()
             {
                 return Some(Instant::now());
@@ -1147,6 +1152,7 @@ impl LocalHa {
             .collect::<Vec<_>>()
             .join(",");
         let fsync = if self.opts.fsync { "on" } else { "off" };
+        let log_level = patroni_log_level();
         // PostgreSQL's socket in the member's directory if the path fits in
         // a socket address (and has no separator PostgreSQL would split on);
         // else TCP only.
@@ -1163,7 +1169,7 @@ namespace: /{SCOPE}/
 name: {name}
 
 log:
-  level: INFO
+  level: {log_level}
   format: '%(asctime)s.%(msecs)03d %(levelname)s: %(message)s'
   dateformat: '%H:%M:%S'
 
@@ -1236,6 +1242,7 @@ tags:
   nosync: false
 "#,
             name = m.name,
+            log_level = log_level,
             rest = m.rest_port,
             pg = m.pg_port,
             data = yaml_quote(&m.data_dir.to_string_lossy()),
@@ -1633,5 +1640,24 @@ mod tests {
             ..standby.clone()
         };
         assert!(!lagging.is_streaming_standby());
+    }
+}
+
+/// A transaction whose commit waits for the synchronous standby (see
+/// [`LocalHa::wait_until_committing`]).
+const COMMIT_PROBE_SQL: &str = "SELECT pg_logical_emit_message(true, 'borbaman', 'committing')";
+
+/// Patroni's log level: `BORBAMAN_PATRONI_LOG_LEVEL` (e.g. `DEBUG`, to read
+/// a failover step by step in `pgN.log`), else `INFO`.
+fn patroni_log_level() -> &'static str {
+    match std::env::var("BORBAMAN_PATRONI_LOG_LEVEL")
+        .unwrap_or_default()
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "DEBUG" => "DEBUG",
+        "WARNING" => "WARNING",
+        "ERROR" => "ERROR",
+        _ => "INFO",
     }
 }
