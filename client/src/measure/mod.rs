@@ -46,7 +46,7 @@ use faults::FaultEvent;
 use floors::DbFloor;
 use plot::{FaultMark, Reference};
 use record::{Recorder, RunClock};
-use report::{FloorRatios, Summary, floor_stats, measure};
+use report::{FloorRatios, Summary, Tail, floor_stats, measure};
 use workload::{Progress, WorkloadConfig};
 
 /// Starts a local cluster of `servers` servers of this binary on a
@@ -191,6 +191,15 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.lost_actions,
         summary.duplicate_actions,
         summary.state_regressions,
+    );
+    println!(
+        "tail: RTT max {} µs beside the floor's max {} µs; {} calls ({:.3}%) slower than \
+         the floor's p99.9 ({} µs)",
+        summary.tail.rtt_max_us,
+        summary.tail.floor_max_us,
+        summary.tail.calls_over_floor_p999,
+        summary.tail.fraction_over_floor_p999 * 100.0,
+        summary.tail.floor_p999_us,
     );
     if summary.faults > 0 {
         println!(
@@ -380,6 +389,7 @@ pub async fn run_measured(
         &summary.floor_ping_us,
         &summary.floor_db_txn_us,
     );
+    summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
     if let Some(report) = invariants {
         summary.lost_actions = report.actions.lost;
         summary.duplicate_actions = report.actions.duplicated;

@@ -63,6 +63,8 @@ pub struct GapStats {
 pub struct FloorStats {
     pub p50: u64,
     pub p99: u64,
+    #[serde(default)]
+    pub p999: u64,
     pub max: u64,
     pub mean: f64,
     pub samples: u64,
@@ -135,6 +137,50 @@ impl FloorRatios {
     }
 }
 
+/// The run's tail beside the machine's own, so a reader can tell the
+/// project's tail from the machine's: a floor (a bare `Ping` plus a bare
+/// transaction of a game call's shape, measured beside the workload) has a
+/// tail too, and calls slower than the floor's p99.9 are the ones the
+/// machine alone does not explain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Tail {
+    /// The slowest successful call.
+    pub rtt_max_us: u64,
+    /// Ping max + transaction max: the slowest the floor itself was.
+    pub floor_max_us: u64,
+    /// Ping p99.9 + transaction p99.9.
+    pub floor_p999_us: u64,
+    /// Successful calls slower than `floor_p999_us`, and their share.
+    pub calls_over_floor_p999: u64,
+    pub fraction_over_floor_p999: f64,
+}
+
+impl Tail {
+    pub fn new(records: &[Invocation], ping: &FloorStats, txn: &FloorStats) -> Tail {
+        let rtts: Vec<u64> = records
+            .iter()
+            .filter(|r| !r.warmup && r.is_ok())
+            .map(effective_rtt_us)
+            .collect();
+        let floor_p999_us = ping.p999 + txn.p999;
+        let over = match floor_p999_us {
+            // No floor measured: nothing to compare with.
+            0 => 0,
+            floor => rtts.iter().filter(|&&rtt| rtt > floor).count() as u64,
+        };
+        Tail {
+            rtt_max_us: rtts.iter().copied().max().unwrap_or(0),
+            floor_max_us: ping.max + txn.max,
+            floor_p999_us,
+            calls_over_floor_p999: over,
+            fraction_over_floor_p999: match rtts.len() {
+                0 => 0.0,
+                n => (over as f64 / n as f64 * 1e5).round() / 1e5,
+            },
+        }
+    }
+}
+
 /// `summary.json`: the names the issue fixes first, then extras.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
@@ -171,6 +217,7 @@ pub struct Summary {
     pub invariants: Option<super::invariants::InvariantReport>,
     pub act_rtt_us: RttStats,
     pub ratios: FloorRatios,
+    pub tail: Tail,
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,
@@ -279,6 +326,7 @@ pub fn floor_stats(values: impl IntoIterator<Item = u64>) -> FloorStats {
     FloorStats {
         p50: d.quantile(0.50),
         p99: d.quantile(0.99),
+        p999: d.quantile(0.999),
         max: d.max,
         mean: d.mean(),
         samples: d.histogram.len(),
@@ -639,6 +687,34 @@ mod tests {
         }
         assert_eq!(ecdf(&[5, 1, 5, 3], 10), vec![(1, 0.25), (3, 0.5), (5, 1.0)]);
         assert!(ecdf(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn the_tail_counts_calls_slower_than_the_floors_p999() {
+        let records: Vec<Invocation> = [100, 200, 900, 1500, 5000]
+            .into_iter()
+            .enumerate()
+            .map(|(i, rtt)| super::super::record::tests::act(0, i as u64 * 50_000, rtt))
+            .collect();
+        let ping = FloorStats {
+            p999: 300,
+            max: 400,
+            ..FloorStats::default()
+        };
+        let txn = FloorStats {
+            p999: 700,
+            max: 2000,
+            ..FloorStats::default()
+        };
+        let tail = Tail::new(&records, &ping, &txn);
+        assert_eq!(tail.rtt_max_us, 5000);
+        assert_eq!(tail.floor_max_us, 2400);
+        assert_eq!(tail.floor_p999_us, 1000);
+        assert_eq!(tail.calls_over_floor_p999, 2);
+        assert_eq!(tail.fraction_over_floor_p999, 0.4);
+        // Without a floor nothing is counted as over it.
+        let none = Tail::new(&records, &FloorStats::default(), &FloorStats::default());
+        assert_eq!(none.calls_over_floor_p999, 0);
     }
 
     #[test]
