@@ -19,6 +19,7 @@
 //! - [`invariants`]: what must hold after every run.
 //! - [`faults`]: the kinds of fault and the record of each injected one.
 
+pub mod dbcost;
 pub mod faults;
 pub mod floors;
 pub mod invariants;
@@ -133,6 +134,9 @@ pub struct Target {
     /// database's primary moves during a run, and the invariants are
     /// checked on whichever member is primary then. `None`: `database_url`.
     pub final_database_url: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// The database's processes, when it runs on this machine (its CPU
+    /// time is then part of what a call costs).
+    pub database_pids: Option<Arc<dyn Fn() -> Vec<u32> + Send + Sync>>,
 }
 
 impl Target {
@@ -141,6 +145,7 @@ impl Target {
             servers,
             database_url,
             final_database_url: None,
+            database_pids: None,
         }
     }
 
@@ -148,6 +153,7 @@ impl Target {
     pub fn of_cluster(cluster: &Arc<std::sync::Mutex<LocalCluster>>) -> Target {
         let c = cluster.lock().unwrap_or_else(|e| e.into_inner());
         let current = cluster.clone();
+        let processes = cluster.clone();
         Target {
             servers: c.addresses(),
             database_url: Some(c.database_url()),
@@ -156,6 +162,12 @@ impl Target {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .database_url()
+            })),
+            database_pids: Some(Arc::new(move || {
+                processes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .database_pids()
             })),
         }
     }
@@ -201,6 +213,15 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.tail.fraction_over_floor_p999 * 100.0,
         summary.tail.floor_p999_us,
     );
+    if let Some(cost) = &summary.database_cost {
+        println!(
+            "database per call: {} B of WAL, {} writing transactions, {} of postgres CPU",
+            cost.wal_bytes_per_call,
+            cost.writing_transactions_per_call,
+            cost.cpu_us_per_call
+                .map_or("unknown".to_string(), |us| format!("{us} µs")),
+        );
+    }
     if summary.faults > 0 {
         println!(
             "recovery (every client's first good act after a fault): p50 {} ms, p99 {} ms, \
@@ -288,8 +309,30 @@ pub async fn run_measured(
     let injector = injector.map(|start| start(clock, stop.clone()));
     let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
+    let cost_db = match &target.database_url {
+        Some(url) => PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await
+            .ok(),
+        None => None,
+    };
+    let database_pids = || target.database_pids.as_ref().map(|pids| pids());
+    let cost_before = match &cost_db {
+        Some(db) => dbcost::read(db, database_pids()).await.ok(),
+        None => None,
+    };
     let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop).await;
     stopper.stop();
+    // A failed-over database answers on another member: no reading then.
+    let cost_after = match &cost_db {
+        Some(db) => dbcost::read(db, database_pids()).await.ok(),
+        None => None,
+    };
+    if let Some(db) = cost_db {
+        db.close().await;
+    }
     let (probed, db_floor) = prober.await?;
     let mut faults = match injector {
         Some(task) => task.await?,
@@ -390,6 +433,14 @@ pub async fn run_measured(
         &summary.floor_db_txn_us,
     );
     summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    if let (Some(before), Some(after)) = (cost_before, cost_after) {
+        // Warm-up calls included: the readings bracket the whole workload.
+        summary.database_cost = Some(dbcost::DatabaseCost::between(
+            &before,
+            &after,
+            records.len() as u64,
+        ));
+    }
     if let Some(report) = invariants {
         summary.lost_actions = report.actions.lost;
         summary.duplicate_actions = report.actions.duplicated;

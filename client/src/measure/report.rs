@@ -218,6 +218,9 @@ pub struct Summary {
     pub act_rtt_us: RttStats,
     pub ratios: FloorRatios,
     pub tail: Tail,
+    /// What each call of the workload cost the database (the floor
+    /// prober's transactions, one per 50 ms, included).
+    pub database_cost: Option<super::dbcost::DatabaseCost>,
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,

@@ -511,6 +511,24 @@ impl LocalCluster {
         }
     }
 
+    /// Process ids of the database the cluster started (none for a URL it
+    /// was given): the postmaster of the single PostgreSQL, or every
+    /// process of the replicated database (Patroni, etcd, postmasters and
+    /// their children). For measuring what the database costs.
+    pub fn database_pids(&self) -> Vec<u32> {
+        if let Some(ha) = &self.ha {
+            return ha.pids();
+        }
+        let Some(pg) = &self.postgres else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(pg.data_dir().join("postmaster.pid"))
+            .ok()
+            .and_then(|s| s.lines().next()?.trim().parse().ok())
+            .into_iter()
+            .collect()
+    }
+
     /// The replicated database, when the cluster runs one: for faults and
     /// their timing.
     pub fn replicated(&self) -> Option<&LocalHa> {

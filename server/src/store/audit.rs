@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 
 use crate::token::{self, TokenHash};
 use borbaman_game::{GameState, Phase};
@@ -220,4 +220,29 @@ pub async fn drop_txn_floor(db: &PgPool) -> Result<(), sqlx::Error> {
         .execute(db)
         .await?;
     Ok(())
+}
+
+/// What the database has done so far: WAL written and transaction ids
+/// handed out (one per writing transaction, committed or not; read-only
+/// statements take none). Two readings around a run give what each call
+/// cost the database.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DatabaseActivity {
+    pub wal_bytes: u64,
+    pub writing_transactions: u64,
+}
+
+pub async fn database_activity(db: &PgPool) -> Result<DatabaseActivity, sqlx::Error> {
+    let row = sqlx::query(
+        "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, \
+                txid_snapshot_xmax(txid_current_snapshot())",
+    )
+    .fetch_one(db)
+    .await?;
+    let wal: i64 = row.try_get(0)?;
+    let xids: i64 = row.try_get(1)?;
+    Ok(DatabaseActivity {
+        wal_bytes: u64::try_from(wal).unwrap_or(0),
+        writing_transactions: u64::try_from(xids).unwrap_or(0),
+    })
 }
