@@ -1569,6 +1569,25 @@ fn output_within(mut cmd: Command, timeout: Duration) -> Result<Output, String> 
     })
 }
 
+/// A transaction whose commit waits for the synchronous standby (see
+/// [`LocalHa::wait_until_committing`]).
+const COMMIT_PROBE_SQL: &str = "SELECT pg_logical_emit_message(true, 'borbaman', 'committing')";
+
+/// Patroni's log level: `BORBAMAN_PATRONI_LOG_LEVEL` (e.g. `DEBUG`, to read
+/// a failover step by step in `pgN.log`), else `INFO`.
+fn patroni_log_level() -> &'static str {
+    match std::env::var("BORBAMAN_PATRONI_LOG_LEVEL")
+        .unwrap_or_default()
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "DEBUG" => "DEBUG",
+        "WARNING" => "WARNING",
+        "ERROR" => "ERROR",
+        _ => "INFO",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1640,24 +1659,5 @@ mod tests {
             ..standby.clone()
         };
         assert!(!lagging.is_streaming_standby());
-    }
-}
-
-/// A transaction whose commit waits for the synchronous standby (see
-/// [`LocalHa::wait_until_committing`]).
-const COMMIT_PROBE_SQL: &str = "SELECT pg_logical_emit_message(true, 'borbaman', 'committing')";
-
-/// Patroni's log level: `BORBAMAN_PATRONI_LOG_LEVEL` (e.g. `DEBUG`, to read
-/// a failover step by step in `pgN.log`), else `INFO`.
-fn patroni_log_level() -> &'static str {
-    match std::env::var("BORBAMAN_PATRONI_LOG_LEVEL")
-        .unwrap_or_default()
-        .to_ascii_uppercase()
-        .as_str()
-    {
-        "DEBUG" => "DEBUG",
-        "WARNING" => "WARNING",
-        "ERROR" => "ERROR",
-        _ => "INFO",
     }
 }
