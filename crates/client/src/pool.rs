@@ -41,8 +41,12 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use choice::{Exhausted, FailureKind, classify, exhausted, pick};
+use choice::{Exhausted, FailureKind, classify, exhausted, pick, pick_for_game};
 pub use hedge::HedgeDelay;
+
+/// How long a server that lost a hedge race is left out of its game's
+/// choice (see `ServerPool::hedge_won`).
+pub const SLOW_COOL_OFF: Duration = Duration::from_secs(1);
 
 /// Background refresh interval while no server is live.
 const NO_SERVER_REFRESH: Duration = Duration::from_millis(100);
@@ -209,6 +213,12 @@ struct State {
     database_unavailable: bool,
     hedges: u64,
     hedge: HedgeDelay,
+    /// The game this client plays, if any: its server is chosen by
+    /// [`pick_for_game`], so all its players share one.
+    game: Option<u64>,
+    /// Servers that lost a hedge race, left out of the game's choice until
+    /// the time given.
+    cooling: Vec<(String, Instant)>,
 }
 
 #[derive(Clone)]
@@ -505,7 +515,7 @@ impl ServerPool {
                 result = &mut copy, if copy_result.is_none() => match result {
                     Ok(response) => {
                         self.record_rtt(copy_started.elapsed());
-                        self.prefer(&second.address);
+                        self.hedge_won(&server.address, &second.address);
                         attempt.result = Ok(response);
                         attempt.answered_by = second.address.clone();
                         attempt.hedge_won = true;
@@ -557,20 +567,62 @@ impl ServerPool {
         &self.shared.config
     }
 
-    /// The current server, or a random live one not in `avoid` (which then
-    /// becomes current). `None` when no such server is live.
+    /// Calls from now on are about `game` (or none): the current server
+    /// becomes the game's choice among the live ones (see
+    /// [`pick_for_game`]), and a failover picks its next choice. Not a
+    /// failover: nothing failed.
+    pub fn set_game(&self, game: Option<u64>) {
+        let mut state = self.shared.state.lock().unwrap();
+        state.game = game;
+        if let Some(game) = game {
+            let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
+            if let Some(i) = pick_for_game(&addresses, &HashSet::new(), game) {
+                state.current = Some(state.servers[i].address.clone());
+            }
+        }
+    }
+
+    /// The current server, or a live one not in `avoid` (which then becomes
+    /// current): the game's choice, else one at random. `None` when no such
+    /// server is live.
     fn current_server(&self, avoid: &HashSet<String>) -> Option<Server> {
         let mut state = self.shared.state.lock().unwrap();
-        if let Some(current) = &state.current
-            && !avoid.contains(current)
-            && let Some(server) = state.servers.iter().find(|s| &s.address == current)
-        {
-            return Some(server.clone());
-        }
+        let current_usable = state.current.as_ref().is_some_and(|current| {
+            !avoid.contains(current) && state.servers.iter().any(|s| &s.address == current)
+        });
         let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
-        let i = pick(&addresses, avoid, &mut rand::rng())?;
+        let i = match state.game {
+            Some(game) => {
+                // The game's server, unless it is cooling off after losing a
+                // hedge race (then the next choice, the same for every
+                // player); checked on every call so that players come back
+                // to it once it has cooled.
+                let now = Instant::now();
+                let mut skip = avoid.clone();
+                skip.extend(
+                    state
+                        .cooling
+                        .iter()
+                        .filter(|(_, until)| *until > now)
+                        .map(|(address, _)| address.clone()),
+                );
+                pick_for_game(&addresses, &skip, game)
+                    .or_else(|| pick_for_game(&addresses, avoid, game))?
+            }
+            None if current_usable => {
+                let current = state.current.as_deref();
+                state
+                    .servers
+                    .iter()
+                    .position(|s| Some(s.address.as_str()) == current)?
+            }
+            None => pick(&addresses, avoid, &mut rand::rng())?,
+        };
         let server = state.servers[i].clone();
-        if state.current.is_some() && state.current.as_deref() != Some(&server.address) {
+        if !current_usable
+            && state.current.is_some()
+            && state.current.as_deref() != Some(&server.address)
+        {
             // Moving away from a server that failed us.
             state.failovers += 1;
         }
@@ -670,11 +722,20 @@ impl ServerPool {
         state.hedge.spend().then_some(server)
     }
 
-    /// Makes `address` the current server (a hedge to it answered first).
-    fn prefer(&self, address: &str) {
+    /// A hedge to `winner` answered before `slow` did: calls go to the
+    /// winner now. With a game set, `slow` stays its players' server; it is
+    /// left out of the game's choice for [`SLOW_COOL_OFF`], then tried
+    /// again (a server slow for good keeps losing races and is left again).
+    fn hedge_won(&self, slow: &str, winner: &str) {
         let mut state = self.shared.state.lock().unwrap();
-        if state.servers.iter().any(|s| s.address == address) {
-            state.current = Some(address.to_string());
+        if state.servers.iter().any(|s| s.address == winner) {
+            state.current = Some(winner.to_string());
+        }
+        if state.game.is_some() {
+            let until = Instant::now() + SLOW_COOL_OFF;
+            state.cooling.retain(|(_, at)| *at > Instant::now());
+            state.cooling.retain(|(address, _)| address != slow);
+            state.cooling.push((slow.to_string(), until));
         }
     }
 

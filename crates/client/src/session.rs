@@ -79,6 +79,9 @@ impl GameSession {
         } else {
             reply.token
         };
+        // The game's players share a server from now on (see
+        // `ServerPool::set_game`).
+        pool.set_game(Some(reply.game_id));
         let mut session = GameSession {
             pool: pool.clone(),
             token,

@@ -105,6 +105,34 @@ pub fn pick<R: Rng + ?Sized>(live: &[&str], avoid: &HashSet<String>, rng: &mut R
     Some(candidates[rng.random_range(0..candidates.len())])
 }
 
+/// Index of the server a game's calls go to, among `live` servers not in
+/// `avoid`: rendezvous hashing (the highest weight of `game` and the
+/// address). Every client of one game that knows the same servers picks
+/// the same one, so the calls of its four players take turns in that
+/// server (its per-game gates) instead of racing their compare-and-set
+/// writes in the database; games spread over the servers as random picks
+/// would; and when that server goes, its games move to their next choice,
+/// again the same for every player. Only a preference: a player on another
+/// server is slower, never wrong.
+pub fn pick_for_game(live: &[&str], avoid: &HashSet<String>, game: u64) -> Option<usize> {
+    (0..live.len())
+        .filter(|&i| !avoid.contains(live[i]))
+        .max_by_key(|&i| (weight(game, live[i]), live[i]))
+}
+
+/// FNV-1a over the game id and the address, then a 64-bit finalizer
+/// (splitmix64's): the same in every client, whatever its build.
+fn weight(game: u64, address: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in game.to_le_bytes().iter().chain(address.as_bytes()) {
+        h ^= u64::from(*byte);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +242,37 @@ mod tests {
         assert_eq!(pick(&[], &HashSet::new(), &mut rng), None);
         let avoid: HashSet<String> = ["a:1".to_string()].into();
         assert_eq!(pick(&["a:1"], &avoid, &mut rng), None);
+    }
+
+    #[test]
+    fn a_game_goes_to_one_server_and_games_spread() {
+        let live = ["127.0.0.1:5001", "127.0.0.1:5002", "127.0.0.1:5003"];
+        let none = HashSet::new();
+        let mut per_server = [0u32; 3];
+        for game in 1..=300u64 {
+            let chosen = pick_for_game(&live, &none, game).unwrap();
+            // The same whatever order the servers are known in.
+            let reversed: Vec<&str> = live.iter().rev().copied().collect();
+            assert_eq!(
+                reversed[pick_for_game(&reversed, &none, game).unwrap()],
+                live[chosen]
+            );
+            per_server[chosen] += 1;
+            // Without it, the game moves to another server, and only a
+            // game on the server that went moves.
+            let avoid: HashSet<String> = [live[chosen].to_string()].into();
+            let next = pick_for_game(&live, &avoid, game).unwrap();
+            assert_ne!(next, chosen);
+            let other = (chosen + 1) % 3;
+            let avoid_other: HashSet<String> = [live[other].to_string()].into();
+            assert_eq!(pick_for_game(&live, &avoid_other, game), Some(chosen));
+        }
+        // 300 games on 3 servers: each gets a fair share.
+        assert!(
+            per_server.iter().all(|&n| (60..=140).contains(&n)),
+            "{per_server:?}"
+        );
+        let all: HashSet<String> = live.iter().map(|a| a.to_string()).collect();
+        assert_eq!(pick_for_game(&live, &all, 7), None);
     }
 }
