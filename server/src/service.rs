@@ -15,7 +15,7 @@ use crate::store::{ActCall, LeaveCall, Store};
 use crate::token;
 use crate::wire;
 use borbaman_game::names;
-use borbaman_game::{Action, SEATS};
+use borbaman_game::{Action, Arena, SEATS};
 
 /// Rankings returned when the request asks for none in particular, and the
 /// most it may ask for.
@@ -49,7 +49,11 @@ impl GameService {
             req.token
         };
         let token_hash = token::check(&token)?;
-        let joined = self.store.join(&token_hash, name).await?;
+        let arena = match req.map.as_str() {
+            "" => None,
+            map => Some(Arena::from_name(map).map_err(|e| Error::InvalidArgument(e.to_string()))?),
+        };
+        let joined = self.store.join(&token_hash, name, arena).await?;
         Ok(pb::JoinReply {
             token,
             game_id: joined.game_id,

@@ -112,6 +112,7 @@ impl ToProto for GameState {
             round_ticks_left: self.round_ticks_left(),
             sudden_death: self.sudden_death(),
             seated: self.seated() as u32,
+            map: self.arena().name().to_string(),
         }
     }
 }

@@ -40,6 +40,7 @@ async fn bad_requests_get_the_right_status() {
         .join(pb::JoinRequest {
             name: "x".into(),
             token: vec![7; 65],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -70,6 +71,7 @@ async fn bad_requests_get_the_right_status() {
             .join(pb::JoinRequest {
                 name: name.into(),
                 token: token(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -100,6 +102,7 @@ async fn bad_requests_get_the_right_status() {
         .join(pb::JoinRequest {
             name: "x".repeat(borbaman_proto::MAX_REQUEST_BYTES + 1),
             token: token(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

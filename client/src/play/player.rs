@@ -26,6 +26,8 @@ const PRESENCE_INTERVAL: Duration = Duration::from_millis(PRESENCE_INTERVAL_MS a
 pub(super) struct Player {
     pool: ServerPool,
     name: String,
+    /// The arena asked for (empty: any).
+    map: String,
     state_dir: StateDir,
     servers_key: String,
     view: watch::Sender<View>,
@@ -46,6 +48,7 @@ impl Player {
     pub(super) fn new(
         pool: ServerPool,
         name: String,
+        map: String,
         state_dir: StateDir,
         servers_key: String,
         view: watch::Sender<View>,
@@ -55,6 +58,7 @@ impl Player {
         Player {
             pool,
             name,
+            map,
             state_dir,
             servers_key,
             view,
@@ -92,7 +96,7 @@ impl Player {
                 .as_ref()
                 .and_then(SavedSession::token)
                 .unwrap_or_else(new_token);
-            match GameSession::join(&self.pool, &self.name, token).await {
+            match GameSession::join_map(&self.pool, &self.name, token, &self.map).await {
                 Ok((session, info)) => {
                     self.record(&info, None);
                     let saved = SavedSession {
