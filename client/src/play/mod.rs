@@ -322,13 +322,13 @@ async fn network(
     let player = Player::new(
         pool,
         setup.name,
-        setup.map,
         setup.state_dir,
         servers_key,
         view,
         commands,
         quit,
-    );
+    )
+    .asking_for_map(setup.map);
     player.play().await;
     if let Some(bots) = bots {
         // They saw the quit too: let them leave their games and forget

@@ -48,7 +48,6 @@ impl Player {
     pub(super) fn new(
         pool: ServerPool,
         name: String,
-        map: String,
         state_dir: StateDir,
         servers_key: String,
         view: watch::Sender<View>,
@@ -58,7 +57,7 @@ impl Player {
         Player {
             pool,
             name,
-            map,
+            map: String::new(),
             state_dir,
             servers_key,
             view,
@@ -66,6 +65,12 @@ impl Player {
             quit,
             rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
         }
+    }
+
+    /// Joins only games on the arena `map` (empty: any).
+    pub(super) fn asking_for_map(mut self, map: String) -> Player {
+        self.map = map;
+        self
     }
 
     pub(super) async fn play(mut self) {
