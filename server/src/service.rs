@@ -122,8 +122,29 @@ impl GameService {
     }
 }
 
+impl GameService {
+    async fn get_replay(&self, req: pb::ReplayRequest) -> Result<pb::ReplayReply, Error> {
+        let game_id = check_game_id(req.game_id)?;
+        let (game, names) = self.store.replay(game_id).await?;
+        Ok(pb::ReplayReply {
+            game_id,
+            final_state: game.state,
+            events: game.events.iter().map(wire::replay_event).collect(),
+            names,
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl pb::game_server::Game for GameService {
+    async fn get_replay(
+        &self,
+        req: Request<pb::ReplayRequest>,
+    ) -> Result<Response<pb::ReplayReply>, Status> {
+        self.slow.pause().await;
+        Ok(Response::new(self.get_replay(req.into_inner()).await?))
+    }
+
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         self.slow.pause().await;
         Ok(Response::new(self.join(req.into_inner()).await?))

@@ -291,6 +291,11 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
         .seat
         .and_then(|seat| state.players.iter().find(|p| p.seat == seat));
     let mut lines = vec![];
+    if let Some(replay) = &view.replay {
+        lines.extend(replay.lines().map(|l| Line::from(l.to_string()).bold()));
+        lines.push(Line::from("space pause  → step").dim());
+        lines.push(Line::from("+/- speed  e end  q quit").dim());
+    }
     match me {
         Some(me) => {
             lines.push(Line::from(vec![

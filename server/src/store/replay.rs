@@ -8,6 +8,8 @@
 
 use sqlx::PgPool;
 
+use super::Store;
+use crate::error::Error;
 use borbaman_game::{Action, Event, GameState, Tick, resimulate};
 
 /// `seat_log.kind` of a seat freed because its player went silent.
@@ -21,6 +23,31 @@ pub struct LoggedGame {
     pub id: i64,
     pub state: Vec<u8>,
     pub events: Vec<Event>,
+}
+
+impl Store {
+    /// One finished game with its log and its players' names, for a
+    /// replay; `FailedPrecondition` if it is not a finished game.
+    pub async fn replay(&self, game_id: u64) -> Result<(LoggedGame, Vec<String>), Error> {
+        let id = i64::try_from(game_id)
+            .map_err(|_| Error::InvalidArgument(format!("game id {game_id} is out of range")))?;
+        self.retrying(|| async {
+            let game = finished_games(&self.pool, Some(&[id]))
+                .await?
+                .pop()
+                .ok_or_else(|| {
+                    Error::FailedPrecondition(format!(
+                        "game {game_id} is not a finished game; only finished games can be replayed"
+                    ))
+                })?;
+            let names: Vec<String> = sqlx::query_scalar("SELECT names FROM games WHERE id = $1")
+                .bind(id)
+                .fetch_one(&self.pool)
+                .await?;
+            Ok((game, names))
+        })
+        .await
+    }
 }
 
 /// What re-simulating a finished game found.
