@@ -46,6 +46,36 @@ async fn bad_requests_get_the_right_status() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
 
+    // An arena that does not exist: the message lists the ones that do.
+    let err = client
+        .join(pb::JoinRequest {
+            name: "x".into(),
+            token: token(),
+            map: "lava".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("\"lava\"") && err.message().contains("classic, open, corridors"),
+        "{}",
+        err.message()
+    );
+
+    // A replay of a game that has not finished.
+    let err = client
+        .get_replay(pb::ReplayRequest {
+            game_id: p0.game_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("not a finished game"),
+        "{}",
+        err.message()
+    );
+
     // Someone else's seat, someone else's game.
     let mut req = players[0].act_request(pb::Action::Idle);
     req.seat = p1.seat;
