@@ -48,7 +48,11 @@ async fn verify_passes_on_a_bot_game_and_fails_once_its_state_is_altered() {
         "{stdout}{}",
         String::from_utf8_lossy(&checked.stderr)
     );
-    assert!(stdout.contains("verified 1 finished games"), "{stdout}");
+    assert!(
+        stdout.contains("re-simulated 1 finished games")
+            && stdout.contains("1 equal to their stored state, 0 differ"),
+        "{stdout}"
+    );
 
     // One byte of the stored state: seat 0's bombs, range and kills.
     sqlx::query(

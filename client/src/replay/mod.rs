@@ -73,9 +73,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         let verify_ms = verified_at.elapsed().as_secs_f64() * 1e3;
         let cpu_ms = cpu_time_ms() - cpu_before;
         println!(
-            "verified {} finished games by re-simulation in {verify_ms:.1} ms \
-             ({cpu_ms:.1} ms CPU; reading them took {read_ms:.1} ms)",
-            audit.checked
+            "re-simulated {} finished games in {verify_ms:.1} ms ({cpu_ms:.1} ms CPU; \
+             reading them took {read_ms:.1} ms): {} equal to their stored state, {} differ",
+            audit.checked,
+            audit.checked - audit.differing.len(),
+            audit.differing.len()
         );
         if audit.not_logged > 0 {
             println!(
