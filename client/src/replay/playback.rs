@@ -168,3 +168,78 @@ impl Playback {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use borbaman_game::{Action, Arena, Dir, resimulate};
+
+    /// A corridors game with a short round, logged as the servers log it.
+    fn logged_game() -> (GameState, Vec<Event>) {
+        let mut g = GameState::on_arena(Arena::Corridors, 9, 0, 20);
+        let mut log = Vec::new();
+        for tick in [0, 4, 9, 12] {
+            let seat = g.seat_player(tick).unwrap();
+            log.push(Event::Seated { seat, tick });
+        }
+        for (tick, seat, action) in [
+            (14, 0, Action::Bomb),
+            (15, 0, Action::Move(Dir::Right)),
+            (15, 3, Action::Move(Dir::Up)),
+            (30, 1, Action::Bomb),
+        ] {
+            g.apply(seat, action, tick);
+            log.push(Event::Acted { seat, action, tick });
+        }
+        g.forfeit(2, 40);
+        log.push(Event::Left { seat: 2, tick: 40 });
+        g.advance(5000);
+        assert_eq!(g.phase(), Phase::Finished);
+        (g, log)
+    }
+
+    #[test]
+    fn stepping_tick_by_tick_ends_on_the_stored_state() {
+        let (end, log) = logged_game();
+        let mut playback = Playback::new(1, end.clone(), log.clone(), Default::default()).unwrap();
+        assert_eq!(playback.state().phase(), Phase::Playing);
+        assert_eq!(playback.state().tick(), 12, "starts where play started");
+        let mut steps = 0;
+        while !playback.at_end() {
+            playback.control(Control::Step).unwrap();
+            steps += 1;
+        }
+        assert!(playback.paused());
+        assert!(steps > 40, "{steps}");
+        assert_eq!(playback.state().encode(), end.encode());
+        assert_eq!(
+            resimulate(end.initial(), log, end.tick()).unwrap(),
+            *playback.state()
+        );
+    }
+
+    #[test]
+    fn speed_pause_and_jump_to_the_end() {
+        let (end, log) = logged_game();
+        let mut playback = Playback::new(1, end.clone(), log, Default::default()).unwrap();
+        playback.frame().unwrap();
+        assert_eq!(playback.state().tick(), 13, "one tick a frame at 1x");
+        for _ in 0..10 {
+            playback.control(Control::Faster).unwrap();
+        }
+        assert_eq!(playback.speed(), 16.0);
+        playback.frame().unwrap();
+        assert_eq!(playback.state().tick(), 29);
+        playback.control(Control::TogglePause).unwrap();
+        playback.frame().unwrap();
+        assert_eq!(playback.state().tick(), 29, "paused");
+        for _ in 0..10 {
+            playback.control(Control::Slower).unwrap();
+        }
+        assert_eq!(playback.speed(), 0.25);
+        playback.control(Control::JumpToEnd).unwrap();
+        assert!(playback.at_end());
+        assert_eq!(playback.state().encode(), end.encode());
+        assert!(playback.view().replay.unwrap().starts_with("REPLAY end"));
+    }
+}
