@@ -19,6 +19,14 @@ pub fn server_address(text: &str) -> Result<String, String> {
     }
 }
 
+/// A `--map` name: one of the arenas' (an unknown one is refused with the
+/// list of valid names).
+pub fn map_name(text: &str) -> Result<String, String> {
+    borbaman_game::Arena::from_name(text)
+        .map(|arena| arena.name().to_string())
+        .map_err(|e| e.to_string())
+}
+
 /// `--servers host:port,…` (or `BORBAMAN_SERVERS`): the servers to
 /// bootstrap from; any live one will do, the others are found through it.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -75,5 +83,12 @@ mod tests {
         }
         let scheme = server_address("http://127.0.0.1:1").unwrap_err();
         assert!(scheme.contains("without a scheme"), "{scheme}");
+    }
+
+    #[test]
+    fn map_names_are_checked_and_an_unknown_one_lists_the_valid_ones() {
+        assert_eq!(map_name("Corridors"), Ok("corridors".into()));
+        let err = map_name("lava").unwrap_err();
+        assert!(err.contains("classic, open, corridors"), "{err}");
     }
 }

@@ -36,6 +36,9 @@ pub struct BotArgs {
     /// Ctrl-C). One line is printed per finished game.
     #[arg(long)]
     pub games: Option<u32>,
+    /// The arena to play on: classic, open or corridors (default: any).
+    #[arg(long, value_name = "NAME", value_parser = crate::args::map_name)]
+    pub map: Option<String>,
 }
 
 /// How one bot plays.
@@ -51,6 +54,8 @@ pub struct BotOptions {
     /// Where the bot keeps its session while a game runs, to rejoin it after
     /// a crash (`None`: every game starts afresh).
     pub sessions: Option<StateDir>,
+    /// The arena to play on (empty: any).
+    pub map: String,
 }
 
 impl BotOptions {
@@ -61,6 +66,7 @@ impl BotOptions {
             interval: Duration::from_millis(50),
             seed: rand::random(),
             sessions: None,
+            map: String::new(),
         }
     }
 }
@@ -171,20 +177,21 @@ pub async fn play_games(
             .as_ref()
             .and_then(SavedSession::token)
             .unwrap_or_else(new_token);
-        let mut session = match GameSession::join(&pool, &options.name, token).await {
-            Ok((session, _)) => session,
-            Err(e) => {
-                tracing::warn!(bot = options.name, error = %e, "join failed");
-                if let (Some(dir), Some(_), PoolError::Status(_)) = (sessions, &saved, &e) {
-                    // The servers refuse the saved session: start afresh.
-                    dir.clear(&options.name);
+        let mut session =
+            match GameSession::join_map(&pool, &options.name, token, &options.map).await {
+                Ok((session, _)) => session,
+                Err(e) => {
+                    tracing::warn!(bot = options.name, error = %e, "join failed");
+                    if let (Some(dir), Some(_), PoolError::Status(_)) = (sessions, &saved, &e) {
+                        // The servers refuse the saved session: start afresh.
+                        dir.clear(&options.name);
+                    }
+                    if stop.sleep(Duration::from_millis(500)).await {
+                        return;
+                    }
+                    continue;
                 }
-                if stop.sleep(Duration::from_millis(500)).await {
-                    return;
-                }
-                continue;
-            }
-        };
+            };
         if let Some(dir) = sessions {
             let saved = SavedSession {
                 name: options.name.clone(),
@@ -262,6 +269,8 @@ pub struct BotTeam {
     pub games: Option<u32>,
     /// Where the bots keep their sessions (see [`BotOptions::sessions`]).
     pub sessions: Option<StateDir>,
+    /// The arena the bots play on (empty: any).
+    pub map: String,
 }
 
 impl BotTeam {
@@ -272,6 +281,7 @@ impl BotTeam {
             prefix: "bot".into(),
             games: None,
             sessions: None,
+            map: String::new(),
         }
     }
 }
@@ -291,6 +301,7 @@ pub async fn spawn_bots(
         let mut options = BotOptions::named(format!("{}-{n}", team.prefix));
         options.games = team.games;
         options.sessions = team.sessions.clone();
+        options.map = team.map.clone();
         let outcomes = outcomes.clone();
         let stop = stop.clone();
         bots.spawn(async move {
@@ -340,6 +351,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             prefix: args.name_prefix.clone(),
             games: args.games,
             sessions: None,
+            map: args.map.clone().unwrap_or_default(),
         };
         let mut bots = spawn_bots(&servers, PoolConfig::default(), &team, stop, outcome_tx)
             .await

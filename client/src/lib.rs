@@ -15,6 +15,8 @@
 //! - [`bench`]: `borbaman bench`, RTT and jitter measurement runs.
 //! - [`chaos`]: `borbaman chaos`, fault-injection runs.
 //! - [`measure`]: the measurement engine both drive.
+//! - [`replay`]: `borbaman replay --verify`, finished games re-simulated
+//!   and compared with their stored state.
 
 pub mod args;
 pub mod bench;
@@ -24,5 +26,6 @@ pub mod chaos;
 pub mod driver;
 pub mod measure;
 pub mod play;
+pub mod replay;
 pub mod shutdown;
 pub mod ui;

@@ -30,6 +30,10 @@ enum Command {
     /// The bench workload on a local cluster while servers are killed,
     /// hung or restarted; checks that no action was lost or duplicated.
     Chaos(borbaman::chaos::ChaosArgs),
+    /// Check finished games: `--verify --all --database-url URL`
+    /// re-simulates every finished game from its seed and log and compares
+    /// it with its stored final state, byte for byte.
+    Replay(borbaman::replay::ReplayArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => borbaman_server::cli::run(args),
         Command::Bench(args) => borbaman::bench::run(args),
         Command::Chaos(args) => borbaman::chaos::run(args),
+        Command::Replay(args) => borbaman::replay::run(args),
     }
 }

@@ -1,7 +1,9 @@
 //! A short chaos run against a real local cluster (PostgreSQL and three
 //! server processes): 8 bots play while a server is SIGKILLed three times in
 //! about 15 s. No acknowledged action may be lost or applied twice, and every
-//! call must eventually succeed.
+//! call must eventually succeed. Servers play 1-second rounds, so games
+//! finish during the run, and every finished game must re-simulate from its
+//! log to its stored state.
 
 use std::path::Path;
 use std::process::Command;
@@ -35,6 +37,7 @@ fn three_kills_lose_and_duplicate_nothing() {
             "--floor-samples",
             "50",
             "--no-fsync",
+            "--server-arg=--round-ms=1000",
             "--out",
         ])
         .arg(out.path())
@@ -69,6 +72,17 @@ fn three_kills_lose_and_duplicate_nothing() {
         .as_u64()
         .unwrap();
     assert!(acknowledged > 50, "the checker saw the actions: {summary}");
+    let replays = &summary["invariants"];
+    assert!(
+        replays["replays_checked"].as_u64().unwrap() > 0,
+        "games finished during the kills and were re-simulated: {stdout}"
+    );
+    assert_eq!(
+        replays["replays_differing"].as_array().unwrap().len(),
+        0,
+        "{stdout}"
+    );
+    assert_eq!(replays["replays_not_logged"], 0, "{stdout}");
 
     // Every call in the CSV, warm-up included, ended well.
     let csv = std::fs::read_to_string(out.path().join("invocations.csv")).unwrap();

@@ -559,7 +559,7 @@ async fn seat_four(store: &Store, prefix: &str) -> Vec<Seat> {
     for i in 0..4 {
         let token = token::draw();
         let joined = store
-            .join(&token::hash(&token), &format!("{prefix}{i}"))
+            .join(&token::hash(&token), &format!("{prefix}{i}"), None)
             .await
             .unwrap();
         seats.push(Seat {

@@ -15,7 +15,7 @@ use crate::store::{ActCall, LeaveCall, Store};
 use crate::token;
 use crate::wire;
 use borbaman_game::names;
-use borbaman_game::{Action, SEATS};
+use borbaman_game::{Action, Arena, SEATS};
 
 /// Rankings returned when the request asks for none in particular, and the
 /// most it may ask for.
@@ -49,7 +49,11 @@ impl GameService {
             req.token
         };
         let token_hash = token::check(&token)?;
-        let joined = self.store.join(&token_hash, name).await?;
+        let arena = match req.map.as_str() {
+            "" => None,
+            map => Some(Arena::from_name(map).map_err(|e| Error::InvalidArgument(e.to_string()))?),
+        };
+        let joined = self.store.join(&token_hash, name, arena).await?;
         Ok(pb::JoinReply {
             token,
             game_id: joined.game_id,
@@ -118,8 +122,29 @@ impl GameService {
     }
 }
 
+impl GameService {
+    async fn get_replay(&self, req: pb::ReplayRequest) -> Result<pb::ReplayReply, Error> {
+        let game_id = check_game_id(req.game_id)?;
+        let (game, names) = self.store.replay(game_id).await?;
+        Ok(pb::ReplayReply {
+            game_id,
+            final_state: game.state,
+            events: game.events.iter().map(wire::replay_event).collect(),
+            names,
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl pb::game_server::Game for GameService {
+    async fn get_replay(
+        &self,
+        req: Request<pb::ReplayRequest>,
+    ) -> Result<Response<pb::ReplayReply>, Status> {
+        self.slow.pause().await;
+        Ok(Response::new(self.get_replay(req.into_inner()).await?))
+    }
+
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         self.slow.pause().await;
         Ok(Response::new(self.join(req.into_inner()).await?))

@@ -6,7 +6,7 @@
 //! assertions below keep the `.proto` enums equal to them.
 
 use borbaman_game::{
-    Action, Cell, Ending, GameState, HEIGHT, Outcome, Phase, PowerUp, SEATS, TICK_MS, WIDTH,
+    Action, Cell, Ending, Event, GameState, HEIGHT, Outcome, Phase, PowerUp, SEATS, TICK_MS, WIDTH,
 };
 use borbaman_proto::pb;
 
@@ -112,8 +112,45 @@ impl ToProto for GameState {
             round_ticks_left: self.round_ticks_left(),
             sudden_death: self.sudden_death(),
             seated: self.seated() as u32,
+            map: self.arena().name().to_string(),
         }
     }
+}
+
+/// A logged change to a game as the wire carries it.
+pub fn replay_event(event: &Event) -> pb::ReplayEvent {
+    use pb::replay_event::Kind;
+    let (kind, seat, tick, action) = match *event {
+        Event::Seated { seat, tick } => (Kind::Seated, seat, tick, 0),
+        Event::SeatFreed { seat } => (Kind::SeatFreed, seat, 0, 0),
+        Event::Acted { seat, action, tick } => (Kind::Acted, seat, tick, action.code().into()),
+        Event::Left { seat, tick } => (Kind::Left, seat, tick, 0),
+    };
+    pb::ReplayEvent {
+        kind: kind as i32,
+        seat: u32::from(seat),
+        tick,
+        action,
+    }
+}
+
+/// The core's logged change for a wire event; `None` for unknown kinds,
+/// seats or actions.
+pub fn event_from_wire(event: &pb::ReplayEvent) -> Option<Event> {
+    use pb::replay_event::Kind;
+    let seat = u8::try_from(event.seat).ok()?;
+    let tick = event.tick;
+    Some(match Kind::try_from(event.kind).ok()? {
+        Kind::Seated => Event::Seated { seat, tick },
+        Kind::SeatFreed => Event::SeatFreed { seat },
+        Kind::Acted => Event::Acted {
+            seat,
+            action: Action::from_code(i16::try_from(event.action).ok()?)?,
+            tick,
+        },
+        Kind::Left => Event::Left { seat, tick },
+        Kind::Unspecified => return None,
+    })
 }
 
 /// The core's action for a wire number; `None` for UNSPECIFIED and unknowns.
@@ -183,5 +220,35 @@ mod tests {
         assert_eq!(pb.seated, 4);
         assert_eq!(pb.round_ticks_left, ROUND_TICKS - 2);
         assert!(pb.winner.is_none() && !pb.draw && !pb.sudden_death);
+    }
+
+    #[test]
+    fn logged_changes_cross_the_wire_unchanged() {
+        use borbaman_game::Dir;
+        let events = [
+            Event::Seated { seat: 2, tick: 7 },
+            Event::SeatFreed { seat: 1 },
+            Event::Acted {
+                seat: 3,
+                action: Action::Move(Dir::Left),
+                tick: 90,
+            },
+            Event::Acted {
+                seat: 0,
+                action: Action::Idle,
+                tick: 91,
+            },
+            Event::Left { seat: 1, tick: 400 },
+        ];
+        for event in events {
+            assert_eq!(event_from_wire(&replay_event(&event)), Some(event));
+        }
+        let unknown = pb::ReplayEvent {
+            kind: 3,
+            seat: 0,
+            tick: 1,
+            action: 7,
+        };
+        assert_eq!(event_from_wire(&unknown), None, "a leave is not an action");
     }
 }

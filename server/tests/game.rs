@@ -49,6 +49,7 @@ async fn lobby_starts_at_four_and_a_fifth_opens_a_new_game() {
         .join(pb::JoinRequest {
             name: "p1".into(),
             token: players[1].token.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -309,6 +310,7 @@ async fn get_state_reads_the_callers_game_and_leaving_forfeits() {
         .join(pb::JoinRequest {
             name: "p0".into(),
             token: players[0].token.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()

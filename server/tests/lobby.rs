@@ -89,6 +89,7 @@ async fn silent_lobby_players_lose_their_seats_and_the_game_starts_with_live_one
         .join(pb::JoinRequest {
             name: "lost0".into(),
             token: lost[0].token.clone(),
+            ..Default::default()
         })
         .await
         .expect("join again")

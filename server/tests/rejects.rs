@@ -40,10 +40,41 @@ async fn bad_requests_get_the_right_status() {
         .join(pb::JoinRequest {
             name: "x".into(),
             token: vec![7; 65],
+            ..Default::default()
         })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+
+    // An arena that does not exist: the message lists the ones that do.
+    let err = client
+        .join(pb::JoinRequest {
+            name: "x".into(),
+            token: token(),
+            map: "lava".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("\"lava\"") && err.message().contains("classic, open, corridors"),
+        "{}",
+        err.message()
+    );
+
+    // A replay of a game that has not finished.
+    let err = client
+        .get_replay(pb::ReplayRequest {
+            game_id: p0.game_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("not a finished game"),
+        "{}",
+        err.message()
+    );
 
     // Someone else's seat, someone else's game.
     let mut req = players[0].act_request(pb::Action::Idle);
@@ -70,6 +101,7 @@ async fn bad_requests_get_the_right_status() {
             .join(pb::JoinRequest {
                 name: name.into(),
                 token: token(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -100,6 +132,7 @@ async fn bad_requests_get_the_right_status() {
         .join(pb::JoinRequest {
             name: "x".repeat(borbaman_proto::MAX_REQUEST_BYTES + 1),
             token: token(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

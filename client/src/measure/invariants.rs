@@ -15,6 +15,7 @@
 use std::collections::{HashMap, HashSet};
 
 use borbaman_server::store::audit::{self, AppliedAction, GameVerdict, VersionAudit};
+use borbaman_server::store::replay::{self, ReplayAudit};
 use serde::Serialize;
 use sqlx::PgPool;
 
@@ -96,6 +97,15 @@ pub struct InvariantReport {
     pub games_finished: u64,
     pub games_consistent: u64,
     pub games_inconsistent: Vec<String>,
+    /// Finished games re-simulated from their logs and compared with their
+    /// stored state.
+    pub replays_checked: u64,
+    /// Finished games whose replay differs, with why.
+    pub replays_differing: Vec<String>,
+    /// Finished games created before joins were logged (not replayable).
+    pub replays_not_logged: u64,
+    /// CPU time the re-simulations took, ms.
+    pub replay_verify_cpu_ms: f64,
     pub checks: Vec<Check>,
 }
 
@@ -129,18 +139,46 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
     let actions = compare_actions(logs, &applied);
     let versions = audit::version_audit(db, &game_ids).await?;
     let rows = audit::games(db, &game_ids).await?;
+    let logged = replay::finished_games(db, Some(&game_ids)).await?;
+    let cpu_before = crate::replay::cpu_time_ms();
+    let replays = ReplayAudit::of(&logged);
+    let replay_cpu_ms = crate::replay::cpu_time_ms() - cpu_before;
     let state_regressions = logs
         .iter()
         .flat_map(|l| &l.sessions)
         .map(|s| s.regressions)
         .sum();
-    Ok(assemble(
-        actions,
-        versions,
-        &rows,
-        game_ids.len(),
-        state_regressions,
-    ))
+    let mut report = assemble(actions, versions, &rows, game_ids.len(), state_regressions);
+    report.add_replays(&replays, replay_cpu_ms);
+    Ok(report)
+}
+
+impl InvariantReport {
+    /// Records the replay verification of the run's finished games as one
+    /// more check.
+    pub fn add_replays(&mut self, replays: &ReplayAudit, cpu_ms: f64) {
+        self.replays_checked = replays.checked as u64;
+        self.replays_not_logged = replays.not_logged as u64;
+        self.replay_verify_cpu_ms = cpu_ms;
+        self.replays_differing = replays
+            .differing
+            .iter()
+            .map(|(id, why)| format!("game {id}: {why}"))
+            .collect();
+        self.checks.push(Check {
+            name: "every finished game replays to its stored state",
+            ok: replays.differing.is_empty() && replays.not_logged == 0,
+            detail: if replays.differing.is_empty() {
+                format!(
+                    "{} finished games re-simulated from their logs in {cpu_ms:.1} ms of CPU, \
+                     all equal byte for byte; {} not logged",
+                    replays.checked, replays.not_logged
+                )
+            } else {
+                self.replays_differing.join("; ")
+            },
+        });
+    }
 }
 
 fn assemble(

@@ -123,6 +123,7 @@ pub(super) async fn start_bots(
     }
     let team = bot::BotTeam {
         sessions: Some(sessions),
+        map: setup.map.clone(),
         ..bot::BotTeam::new(LOCAL_BOTS)
     };
     let (outcomes, _) = tokio::sync::mpsc::unbounded_channel();

@@ -81,6 +81,12 @@ pub struct PlayArgs {
     /// death.
     #[command(flatten)]
     pub db: DbArg,
+    /// The arena to play on: classic (a grid of pillars), open (no inner
+    /// pillars) or corridors (long corridors). Without it, any waiting game
+    /// will do (a new one is classic). A game's arena is settled when it is
+    /// created.
+    #[arg(long, value_name = "NAME", value_parser = crate::args::map_name)]
+    pub map: Option<String>,
 }
 
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
@@ -124,6 +130,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         name,
         servers: args.servers.servers,
         db: args.db.db,
+        map: args.map.unwrap_or_default(),
         data_dir,
         log_dir,
         state_dir,
@@ -258,6 +265,8 @@ struct Setup {
     name: String,
     servers: Vec<String>,
     db: DbKind,
+    /// The arena asked for (empty: any).
+    map: String,
     data_dir: PathBuf,
     log_dir: PathBuf,
     state_dir: StateDir,
@@ -318,7 +327,8 @@ async fn network(
         view,
         commands,
         quit,
-    );
+    )
+    .asking_for_map(setup.map);
     player.play().await;
     if let Some(bots) = bots {
         // They saw the quit too: let them leave their games and forget

@@ -26,6 +26,8 @@ const PRESENCE_INTERVAL: Duration = Duration::from_millis(PRESENCE_INTERVAL_MS a
 pub(super) struct Player {
     pool: ServerPool,
     name: String,
+    /// The arena asked for (empty: any).
+    map: String,
     state_dir: StateDir,
     servers_key: String,
     view: watch::Sender<View>,
@@ -55,6 +57,7 @@ impl Player {
         Player {
             pool,
             name,
+            map: String::new(),
             state_dir,
             servers_key,
             view,
@@ -62,6 +65,12 @@ impl Player {
             quit,
             rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
         }
+    }
+
+    /// Joins only games on the arena `map` (empty: any).
+    pub(super) fn asking_for_map(mut self, map: String) -> Player {
+        self.map = map;
+        self
     }
 
     pub(super) async fn play(mut self) {
@@ -92,7 +101,7 @@ impl Player {
                 .as_ref()
                 .and_then(SavedSession::token)
                 .unwrap_or_else(new_token);
-            match GameSession::join(&self.pool, &self.name, token).await {
+            match GameSession::join_map(&self.pool, &self.name, token, &self.map).await {
                 Ok((session, info)) => {
                     self.record(&info, None);
                     let saved = SavedSession {

@@ -89,6 +89,7 @@ fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
     let state = view.state.as_ref().expect("lobby has a state");
     let mut lines = vec![
         Line::from(format!("Waiting for players {}/4", state.seated)).bold(),
+        Line::from(format!("Map: {}", map_label(state))),
         Line::from(""),
     ];
     for player in state.players.iter().filter(|p| p.seated) {
@@ -274,12 +275,27 @@ pub fn grid_lines(state: &GameState, me: Option<u32>, palette: &Palette) -> Vec<
     rows
 }
 
+/// The arena's name as the server sent it (older servers send none: their
+/// games are all classic).
+fn map_label(state: &GameState) -> &str {
+    if state.map.is_empty() {
+        "classic"
+    } else {
+        &state.map
+    }
+}
+
 fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'static>> {
     let alive = state.players.iter().filter(|p| p.alive && p.seated).count();
     let me = view
         .seat
         .and_then(|seat| state.players.iter().find(|p| p.seat == seat));
     let mut lines = vec![];
+    if let Some(replay) = &view.replay {
+        lines.extend(replay.lines().map(|l| Line::from(l.to_string()).bold()));
+        lines.push(Line::from("space pause  → step").dim());
+        lines.push(Line::from("+/- speed  e end  q quit").dim());
+    }
     match me {
         Some(me) => {
             lines.push(Line::from(vec![
@@ -302,6 +318,7 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
         "Alive  {alive}/{}",
         state.seated.max(alive as u32)
     )));
+    lines.push(Line::from(format!("Map    {}", map_label(state))));
     let tick_ms = if state.tick_ms == 0 {
         50
     } else {

@@ -30,6 +30,9 @@ pub struct View {
     /// Rankings, fetched when a game ends.
     pub rankings: Vec<Ranking>,
     pub net: NetStats,
+    /// A replay's status (one line per `\n`); the game is drawn as in
+    /// play, to its end.
+    pub replay: Option<String>,
 }
 
 /// What the HUD says about the network.
@@ -65,6 +68,7 @@ impl View {
         }
         match self.state.as_ref().map(|s| s.phase()) {
             None => Screen::Starting,
+            Some(_) if self.replay.is_some() => Screen::Game,
             Some(Phase::Playing) => Screen::Game,
             Some(Phase::Finished) => Screen::GameOver,
             Some(Phase::Waiting | Phase::Unspecified) => Screen::Lobby,

@@ -64,9 +64,21 @@ impl GameSession {
         name: &str,
         token: Vec<u8>,
     ) -> Result<(GameSession, CallInfo), PoolError> {
+        Self::join_map(pool, name, token, "").await
+    }
+
+    /// [`GameSession::join`] asking for the arena `map` ("classic", "open",
+    /// "corridors"; empty: any): a new seat is taken only in a game on it.
+    pub async fn join_map(
+        pool: &ServerPool,
+        name: &str,
+        token: Vec<u8>,
+        map: &str,
+    ) -> Result<(GameSession, CallInfo), PoolError> {
         let request = JoinRequest {
             name: name.to_string(),
             token: token.clone(),
+            map: map.to_string(),
         };
         let (reply, info) = pool
             .call(|mut client| {

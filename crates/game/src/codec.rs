@@ -2,33 +2,35 @@
 //! row holds, read and written on every call, so it is small (at most
 //! [`MAX_ENCODED_BYTES`]) and the decoder trusts nothing.
 //!
-//! Format 2, integers little-endian, bit fields filled from the low bit:
+//! Format 3, integers little-endian, bit fields filled from the low bit:
 //!
 //! | bytes | field |
 //! | --- | --- |
-//! | 1 | version (2) |
+//! | 1 | version (3) |
 //! | 8 | seed |
 //! | 4 | tick |
 //! | 4 | start tick (0 while waiting) |
-//! | 2 | round length in ticks (format 2; format 1 had none) |
+//! | 2 | round length in ticks (from format 2; format 1 had none) |
+//! | 1 | arena: 0 classic, 1 open, 2 corridors (format 3; older formats are classic) |
 //! | 1 | phase (bits 0-1), ending 0 none / 1 winner / 2 draw (bits 2-3), winner seat (bits 4-5) |
 //! | 1 | cells closed by sudden death (a prefix of the spiral) |
 //! | 4 × 4 | players: flags (seated, alive, buffered move 0 none / 1-4 up-down-left-right in bits 2-4, speed in bits 5-6); x \| y << 4; bombs_max − 1 \| (range − 1) << 3 \| kills << 6; move cooldown |
-//! | 43 | 3 bits per open cell, in row-major order: floor, soft, soft hiding bomb / range / speed, power-up bomb / range / speed (a closed cell reads floor) |
-//! | 15 | bitmap of open cells holding a bomb |
+//! | 43–54 | 3 bits per open cell of the arena (113 classic, 143 open), in row-major order: floor, soft, soft hiding bomb / range / speed, power-up bomb / range / speed (a closed cell reads floor) |
+//! | 15–18 | bitmap of open cells holding a bomb |
 //! | 2 per bomb | owner \| (range − 1) << 2; fuse ticks |
-//! | 15 | bitmap of burning open cells |
+//! | 15–18 | bitmap of burning open cells |
 //! | ½ per burning cell | ticks left, one nibble each, low nibble first |
 //!
-//! A waiting game encodes in 110 bytes. The worst case is 32 bombs (4 ×
-//! [`MAX_BOMBS`]) with every other open cell burning: 215
-//! bytes. A bomb's cell never burns, because fire sets bombs off.
+//! A waiting classic game encodes in 111 bytes. The worst case is the open
+//! arena with 32 bombs (4 × [`MAX_BOMBS`]) and every other open cell
+//! burning: 248 bytes. A bomb's cell never burns, because fire sets bombs
+//! off.
 //!
 //! Every value has exactly one encoding: padding bits are zero, empty seats
 //! hold fixed values, and closed cells read as floor. So a decoded state
 //! encodes back to the same bytes.
 
-use super::map::{self, CELLS, Cell, OPEN, OPEN_CELLS, PowerUp};
+use super::map::{self, Arena, CELLS, Cell, MAX_OPEN_CELLS, PowerUp};
 use super::{
     BLAST_TICKS, BombSlot, CLOSE_EVERY_TICKS, DEFAULT_ROUND_TICKS, Dir, Ending, FUSE_TICKS,
     GameState, MAX_BOMBS, MAX_RANGE, MAX_SPEED, Phase, Player, SEATS, START_RANGE,
@@ -36,27 +38,41 @@ use super::{
 
 /// The format version written first; a decoder refuses versions it does
 /// not know.
-pub const CODEC_VERSION: u8 = 2;
-/// The first format: no round length (every game had [`DEFAULT_ROUND_TICKS`]);
-/// still read, never written.
+pub const CODEC_VERSION: u8 = 3;
+/// The first format: no round length (every game had [`DEFAULT_ROUND_TICKS`])
+/// and no arena (every game was classic); still read, never written.
 const CODEC_VERSION_1: u8 = 1;
+/// The second format: no arena (every game was classic); still read, never
+/// written.
+const CODEC_VERSION_2: u8 = 2;
 /// Upper bound on an encoded state, in bytes.
 pub const MAX_ENCODED_BYTES: usize = 256;
 
-const HEADER_BYTES: usize = 1 + 8 + 4 + 4 + 2 + 1 + 1;
+const HEADER_BYTES: usize = 1 + 8 + 4 + 4 + 2 + 1 + 1 + 1;
 const PLAYER_BYTES: usize = 4;
 const CELL_BITS: u32 = 3;
-const CELL_BYTES: usize = (OPEN_CELLS * CELL_BITS as usize).div_ceil(8);
-const BITMAP_BYTES: usize = OPEN_CELLS.div_ceil(8);
 const BOMB_BYTES: usize = 2;
 const MAX_BOMBS_ON_BOARD: usize = SEATS * MAX_BOMBS as usize;
 
-/// Bytes of a state with no bombs and no fire.
-pub(crate) const BASE_BYTES: usize =
-    HEADER_BYTES + SEATS * PLAYER_BYTES + CELL_BYTES + 2 * BITMAP_BYTES;
-/// Bytes in the worst case: the most bombs, every other open cell burning.
-pub(crate) const WORST_CASE_BYTES: usize =
-    BASE_BYTES + BOMB_BYTES * MAX_BOMBS_ON_BOARD + (OPEN_CELLS - MAX_BOMBS_ON_BOARD).div_ceil(2);
+const fn cell_bytes(open_cells: usize) -> usize {
+    (open_cells * CELL_BITS as usize).div_ceil(8)
+}
+
+const fn bitmap_bytes(open_cells: usize) -> usize {
+    open_cells.div_ceil(8)
+}
+
+/// Bytes of a state with no bombs and no fire on an arena with
+/// `open_cells` open cells.
+pub(crate) const fn base_bytes(open_cells: usize) -> usize {
+    HEADER_BYTES + SEATS * PLAYER_BYTES + cell_bytes(open_cells) + 2 * bitmap_bytes(open_cells)
+}
+
+/// Bytes in the worst case: the arena with the most open cells, the most
+/// bombs, every other open cell burning.
+pub(crate) const WORST_CASE_BYTES: usize = base_bytes(MAX_OPEN_CELLS)
+    + BOMB_BYTES * MAX_BOMBS_ON_BOARD
+    + (MAX_OPEN_CELLS - MAX_BOMBS_ON_BOARD).div_ceil(2);
 const _: () = assert!(WORST_CASE_BYTES <= MAX_ENCODED_BYTES);
 
 /// Why stored bytes are not a valid game.
@@ -97,6 +113,7 @@ impl GameState {
         out.extend_from_slice(&self.tick.to_le_bytes());
         out.extend_from_slice(&self.start_tick.to_le_bytes());
         out.extend_from_slice(&self.round_ticks.to_le_bytes());
+        out.push(self.arena.code());
         let (ending, winner) = match self.ending {
             None => (0, 0),
             Some(Ending::Winner(seat)) => (1, seat),
@@ -123,29 +140,30 @@ impl GameState {
             out.push(p.move_cooldown);
         }
 
+        let open = self.arena.layout().open();
         let mut bits = BitWriter::new(out);
-        for &i in &OPEN {
+        for &i in open {
             bits.put(cell_code(self.cells[i as usize]), CELL_BITS);
         }
         bits.finish();
 
         let mut bits = BitWriter::new(out);
-        for &i in &OPEN {
+        for &i in open {
             bits.put(self.bombs[i as usize].is_some() as u32, 1);
         }
         bits.finish();
-        for b in OPEN.iter().filter_map(|&i| self.bombs[i as usize]) {
+        for b in open.iter().filter_map(|&i| self.bombs[i as usize]) {
             out.push(b.owner | (b.range - 1) << 2);
             out.push(b.fuse_ticks);
         }
 
         let mut bits = BitWriter::new(out);
-        for &i in &OPEN {
+        for &i in open {
             bits.put((self.burn[i as usize] > 0) as u32, 1);
         }
         bits.finish();
         let mut bits = BitWriter::new(out);
-        for &i in &OPEN {
+        for &i in open {
             let t = self.burn[i as usize];
             if t > 0 {
                 bits.put(t as u32, 4);
@@ -166,7 +184,7 @@ impl GameState {
         }
         let mut r = Reader { bytes, pos: 0 };
         let version = r.u8()?;
-        if version != CODEC_VERSION && version != CODEC_VERSION_1 {
+        if !matches!(version, CODEC_VERSION | CODEC_VERSION_1 | CODEC_VERSION_2) {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let seed = u64::from_le_bytes(r.array()?);
@@ -179,6 +197,13 @@ impl GameState {
         if round_ticks == 0 {
             return invalid("a round of no ticks");
         }
+        let arena = match version {
+            CODEC_VERSION_1 | CODEC_VERSION_2 => Arena::Classic,
+            _ => Arena::from_code(r.u8()?).ok_or(DecodeError::Invalid("unknown arena"))?,
+        };
+        let layout = arena.layout();
+        let open = layout.open();
+        let open_cells = layout.open_cells();
         let status = r.u8()?;
         let phase = match status & 3 {
             0 => Phase::Waiting,
@@ -197,7 +222,7 @@ impl GameState {
             return invalid("stray bits in the status byte");
         }
         let closed = r.u8()?;
-        if closed as usize > OPEN_CELLS {
+        if closed as usize > open_cells {
             return invalid("more cells closed than the arena has");
         }
 
@@ -207,12 +232,12 @@ impl GameState {
         }
 
         let mut cells = [Cell::Pillar; CELLS];
-        let mut bits = BitReader::new(r.take(CELL_BYTES)?);
-        for &i in &OPEN {
+        let mut bits = BitReader::new(r.take(cell_bytes(open_cells))?);
+        for &i in open {
             cells[i as usize] = cell_from_code(bits.get(CELL_BITS));
         }
         bits.end()?;
-        for &i in &map::SPIRAL[..closed as usize] {
+        for &i in &layout.spiral()[..closed as usize] {
             if cells[i as usize] != Cell::Floor {
                 return invalid("a closed cell holds something");
             }
@@ -220,13 +245,13 @@ impl GameState {
         }
 
         let mut bombs = [None; CELLS];
-        let mut bits = BitReader::new(r.take(BITMAP_BYTES)?);
-        let mut has_bomb = [false; OPEN_CELLS];
-        for slot in &mut has_bomb {
+        let mut bits = BitReader::new(r.take(bitmap_bytes(open_cells))?);
+        let mut has_bomb = [false; MAX_OPEN_CELLS];
+        for slot in &mut has_bomb[..open_cells] {
             *slot = bits.get(1) == 1;
         }
         bits.end()?;
-        for (slot, &i) in OPEN.iter().enumerate() {
+        for (slot, &i) in open.iter().enumerate() {
             if has_bomb[slot] {
                 let [packed, fuse_ticks] = r.array()?;
                 if packed >> 5 != 0 {
@@ -241,15 +266,15 @@ impl GameState {
         }
 
         let mut burn = [0u8; CELLS];
-        let mut bits = BitReader::new(r.take(BITMAP_BYTES)?);
-        let mut burning = [false; OPEN_CELLS];
-        for slot in &mut burning {
+        let mut bits = BitReader::new(r.take(bitmap_bytes(open_cells))?);
+        let mut burning = [false; MAX_OPEN_CELLS];
+        for slot in &mut burning[..open_cells] {
             *slot = bits.get(1) == 1;
         }
         bits.end()?;
         let count = burning.iter().filter(|&&b| b).count();
         let mut bits = BitReader::new(r.take(count.div_ceil(2))?);
-        for (slot, &i) in OPEN.iter().enumerate() {
+        for (slot, &i) in open.iter().enumerate() {
             if burning[slot] {
                 burn[i as usize] = bits.get(4) as u8;
                 if burn[i as usize] == 0 {
@@ -267,6 +292,7 @@ impl GameState {
             tick,
             start_tick,
             round_ticks,
+            arena,
             phase,
             ending,
             closed,
@@ -315,9 +341,12 @@ impl GameState {
             return invalid("play starts after the current tick");
         }
         let played = self.tick - self.start_tick;
+        let layout = self.arena.layout();
         let due_closed = match (self.tick as u64).checked_sub(self.sudden_death_tick()) {
             None => 0,
-            Some(since) => (since / CLOSE_EVERY_TICKS as u64 + 1).min(OPEN_CELLS as u64) as u8,
+            Some(since) => {
+                (since / CLOSE_EVERY_TICKS as u64 + 1).min(layout.open_cells() as u64) as u8
+            }
         };
         let closed_ok = match self.phase {
             Phase::Playing => self.closed == due_closed,
@@ -333,7 +362,7 @@ impl GameState {
             return invalid("more kills than dead players");
         }
         for p in &self.players {
-            validate_player(p)?;
+            validate_player(p, layout)?;
             let i = map::index(p.x, p.y);
             if p.alive && (self.cells[i] != Cell::Floor || self.burn[i] > 0) {
                 return invalid("a live player stands in a block, a closed cell or fire");
@@ -341,7 +370,7 @@ impl GameState {
         }
 
         let mut placed = [0u8; SEATS];
-        for &i in &OPEN {
+        for &i in layout.open() {
             let i = i as usize;
             if let Some(b) = self.bombs[i] {
                 let owner = &self.players[b.owner as usize];
@@ -395,7 +424,7 @@ impl GameState {
                 return invalid("a waiting player is not fresh in its corner");
             }
         }
-        if self.cells != map::generate(self.seed) {
+        if self.cells != map::generate(self.arena, self.seed) {
             return invalid("a waiting game's map does not match its seed");
         }
         Ok(())
@@ -435,11 +464,11 @@ fn decode_player(
 }
 
 /// Checks one seated player of a started game on its own.
-fn validate_player(p: &Player) -> Result<(), DecodeError> {
+fn validate_player(p: &Player, layout: &map::Layout) -> Result<(), DecodeError> {
     if !p.seated {
         return invalid("a started game has an empty seat");
     }
-    if map::is_pillar(p.x, p.y) {
+    if layout.is_pillar(p.x, p.y) {
         return invalid("a player stands on a pillar or off the grid");
     }
     if p.range < START_RANGE || p.range > MAX_RANGE || p.bombs_max > MAX_BOMBS {
@@ -604,16 +633,20 @@ mod tests {
         g
     }
 
-    /// The largest state the rules allow: every player at 8 bombs, all 32
-    /// on the board, every other open cell burning.
+    /// The largest state the rules allow: the open arena, every player at
+    /// 8 bombs, all 32 on the board, every other open cell burning.
     fn worst_case() -> GameState {
-        let mut g = started(7);
+        let mut g = GameState::on_arena(Arena::Open, 7, 0, DEFAULT_ROUND_TICKS);
+        for _ in 0..SEATS {
+            g.seat_player(0);
+        }
         g.tick = 60;
         g.cells = [Cell::Pillar; CELLS];
-        for &i in &OPEN {
+        let open = Arena::Open.layout().open();
+        for &i in open {
             g.cells[i as usize] = Cell::Floor;
         }
-        for (k, &i) in OPEN.iter().enumerate() {
+        for (k, &i) in open.iter().enumerate() {
             let owner = (k / MAX_BOMBS as usize) as u8;
             if (owner as usize) < SEATS {
                 g.bombs[i as usize] = Some(BombSlot {
@@ -636,14 +669,20 @@ mod tests {
     }
 
     #[test]
-    fn a_new_game_round_trips_in_110_bytes() {
+    fn a_new_game_round_trips_in_111_bytes() {
         for seed in [0, 1, u64::MAX] {
             let g = GameState::new(seed, 12345);
             let bytes = g.encode();
-            assert_eq!(bytes.len(), BASE_BYTES);
-            assert_eq!(BASE_BYTES, 110);
+            assert_eq!(bytes.len(), base_bytes(113));
+            assert_eq!(bytes.len(), 111);
             assert_eq!(bytes[0], CODEC_VERSION);
             assert_eq!(GameState::decode(&bytes).unwrap(), g);
+            for arena in Arena::ALL {
+                let g = GameState::on_arena(arena, seed, 5, 100);
+                let bytes = g.encode();
+                assert_eq!(bytes.len(), base_bytes(arena.layout().open_cells()));
+                assert_eq!(GameState::decode(&bytes).unwrap(), g);
+            }
         }
     }
 
@@ -662,6 +701,7 @@ mod tests {
         g.validate().unwrap();
         let bytes = g.encode();
         assert_eq!(bytes.len(), WORST_CASE_BYTES);
+        assert_eq!(bytes.len(), 248);
         assert!(bytes.len() <= MAX_ENCODED_BYTES, "{} bytes", bytes.len());
         assert_eq!(GameState::decode(&bytes).unwrap(), g);
         // And the rules can run on it: all 32 bombs go off together.
@@ -720,7 +760,9 @@ mod tests {
         refused(&|s| (s.players[0].x, s.players[0].y) = (0, 5));
         refused(&|s| (s.players[0].x, s.players[0].y) = (15, 15));
         // A live player inside a soft block.
-        let soft = OPEN
+        let soft = Arena::Classic
+            .layout()
+            .open()
             .iter()
             .find(|&&i| matches!(g.cells[i as usize], Cell::Soft { .. }))
             .copied()
@@ -769,18 +811,48 @@ mod golden {
     /// purpose, bump CODEC_VERSION and keep a reader for the old version.
     #[test]
     fn the_format_and_the_map_of_a_seed_do_not_drift() {
-        let hex: String = GameState::new(42, 7)
-            .encode()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let expected = concat!(
+        let hex =
+            |g: GameState| -> String { g.encode().iter().map(|b| format!("{b:02x}")).collect() };
+        assert_eq!(hex(GameState::new(42, 7)), GOLDEN_CLASSIC);
+        assert_eq!(
+            hex(GameState::on_arena(Arena::Open, 42, 7, DEFAULT_ROUND_TICKS)),
+            GOLDEN_OPEN
+        );
+        assert_eq!(
+            hex(GameState::on_arena(
+                Arena::Corridors,
+                42,
+                7,
+                DEFAULT_ROUND_TICKS
+            )),
+            GOLDEN_CORRIDORS
+        );
+    }
+
+    const GOLDEN_CLASSIC: &str = "032a000000000000000700000000000000100e00000000110800001d080000b1080000bd0800009424c1000411000048964111112a01102049100018920458922480142459800148002002002459921000000000000000000000000000000000000000000000000000000000000000";
+    const GOLDEN_OPEN: &str = "032a000000000000000700000000000000100e01000000110800001d080000b1080000bd0800009424c1000411000041964111112a01102049100018920458922480142459800148004440922509136c09120049200c008021c81000000000000000000000000000000000000000000000000000000000000000000000000000";
+    const GOLDEN_CORRIDORS: &str = "032a000000000000000700000000000000100e02000000110800001d080000b1080000bd0800009424c1000488000048964111112a011020491000189204589224801424c10004188004000000000000000000000000000000000000000000000000000000";
+
+    fn from_hex(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Games stored in the second format (no arena) still decode, as
+    /// classic games.
+    #[test]
+    fn version_2_states_still_decode() {
+        let v2 = concat!(
             "022a000000000000000700000000000000100e000000110800001d080000b1080000bd08",
             "00009424c1000411000048964111112a0110204910001892045892248014245980014800",
             "200200245992100000000000000000000000000000000000000000000000000000000000",
             "0000",
         );
-        assert_eq!(hex, expected);
+        let g = GameState::decode(&from_hex(v2)).unwrap();
+        assert_eq!(g, GameState::new(42, 7));
+        assert_eq!(g.arena(), Arena::Classic);
     }
 
     /// Games stored in the first format (no round length) still decode, as

@@ -8,8 +8,13 @@
 //!
 //! # The rules
 //!
-//! **Arena.** 15×13 cells. The outer ring, and every cell whose x and y are
-//! both even, are indestructible pillars; that leaves 113 open cells. The
+//! **Arena.** 15×13 cells inside an indestructible ring of pillars, in one
+//! of three layouts ([`Arena`]), chosen when the game is created: *classic*
+//! (every cell whose x and y are both even is a pillar; 113 open cells),
+//! *open* (no inner pillars; 143 open cells) and *corridors* (the classic
+//! pillars joined into walls along the even rows, leaving long corridors
+//! linked by the edge columns, the centre column and the centre row). Each
+//! is symmetric about both centre lines, so every corner starts alike. The
 //! seed stored in the state fills about 65% of the open cells with soft
 //! blocks, and about 30% of soft blocks hide a power-up (extra bomb 40%,
 //! longer blast 40%, speed 20%). Each spawn corner and its two open
@@ -97,6 +102,8 @@
 //! - `rng`: the seeded generator the map is drawn from;
 //! - `rules`: the tick loop and the actions;
 //! - `codec`: the packed binary storage format (at most 256 bytes);
+//! - `replay`: a game re-simulated from its creation and its log of
+//!   changes ([`resimulate`]), to check a stored game byte for byte;
 //! - [`names`]: what a player name may hold;
 //! - [`codes`]: the numbers that stand for phases, actions and outcomes in
 //!   SQL and on the wire, and the presence windows.
@@ -108,6 +115,7 @@ mod codec;
 pub mod codes;
 mod map;
 pub mod names;
+mod replay;
 mod rng;
 mod rules;
 
@@ -115,7 +123,8 @@ mod rules;
 mod props;
 
 pub use codec::{CODEC_VERSION, DecodeError, MAX_ENCODED_BYTES};
-pub use map::{CELLS, Cell, PowerUp, index};
+pub use map::{Arena, CELLS, Cell, PowerUp, UnknownArena, index};
+pub use replay::{Event, ReplayError, resimulate};
 
 pub const WIDTH: u8 = 15;
 pub const HEIGHT: u8 = 13;
@@ -278,6 +287,8 @@ pub struct GameState {
     /// Ticks of normal play before sudden death; chosen when the game is
     /// created ([`ROUND_TICKS`] unless a server was told otherwise).
     round_ticks: u16,
+    /// The layout played on; chosen when the game is created.
+    arena: Arena,
     phase: Phase,
     ending: Option<Ending>,
     /// Cells closed by sudden death so far (a prefix of the spiral).
@@ -299,16 +310,22 @@ impl GameState {
     /// [`GameState::new`] with a round of `round_ticks` (at least 1) before
     /// sudden death: tests and demonstrations play whole games in seconds.
     pub fn with_round(seed: u64, created_tick: Tick, round_ticks: u16) -> Self {
+        Self::on_arena(Arena::Classic, seed, created_tick, round_ticks)
+    }
+
+    /// [`GameState::with_round`] on `arena`.
+    pub fn on_arena(arena: Arena, seed: u64, created_tick: Tick, round_ticks: u16) -> Self {
         GameState {
             seed,
             tick: created_tick,
             start_tick: 0,
             round_ticks: round_ticks.max(1),
+            arena,
             phase: Phase::Waiting,
             ending: None,
             closed: 0,
             players: [0, 1, 2, 3].map(Player::empty),
-            cells: map::generate(seed),
+            cells: map::generate(arena, seed),
             bombs: [None; map::CELLS],
             burn: [0; map::CELLS],
         }
@@ -387,6 +404,11 @@ impl GameState {
 
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+
+    /// The layout this game is played on.
+    pub fn arena(&self) -> Arena {
+        self.arena
     }
 
     /// The tick play started (0 while waiting).

@@ -1,5 +1,6 @@
-//! The arena: geometry, fixed pillars, spawn corners, the sudden-death
-//! spiral and map generation from a seed. Tables are built at compile time.
+//! The arenas: geometry, each layout's fixed pillars, spawn corners, the
+//! sudden-death spiral and map generation from a seed. Tables are built at
+//! compile time.
 
 use super::rng::SplitMix64;
 use super::{Dir, HEIGHT, WIDTH};
@@ -8,7 +9,7 @@ use super::{Dir, HEIGHT, WIDTH};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cell {
     Floor,
-    /// Indestructible: the outer ring and cells with both coordinates even.
+    /// Indestructible: the outer ring and the arena's inner pillars.
     Pillar,
     /// Destructible block, possibly hiding a power-up.
     Soft {
@@ -55,10 +56,94 @@ pub(crate) const fn coords(i: usize) -> (u8, u8) {
     ((i % WIDTH as usize) as u8, (i / WIDTH as usize) as u8)
 }
 
-/// The outer ring, cells off the grid, and cells with both coordinates even
-/// (`(x | y) & 1 == 0`).
-pub(crate) const fn is_pillar(x: u8, y: u8) -> bool {
-    x == 0 || y == 0 || x >= WIDTH - 1 || y >= HEIGHT - 1 || (x | y) & 1 == 0
+/// The arenas a game can be played on. Every layout is symmetric about
+/// both axes through the centre, so all four spawn corners see the same
+/// arena; a game's arena is chosen when it is created and stored in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Arena {
+    /// Pillars on every cell whose coordinates are both even: short lanes
+    /// and many corners to hide behind.
+    #[default]
+    Classic,
+    /// No pillars inside the ring: blasts run the whole width of the board.
+    Open,
+    /// The classic pillars joined into walls, leaving long horizontal
+    /// corridors linked only along the edges and a central cross.
+    Corridors,
+}
+
+/// Why a map name was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown map {0:?}; the maps are: classic, open, corridors")]
+pub struct UnknownArena(pub String);
+
+impl Arena {
+    pub const ALL: [Arena; 3] = [Arena::Classic, Arena::Open, Arena::Corridors];
+
+    /// The name players type (`play --map NAME`) and screens show.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arena::Classic => "classic",
+            Arena::Open => "open",
+            Arena::Corridors => "corridors",
+        }
+    }
+
+    /// The arena called `name` (case-insensitive).
+    pub fn from_name(name: &str) -> Result<Arena, UnknownArena> {
+        let wanted = name.trim().to_ascii_lowercase();
+        Arena::ALL
+            .into_iter()
+            .find(|a| a.name() == wanted)
+            .ok_or_else(|| UnknownArena(name.to_string()))
+    }
+
+    /// The number stored in a state, in SQL and on the wire (0 classic).
+    pub const fn code(self) -> u8 {
+        match self {
+            Arena::Classic => 0,
+            Arena::Open => 1,
+            Arena::Corridors => 2,
+        }
+    }
+
+    pub const fn from_code(code: u8) -> Option<Arena> {
+        match code {
+            0 => Some(Arena::Classic),
+            1 => Some(Arena::Open),
+            2 => Some(Arena::Corridors),
+            _ => None,
+        }
+    }
+
+    /// The arena's precomputed tables.
+    pub(crate) fn layout(self) -> &'static Layout {
+        &LAYOUTS[self.code() as usize]
+    }
+}
+
+impl std::fmt::Display for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether (x, y) is a pillar in `arena`: the outer ring and cells off the
+/// grid always are.
+pub(crate) const fn is_pillar(arena: Arena, x: u8, y: u8) -> bool {
+    if x == 0 || y == 0 || x >= WIDTH - 1 || y >= HEIGHT - 1 {
+        return true;
+    }
+    let grid = (x | y) & 1 == 0;
+    match arena {
+        Arena::Classic => grid,
+        Arena::Open => false,
+        // Even rows other than the centre row are walls, except for the
+        // edge columns and the centre column.
+        Arena::Corridors => {
+            grid || (y & 1 == 0 && y != HEIGHT / 2 && x != 1 && x != WIDTH / 2 && x != WIDTH - 2)
+        }
+    }
 }
 
 /// The neighbour of (x, y) in `dir`, if it is on the grid.
@@ -72,52 +157,73 @@ pub(crate) fn step(x: u8, y: u8, dir: Dir) -> Option<(u8, u8)> {
     (x < WIDTH && y < HEIGHT).then_some((x, y))
 }
 
-/// Open (non-pillar) cells: the only cells whose content can change.
-pub(crate) const OPEN_CELLS: usize = count_open();
+/// Cells inside the outer ring: the most open cells an arena can have.
+pub(crate) const MAX_OPEN_CELLS: usize = (WIDTH as usize - 2) * (HEIGHT as usize - 2);
 
-/// Grid indices of the open cells, row-major. The codec stores one entry
-/// per open cell in this order.
-pub(crate) const OPEN: [u8; OPEN_CELLS] = open_cells();
-
-/// Sudden-death closing order: the open cells ring by ring from the edge
-/// inwards, each ring clockwise from its top-left corner.
-pub(crate) const SPIRAL: [u8; OPEN_CELLS] = spiral();
-
-const fn count_open() -> usize {
-    let mut n = 0;
-    let mut i = 0;
-    while i < CELLS {
-        let (x, y) = coords(i);
-        if !is_pillar(x, y) {
-            n += 1;
-        }
-        i += 1;
-    }
-    n
+/// An arena's tables, built at compile time.
+pub(crate) struct Layout {
+    pub(crate) arena: Arena,
+    /// Grid indices of the open (non-pillar) cells, row-major, in the first
+    /// `open_len` entries: the only cells whose content can change. The
+    /// codec stores one entry per open cell in this order.
+    open: [u8; MAX_OPEN_CELLS],
+    open_len: usize,
+    /// Sudden-death closing order: the open cells ring by ring from the
+    /// edge inwards, each ring clockwise from its top-left corner.
+    spiral: [u8; MAX_OPEN_CELLS],
 }
 
-const fn open_cells() -> [u8; OPEN_CELLS] {
-    let mut out = [0u8; OPEN_CELLS];
+impl Layout {
+    pub(crate) fn open(&self) -> &[u8] {
+        &self.open[..self.open_len]
+    }
+
+    pub(crate) fn spiral(&self) -> &[u8] {
+        &self.spiral[..self.open_len]
+    }
+
+    pub(crate) fn open_cells(&self) -> usize {
+        self.open_len
+    }
+
+    pub(crate) fn is_pillar(&self, x: u8, y: u8) -> bool {
+        is_pillar(self.arena, x, y)
+    }
+}
+
+static LAYOUTS: [Layout; 3] = [
+    layout(Arena::Classic),
+    layout(Arena::Open),
+    layout(Arena::Corridors),
+];
+
+const fn layout(arena: Arena) -> Layout {
+    let mut open = [0u8; MAX_OPEN_CELLS];
     let (mut i, mut n) = (0, 0);
     while i < CELLS {
         let (x, y) = coords(i);
-        if !is_pillar(x, y) {
-            out[n] = i as u8;
+        if !is_pillar(arena, x, y) {
+            open[n] = i as u8;
             n += 1;
         }
         i += 1;
     }
-    out
+    Layout {
+        arena,
+        open,
+        open_len: n,
+        spiral: spiral(arena, n),
+    }
 }
 
-const fn spiral() -> [u8; OPEN_CELLS] {
-    let mut out = [0u8; OPEN_CELLS];
+const fn spiral(arena: Arena, open_len: usize) -> [u8; MAX_OPEN_CELLS] {
+    let mut out = [0u8; MAX_OPEN_CELLS];
     let mut n = 0;
     let (mut left, mut top, mut right, mut bottom) = (1u8, 1u8, WIDTH - 2, HEIGHT - 2);
     // Visits each cell of the inner rectangle once, keeping the open ones.
     macro_rules! visit {
         ($x:expr, $y:expr) => {
-            if !is_pillar($x, $y) {
+            if !is_pillar(arena, $x, $y) {
                 out[n] = index($x, $y) as u8;
                 n += 1;
             }
@@ -153,7 +259,7 @@ const fn spiral() -> [u8; OPEN_CELLS] {
         right -= 1;
         bottom -= 1;
     }
-    assert!(n == OPEN_CELLS);
+    assert!(n == open_len);
     out
 }
 
@@ -164,11 +270,11 @@ pub(crate) fn is_spawn_clear(x: u8, y: u8) -> bool {
         .any(|&(sx, sy)| sx.abs_diff(x) as u16 + sy.abs_diff(y) as u16 <= 1)
 }
 
-/// Draws the starting map of a game from its seed.
-pub(crate) fn generate(seed: u64) -> [Cell; CELLS] {
+/// Draws the starting map of a game on `arena` from its seed.
+pub(crate) fn generate(arena: Arena, seed: u64) -> [Cell; CELLS] {
     let mut rng = SplitMix64::new(seed);
     let mut cells = [Cell::Pillar; CELLS];
-    for &i in &OPEN {
+    for &i in arena.layout().open() {
         let (x, y) = coords(i as usize);
         cells[i as usize] = if is_spawn_clear(x, y) || rng.below(100) >= SOFT_PERCENT {
             Cell::Floor
@@ -194,33 +300,121 @@ mod tests {
 
     #[test]
     fn arena_has_113_open_cells_and_a_pillar_ring() {
-        assert_eq!(OPEN_CELLS, 113);
-        for x in 0..WIDTH {
-            assert!(is_pillar(x, 0) && is_pillar(x, HEIGHT - 1));
+        let classic = Arena::Classic.layout();
+        assert_eq!(classic.open_cells(), 113);
+        assert_eq!(Arena::Open.layout().open_cells(), MAX_OPEN_CELLS);
+        for arena in Arena::ALL {
+            let l = arena.layout();
+            for x in 0..WIDTH {
+                assert!(l.is_pillar(x, 0) && l.is_pillar(x, HEIGHT - 1));
+            }
+            for y in 0..HEIGHT {
+                assert!(l.is_pillar(0, y) && l.is_pillar(WIDTH - 1, y));
+            }
         }
-        for y in 0..HEIGHT {
-            assert!(is_pillar(0, y) && is_pillar(WIDTH - 1, y));
+        assert!(classic.is_pillar(2, 2) && !classic.is_pillar(1, 2) && !classic.is_pillar(3, 3));
+        assert!(!Arena::Open.layout().is_pillar(2, 2));
+        // Corridors: row 2 is a wall but for the edge and centre columns.
+        let corridors = Arena::Corridors.layout();
+        assert!(corridors.is_pillar(3, 2) && corridors.is_pillar(11, 10));
+        assert!(!corridors.is_pillar(1, 2) && !corridors.is_pillar(7, 2));
+        assert!(!corridors.is_pillar(3, 6));
+    }
+
+    /// Every layout is the same seen from each corner: symmetric about both
+    /// centre lines, so no seat starts on a different arena.
+    #[test]
+    fn every_arena_is_symmetric_about_both_centre_lines() {
+        for arena in Arena::ALL {
+            for y in 0..HEIGHT {
+                for x in 0..WIDTH {
+                    let p = is_pillar(arena, x, y);
+                    assert_eq!(p, is_pillar(arena, WIDTH - 1 - x, y), "{arena} ({x}, {y})");
+                    assert_eq!(p, is_pillar(arena, x, HEIGHT - 1 - y), "{arena} ({x}, {y})");
+                }
+            }
         }
-        assert!(is_pillar(2, 2) && !is_pillar(1, 2) && !is_pillar(3, 3));
+    }
+
+    /// Every open cell of every arena can be walked to from every spawn
+    /// (ignoring soft blocks): no part of an arena is walled off.
+    #[test]
+    fn every_arena_is_connected() {
+        for arena in Arena::ALL {
+            let l = arena.layout();
+            let mut seen = [false; CELLS];
+            let mut stack = vec![SPAWNS[0]];
+            seen[index(1, 1)] = true;
+            while let Some((x, y)) = stack.pop() {
+                for d in Dir::ALL {
+                    if let Some((nx, ny)) = step(x, y, d)
+                        && !l.is_pillar(nx, ny)
+                        && !seen[index(nx, ny)]
+                    {
+                        seen[index(nx, ny)] = true;
+                        stack.push((nx, ny));
+                    }
+                }
+            }
+            for &i in l.open() {
+                assert!(
+                    seen[i as usize],
+                    "{arena}: cell {:?} walled off",
+                    coords(i as usize)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn map_names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for arena in Arena::ALL {
+            assert_eq!(Arena::from_name(arena.name()), Ok(arena));
+            assert_eq!(Arena::from_code(arena.code()), Some(arena));
+        }
+        assert_eq!(Arena::from_name(" Open "), Ok(Arena::Open));
+        let err = Arena::from_name("lava").unwrap_err().to_string();
+        assert!(
+            err.contains("\"lava\"") && err.contains("classic, open, corridors"),
+            "{err}"
+        );
     }
 
     #[test]
     fn spiral_visits_every_open_cell_once_from_the_edge() {
-        let mut seen = [false; CELLS];
-        for &i in &SPIRAL {
-            assert!(!seen[i as usize]);
-            seen[i as usize] = true;
+        let classic = Arena::Classic.layout();
+        assert_eq!(
+            classic.spiral()[classic.open_cells() - 1] as usize,
+            index(7, 6)
+        );
+        for arena in Arena::ALL {
+            let l = arena.layout();
+            let mut seen = [false; CELLS];
+            for &i in l.spiral() {
+                assert!(
+                    !seen[i as usize] && !l.is_pillar(coords(i as usize).0, coords(i as usize).1)
+                );
+                seen[i as usize] = true;
+            }
+            assert_eq!(l.spiral().len(), l.open_cells());
+            assert_eq!(l.spiral()[0] as usize, index(1, 1));
+            assert_eq!(l.spiral()[1] as usize, index(2, 1));
+            // The centre row closes last.
+            let (x, y) = coords(l.spiral()[l.open_cells() - 1] as usize);
+            assert!(
+                y == HEIGHT / 2 && (6..=8).contains(&x),
+                "{arena} ends at ({x}, {y})"
+            );
         }
-        assert_eq!(SPIRAL[0] as usize, index(1, 1));
-        assert_eq!(SPIRAL[1] as usize, index(2, 1));
-        // The centre cell (7, 6) closes last.
-        assert_eq!(SPIRAL[OPEN_CELLS - 1] as usize, index(7, 6));
     }
 
     #[test]
     fn spawn_corners_are_clear_and_map_is_seeded() {
-        for seed in 0..200 {
-            let cells = generate(seed);
+        for (arena, seed) in Arena::ALL
+            .into_iter()
+            .flat_map(|a| (0..200).map(move |s| (a, s)))
+        {
+            let cells = generate(arena, seed);
             for &(sx, sy) in &SPAWNS {
                 assert_eq!(cells[index(sx, sy)], Cell::Floor);
                 let around = Dir::ALL
@@ -228,18 +422,22 @@ mod tests {
                     .filter_map(|&d| step(sx, sy, d))
                     .filter(|&(x, y)| cells[index(x, y)] == Cell::Floor)
                     .count();
-                assert_eq!(around, 2, "seed {seed}: L at ({sx}, {sy}) not clear");
+                assert!(
+                    around >= 2,
+                    "{arena} seed {seed}: L at ({sx}, {sy}) not clear"
+                );
             }
         }
-        assert_eq!(generate(42), generate(42));
-        assert_ne!(generate(42), generate(43));
+        assert_eq!(generate(Arena::Open, 42), generate(Arena::Open, 42));
+        assert_ne!(generate(Arena::Open, 42), generate(Arena::Open, 43));
+        assert_ne!(generate(Arena::Open, 42), generate(Arena::Classic, 42));
     }
 
     #[test]
     fn soft_blocks_and_power_ups_have_the_intended_density() {
         let (mut open, mut soft, mut power) = (0, 0, 0);
         for seed in 0..500 {
-            for cell in generate(seed) {
+            for cell in generate(Arena::Classic, seed) {
                 match cell {
                     Cell::Pillar => {}
                     Cell::Soft { hidden } => {

@@ -213,7 +213,9 @@ fn check(g: &GameState, before_tick: Tick, at: Tick) {
 
 /// Plays a script; returns the encoding after every step.
 fn play(seed: u64, created: Tick, ops: &[(Op, Tick)], checked: bool) -> Vec<Vec<u8>> {
-    let mut g = GameState::new(seed, created);
+    // Every arena in turn.
+    let arena = super::Arena::ALL[(seed >> 2) as usize % super::Arena::ALL.len()];
+    let mut g = GameState::on_arena(arena, seed, created, super::DEFAULT_ROUND_TICKS);
     // Half the time fill the table first, so most scripts reach real play.
     if seed & 1 == 0 {
         for _ in 0..SEATS {

@@ -164,10 +164,11 @@ impl GameState {
         let Some(since) = (self.tick as u64).checked_sub(self.sudden_death_tick()) else {
             return;
         };
-        if since % CLOSE_EVERY_TICKS as u64 != 0 || self.closed as usize >= map::OPEN_CELLS {
+        let layout = self.arena.layout();
+        if since % CLOSE_EVERY_TICKS as u64 != 0 || self.closed as usize >= layout.open_cells() {
             return;
         }
-        let i = map::SPIRAL[self.closed as usize] as usize;
+        let i = layout.spiral()[self.closed as usize] as usize;
         self.closed += 1;
         self.cells[i] = Cell::Closed;
         self.bombs[i] = None;
@@ -294,7 +295,7 @@ fn light(lit_by: &mut [u8; CELLS], i: usize, owner: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ROUND_TICKS, START_BOMBS};
+    use crate::{Arena, BASE_MOVE_COOLDOWN_TICKS, DEFAULT_ROUND_TICKS, ROUND_TICKS, START_BOMBS};
 
     /// A started game (tick 0) with every soft block cleared.
     fn open_arena() -> GameState {
@@ -756,5 +757,59 @@ mod tests {
         assert_eq!(g.apply(0, Action::Bomb, 2), Outcome::NoEffect);
         assert_eq!(g, before);
         assert_eq!(g.bombs_placed(0), 0);
+    }
+
+    /// Whether `seat` of the freshly started `g` survives its first bomb
+    /// with some short plan: at most one move, plant, at most three moves.
+    fn can_escape_first_bomb(g: &GameState, seat: u8) -> bool {
+        let mut plans: Vec<(Option<Dir>, Vec<Dir>)> = Vec::new();
+        for pre in [None].into_iter().chain(Dir::ALL.map(Some)) {
+            for len in 1..=3u32 {
+                for code in 0..4usize.pow(len) {
+                    let moves = (0..len)
+                        .map(|k| Dir::ALL[code / 4usize.pow(k) % 4])
+                        .collect();
+                    plans.push((pre, moves));
+                }
+            }
+        }
+        plans.into_iter().any(|(pre, moves)| {
+            let mut g = g.clone();
+            let mut t = 1;
+            if let Some(dir) = pre {
+                g.apply(seat, Action::Move(dir), t);
+                t += BASE_MOVE_COOLDOWN_TICKS as Tick;
+            }
+            if g.apply(seat, Action::Bomb, t) != Outcome::Applied {
+                return false;
+            }
+            for dir in moves {
+                t += 1;
+                g.apply(seat, Action::Move(dir), t);
+                t += BASE_MOVE_COOLDOWN_TICKS as Tick;
+            }
+            g.advance(t + FUSE_TICKS as Tick + BLAST_TICKS as Tick);
+            g.bombs_placed(seat) == 0 && g.is_alive(seat)
+        })
+    }
+
+    /// Fairness: on every arena, whatever the seed drew, every corner can
+    /// plant its first bomb and walk out of its blast.
+    #[test]
+    fn every_corner_can_escape_its_first_bomb_on_every_arena() {
+        for arena in Arena::ALL {
+            for seed in 0..25 {
+                let mut g = GameState::on_arena(arena, seed, 0, DEFAULT_ROUND_TICKS);
+                for _ in 0..SEATS {
+                    g.seat_player(0);
+                }
+                for seat in 0..SEATS as u8 {
+                    assert!(
+                        can_escape_first_bomb(&g, seat),
+                        "{arena} seed {seed}: seat {seat} cannot escape its first bomb"
+                    );
+                }
+            }
+        }
     }
 }

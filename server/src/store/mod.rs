@@ -39,6 +39,7 @@ pub mod follow;
 mod gates;
 pub mod play;
 mod queries;
+pub mod replay;
 pub mod servers;
 
 use std::future::Future;

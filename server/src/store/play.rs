@@ -81,7 +81,7 @@ use super::queries::*;
 use crate::error::Error;
 use crate::token::TokenHash;
 use borbaman_game::{
-    Action, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
+    Action, Arena, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
 };
 use borbaman_proto::pb;
 
@@ -224,9 +224,16 @@ struct Read {
 
 impl Store {
     /// Seats the token's player: back in its running game (rejoin), else in
-    /// the oldest waiting game, else in a new one.
-    pub async fn join(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
-        self.retrying(|| self.join_once(token_hash, name)).await
+    /// the oldest waiting game (on `arena`, when the player asks for one),
+    /// else in a new one (on `arena`, else classic).
+    pub async fn join(
+        &self,
+        token_hash: &TokenHash,
+        name: &str,
+        arena: Option<Arena>,
+    ) -> Result<Joined, Error> {
+        self.retrying(|| self.join_once(token_hash, name, arena))
+            .await
     }
 
     /// Applies one action at the current tick, exactly once per sequence
@@ -336,7 +343,12 @@ impl Store {
         .await
     }
 
-    async fn join_once(&self, token_hash: &TokenHash, name: &str) -> Result<Joined, Error> {
+    async fn join_once(
+        &self,
+        token_hash: &TokenHash,
+        name: &str,
+        arena: Option<Arena>,
+    ) -> Result<Joined, Error> {
         if let Some(joined) = self.rejoin(token_hash).await? {
             return Ok(joined);
         }
@@ -344,7 +356,7 @@ impl Store {
             conn: self.pool.acquire().await?,
             ended: false,
         };
-        let joined = self.seat(&mut conn.conn, token_hash, name).await;
+        let joined = self.seat(&mut conn.conn, token_hash, name, arena).await;
         conn.ended = true;
         joined
     }
@@ -357,6 +369,7 @@ impl Store {
         conn: &mut PgConnection,
         token_hash: &TokenHash,
         name: &str,
+        arena: Option<Arena>,
     ) -> Result<Joined, Error> {
         let mut tx = sqlx::Connection::begin(conn).await?;
         let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
@@ -385,23 +398,28 @@ impl Store {
         let waiting = sqlx::query(LOAD_WAITING_LOCKED)
             .bind(i64::from(TICK_MS))
             .bind(self.lobby_seat_ttl_ms)
+            .bind(arena.map(|a| i16::from(a.code())))
             .fetch_optional(&mut *tx)
             .await?;
         let mut seated = None;
+        // The seats freed and the tick the seat was taken at, for the log.
+        let (mut freed, mut tick) = (Vec::new(), 0);
         if let Some(row) = waiting {
             let (now_tick, mut snapshot) = game_row(&row, 0)?;
             let silent: Vec<bool> = row.try_get(6)?;
-            free_silent_seats(&mut tx, &mut snapshot, &silent).await?;
-            let tick = snapshot.state.tick().max(now_tick);
+            freed = free_silent_seats(&mut tx, &mut snapshot, &silent).await?;
+            tick = snapshot.state.tick().max(now_tick);
             if let Some(seat) = snapshot.state.seat_player(tick) {
                 seated = Some((seat, snapshot));
             }
         }
         let new_game = seated.is_none();
+        let arena = arena.unwrap_or_default();
         let (seat, mut snapshot) = match seated {
             Some(seated) => seated,
             None => {
-                let mut state = GameState::with_round(rand::random(), 0, self.round_ticks);
+                (freed, tick) = (Vec::new(), 0);
+                let mut state = GameState::on_arena(arena, rand::random(), tick, self.round_ticks);
                 let seat = state
                     .seat_player(0)
                     .ok_or_else(|| Error::Internal("a new game has no free seat".into()))?;
@@ -426,15 +444,25 @@ impl Store {
             .bind(session.is_some())
             .bind(Packed(&snapshot.state))
             .bind(snapshot.state.phase().code());
-        if !new_game {
-            query = query.bind(to_db_id(snapshot.game_id)?);
-        }
+        query = if new_game {
+            query.bind(i16::from(arena.code()))
+        } else {
+            query.bind(to_db_id(snapshot.game_id)?)
+        };
         let Some(row) = query.fetch_optional(&mut *tx).await? else {
             return Err(Error::Transient(
                 "another join with the same token won the race".into(),
             ));
         };
         let (game_id, version): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        sqlx::query(LOG_SEATS)
+            .bind(game_id)
+            .bind(version)
+            .bind(tick as i32)
+            .bind(&freed)
+            .bind(i16::from(seat))
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         snapshot.game_id = game_id as u64;
         snapshot.version = version as u64;
@@ -664,19 +692,19 @@ impl Drop for TxConnection {
 
 /// Frees the seats of the locked waiting game `snapshot` whose players were
 /// silent for the lobby seat TTL (`silent`, per seat), in the database and
-/// in `snapshot`, so the joiner can take one.
+/// in `snapshot`, so the joiner can take one. Returns the seats freed.
 async fn free_silent_seats(
     tx: &mut Transaction<'_, Postgres>,
     snapshot: &mut Snapshot,
     silent: &[bool],
-) -> Result<(), Error> {
+) -> Result<Vec<i16>, Error> {
     let candidates: Vec<i16> = (0..SEATS as u8)
         .filter(|&seat| silent.get(usize::from(seat)) == Some(&true))
         .filter(|&seat| snapshot.state.player(seat).is_some_and(|p| p.seated))
         .map(i16::from)
         .collect();
     if candidates.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let freed: Vec<i16> = sqlx::query_scalar(FREE_SILENT_SEATS)
         .bind(to_db_id(snapshot.game_id)?)
@@ -692,7 +720,7 @@ async fn free_silent_seats(
     if !freed.is_empty() {
         tracing::info!(game_id = snapshot.game_id, seats = ?freed, "freed silent lobby seats");
     }
-    Ok(())
+    Ok(freed)
 }
 
 /// Reads the caller's session and game in one statement, without a lock;
@@ -965,6 +993,45 @@ mod sql_tests {
         assert_eq!(GameState::decode(&echoed).unwrap(), state);
     }
 
+    /// A join asking for an arena takes a seat only in a waiting game on
+    /// it, or opens one; a join asking for none takes the oldest waiting
+    /// game, whatever its arena. The game's arena is in its row and state.
+    #[tokio::test]
+    async fn a_join_asking_for_an_arena_waits_in_a_game_on_it() {
+        let pg = LocalPostgres::start_temp(PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+        store.migrate().await.unwrap();
+        let join = |name: &'static str, arena: Option<Arena>| {
+            let store = store.clone();
+            async move {
+                let token = crate::token::hash(&crate::token::draw());
+                store.join(&token, name, arena).await.unwrap()
+            }
+        };
+        let open = join("a", Some(Arena::Open)).await;
+        let corridors = join("b", Some(Arena::Corridors)).await;
+        assert_ne!(open.game_id, corridors.game_id);
+        assert_eq!(corridors.snapshot.state.arena(), Arena::Corridors);
+        assert_eq!(join("c", None).await.game_id, open.game_id);
+        assert_eq!(
+            join("d", Some(Arena::Corridors)).await.game_id,
+            corridors.game_id
+        );
+        let classic = join("e", Some(Arena::Classic)).await;
+        assert_ne!(classic.game_id, open.game_id);
+        assert_ne!(classic.game_id, corridors.game_id);
+        let arenas: Vec<(i64, i16)> = sqlx::query_as("SELECT id, arena FROM games ORDER BY id")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        let ids = [open.game_id, corridors.game_id, classic.game_id].map(|id| id as i64);
+        assert_eq!(arenas, vec![(ids[0], 1), (ids[1], 2), (ids[2], 0)]);
+    }
+
     /// Everything a game call may write, as text.
     async fn dump(pool: &sqlx::PgPool, game: i64) -> String {
         sqlx::query_scalar(
@@ -998,7 +1065,11 @@ mod sql_tests {
         let mut tokens = Vec::new();
         for i in 0..SEATS {
             let token = crate::token::hash(&crate::token::draw());
-            game_id = store.join(&token, &format!("p{i}")).await.unwrap().game_id;
+            game_id = store
+                .join(&token, &format!("p{i}"), None)
+                .await
+                .unwrap()
+                .game_id;
             tokens.push(token);
         }
         // The first joiner took seat 0.
@@ -1161,7 +1232,7 @@ mod sql_tests {
         .unwrap();
         store.migrate().await.unwrap();
         let token = crate::token::hash(&crate::token::draw());
-        let joined = store.join(&token, "p0").await.unwrap();
+        let joined = store.join(&token, "p0", None).await.unwrap();
         let (game, version) = (joined.game_id as i64, joined.snapshot.version as i64);
         let pool = store.pool().clone();
         let (session, clock): (i64, i64) = sqlx::query_as(
@@ -1281,7 +1352,7 @@ mod sql_tests {
         let mut completed = 0;
         for polls in 1..=40 {
             let token = crate::token::hash(&crate::token::draw());
-            let mut join = Box::pin(store.join(&token, "dropped"));
+            let mut join = Box::pin(store.join(&token, "dropped", None));
             for _ in 0..polls {
                 let ready =
                     std::future::poll_fn(|cx| Poll::Ready(join.as_mut().poll(cx).is_ready())).await;

@@ -244,8 +244,9 @@ macro_rules! silent {
     };
 }
 
-/// The oldest waiting game, locked, then per seat whether its player has
-/// been silent for the lobby seat TTL. `$1` tick length, `$2` TTL in ms.
+/// The oldest waiting game (of arena `$3`, or of any when it is NULL),
+/// locked, then per seat whether its player has been silent for the lobby
+/// seat TTL. `$1` tick length, `$2` TTL in ms.
 pub const LOAD_WAITING_LOCKED: &str = concat!(
     "SELECT ",
     game_cols!("$1"),
@@ -259,7 +260,7 @@ pub const LOAD_WAITING_LOCKED: &str = concat!(
     silent!(4, "$2"),
     "] FROM games g WHERE g.phase = ",
     waiting!(),
-    " ORDER BY g.id LIMIT 1 FOR UPDATE"
+    " AND ($3::smallint IS NULL OR g.arena = $3::smallint) ORDER BY g.id LIMIT 1 FOR UPDATE"
 );
 
 /// Frees the seats `$2` of waiting game `$1` (locked by the caller) whose
@@ -474,9 +475,10 @@ macro_rules! initial_active {
 }
 
 /// Seats a session in a new game. Parameters as [`WRITE_JOIN_WAITING`],
-/// without `$7`.
+/// but `$7` is the new game's arena.
 pub const WRITE_JOIN_NEW: &str = concat!(
-    "WITH g AS (INSERT INTO games (state, phase, names, active_at) VALUES ($5::bytea, $6::smallint, ARRAY[",
+    "WITH g AS (INSERT INTO games (state, phase, arena, names, active_at) \
+     VALUES ($5::bytea, $6::smallint, $7::smallint, ARRAY[",
     initial_name!(0),
     ", ",
     initial_name!(1),
@@ -495,6 +497,13 @@ pub const WRITE_JOIN_NEW: &str = concat!(
     "]) RETURNING id, version)",
     seat_session!()
 );
+
+/// Logs a join's changes to game `$1` at version `$2` (after the join's
+/// commit), tick `$3`: the seats `$4` it freed, then the seat `$5` it
+/// filled (see the `seat_log` table).
+pub const LOG_SEATS: &str = "INSERT INTO seat_log (game_id, version, kind, seat, tick) \
+     SELECT $1::bigint, $2::bigint, 1, freed, $3::integer FROM unnest($4::smallint[]) freed \
+     UNION ALL SELECT $1::bigint, $2::bigint, 2, $5::smallint, $3::integer";
 
 /// The best players. `$1` limit.
 pub const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
@@ -517,5 +526,6 @@ pub const ALL: &[&str] = &[
     WRITE_ADVANCE,
     WRITE_JOIN_WAITING,
     WRITE_JOIN_NEW,
+    LOG_SEATS,
     RANKINGS,
 ];

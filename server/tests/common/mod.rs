@@ -167,6 +167,7 @@ pub async fn join(client: &mut GameClient<Channel>, name: &str) -> (Player, pb::
         .join(pb::JoinRequest {
             name: name.into(),
             token: token(),
+            ..Default::default()
         })
         .await
         .expect("join")
