@@ -68,8 +68,8 @@ PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
 If the game is interrupted (a crash, a closed terminal), run the same \
 command again within the round to get back into it.")]
 pub struct PlayArgs {
-    /// Your name in the game (1-16 printable characters). Defaults to your
-    /// login name.
+    /// Your name in the game (1-16 visible characters, at most 16 columns
+    /// wide). Defaults to your login name.
     #[arg(long)]
     pub name: Option<String>,
     #[command(flatten)]
@@ -344,7 +344,7 @@ fn login_name() -> String {
     }
 }
 
-/// The server's own rule for names (1-16 printable characters, no control
+/// The server's own rule for names (1-16 visible characters, no control
 /// or invisible characters: names are drawn in other players' terminals),
 /// checked before anything starts.
 pub fn validate_name(name: &str) -> Result<(), String> {
