@@ -8,6 +8,10 @@
 //! [`start`] done; the caller announces readiness.
 //! Shutdown is the reverse: health turns `NOT_SERVING`, the registry row is
 //! deleted, the listener closes and in-flight calls drain.
+//!
+//! Every service, health included, refuses requests larger than
+//! [`MAX_REQUEST_BYTES`]; connections come through [`incoming::accept`],
+//! which applies the connection limits.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,9 +22,10 @@ use borbaman_proto::{MAX_REQUEST_BYTES, pb};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
+use crate::incoming::{self, ConnectionLimits};
+use crate::limits::{CallLimiter, CallLimits};
 use crate::registry::{self, Registration, RegistryService};
 use crate::service::GameService;
 use crate::slow::SlowMode;
@@ -44,6 +49,8 @@ pub struct ServerConfig {
     /// Slow mode (fault injection), switched by whoever holds it; off by
     /// default.
     pub slow: Arc<SlowMode>,
+    pub call_limits: CallLimits,
+    pub connection_limits: ConnectionLimits,
 }
 
 /// A server that is ready: migrated, listening and registered.
@@ -105,14 +112,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         store.clone(),
         server_id.clone(),
         config.slow.clone(),
+        Arc::new(CallLimiter::new(config.call_limits)),
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let health_service = health_service.max_decoding_message_size(MAX_REQUEST_BYTES);
     let registry = pb::registry_server::RegistryServer::new(RegistryService::new(
         store.clone(),
         config.server_ttl,
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = incoming::accept(listener, config.connection_limits);
 
     let drain_store = store.clone();
     let mut stopping = stopped;

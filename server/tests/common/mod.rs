@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use borbaman_cluster::{LocalPostgres, PgOptions, ReadyLine};
+use borbaman_cluster::{LocalPostgres, PgOptions, ReadyLine, unlimited_unless_set};
 use borbaman_proto::pb;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
@@ -61,6 +61,9 @@ impl ServerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_borbaman-server"))
             .args(["--listen", "127.0.0.1:0", "--database-url", database_url])
             .args(extra)
+            .args(unlimited_unless_set(
+                &extra.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            ))
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
