@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use tracing_subscriber::EnvFilter;
 use crate::incoming::{self, ConnectionLimits};
 use crate::limits::CallLimits;
 use crate::patroni::Member;
-use crate::server::{self, ServerConfig};
+use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
 use crate::store::{FollowOptions, StoreOptions};
 
@@ -120,6 +121,13 @@ pub struct ServerArgs {
     /// is closed. 0: no timeout.
     #[arg(long, default_value_t = 5000)]
     pub first_bytes_timeout_ms: u64,
+    /// Serve TLS only, with this PEM certificate chain (and --tls-key).
+    /// Without it the server speaks plaintext.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl ServerArgs {
@@ -157,6 +165,11 @@ impl ServerArgs {
                 first_bytes_timeout: nonzero(self.first_bytes_timeout_ms)
                     .map(Duration::from_millis),
             },
+            tls: self
+                .tls_cert
+                .clone()
+                .zip(self.tls_key.clone())
+                .map(|(cert, key)| TlsFiles { cert, key }),
         }
     }
 }

@@ -11,9 +11,12 @@
 //!
 //! Every service, health included, refuses requests larger than
 //! [`MAX_REQUEST_BYTES`]; connections come through [`incoming::accept`],
-//! which applies the connection limits.
+//! which applies the connection limits. With a certificate the server
+//! speaks TLS only; without one it speaks plaintext and warns when it
+//! listens on an address other than loopback.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ use borbaman_proto::{MAX_REQUEST_BYTES, pb};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
 use crate::incoming::{self, ConnectionLimits};
@@ -51,6 +55,27 @@ pub struct ServerConfig {
     pub slow: Arc<SlowMode>,
     pub call_limits: CallLimits,
     pub connection_limits: ConnectionLimits,
+    /// Serve TLS with this certificate and key; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files of a server's certificate chain and private key.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    fn load(&self) -> anyhow::Result<ServerTlsConfig> {
+        let read = |path: &PathBuf, what: &str| {
+            std::fs::read(path)
+                .with_context(|| format!("cannot read the TLS {what} {}", path.display()))
+        };
+        let identity =
+            Identity::from_pem(read(&self.cert, "certificate")?, read(&self.key, "key")?);
+        Ok(ServerTlsConfig::new().identity(identity))
+    }
 }
 
 /// A server that is ready: migrated, listening and registered.
@@ -72,6 +97,21 @@ impl RunningServer {
 
 /// Starts a server and returns once it is ready to serve.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    let mut builder = tonic::transport::Server::builder();
+    match tls {
+        Some(tls) => {
+            builder = builder
+                .tls_config(tls)
+                .context("the TLS certificate or key cannot be used (PEM files expected)")?;
+        }
+        None if !config.listen.ip().is_loopback() => tracing::warn!(
+            listen = %config.listen,
+            "serving plaintext on a network address: session tokens travel in the clear; \
+             give --tls-cert and --tls-key to serve TLS"
+        ),
+        None => {}
+    }
     let store = Store::connect(&config.database_url, &config.store)?;
     let deadline = tokio::time::Instant::now() + config.startup_timeout;
     retry_until(deadline, "applying migrations", || store.migrate()).await?;
@@ -141,7 +181,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         }
     };
     let task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        builder
             .add_service(health_service)
             .add_service(game)
             .add_service(registry)
