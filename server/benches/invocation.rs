@@ -229,6 +229,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         slow: Default::default(),
         call_limits: CallLimits::NONE,
         connection_limits: ConnectionLimits::NONE,
+        tls: None,
     })
     .await
     .unwrap();
