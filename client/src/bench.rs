@@ -91,7 +91,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     let target = match &cluster {
         Some(cluster) => Target::of_cluster(cluster),
-        None => Target::new(args.servers.servers.clone(), args.database_url.clone()),
+        None => Target {
+            pool: args.servers.pool_config()?,
+            ..Target::new(args.servers.servers.clone(), args.database_url.clone())
+        },
     };
     let result = if args.sweep_games.is_empty() {
         let mut plan = RunPlan::new(

@@ -341,7 +341,8 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             games: args.games,
             sessions: None,
         };
-        let mut bots = spawn_bots(&servers, PoolConfig::default(), &team, stop, outcome_tx)
+        let pool_config = args.servers.pool_config()?;
+        let mut bots = spawn_bots(&servers, pool_config, &team, stop, outcome_tx)
             .await
             .context("connecting to the servers")?;
         loop {

@@ -129,6 +129,8 @@ pub struct Target {
     /// database's primary moves during a run, and the invariants are
     /// checked on whichever member is primary then. `None`: `database_url`.
     pub final_database_url: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// How the clients reach the servers (TLS or not).
+    pub pool: PoolConfig,
 }
 
 impl Target {
@@ -137,6 +139,7 @@ impl Target {
             servers,
             database_url,
             final_database_url: None,
+            pool: PoolConfig::default(),
         }
     }
 
@@ -153,6 +156,7 @@ impl Target {
                     .unwrap_or_else(|e| e.into_inner())
                     .database_url()
             })),
+            pool: PoolConfig::default(),
         }
     }
 }
@@ -234,10 +238,10 @@ pub async fn run_measured(
     let mut notes = Vec::new();
     let load_before = load_average();
     // One pool for the floors, and one per client as every player has.
-    let pool = ServerPool::connect(&target.servers, PoolConfig::default()).await?;
+    let pool = ServerPool::connect(&target.servers, target.pool.clone()).await?;
     let mut pools = Vec::new();
     for _ in 0..plan.workload.clients {
-        pools.push(ServerPool::connect(&target.servers, PoolConfig::default()).await?);
+        pools.push(ServerPool::connect(&target.servers, target.pool.clone()).await?);
     }
 
     let mut db_floor = match &target.database_url {

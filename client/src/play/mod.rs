@@ -122,6 +122,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
 
     let setup = Setup {
         name,
+        pool: args.servers.pool_config()?,
         servers: args.servers.servers,
         db: args.db.db,
         data_dir,
@@ -257,6 +258,8 @@ fn ui_loop(
 struct Setup {
     name: String,
     servers: Vec<String>,
+    /// How to reach `servers` (TLS or not); a local cluster is plaintext.
+    pool: PoolConfig,
     db: DbKind,
     data_dir: PathBuf,
     log_dir: PathBuf,
@@ -284,7 +287,12 @@ async fn network(
         return;
     }
     progress(&view, "connecting to the servers…");
-    let pool = match ServerPool::connect(&servers, PoolConfig::default()).await {
+    let pool_config = if local {
+        PoolConfig::default()
+    } else {
+        setup.pool.clone()
+    };
+    let pool = match ServerPool::connect(&servers, pool_config).await {
         Ok(pool) => pool,
         Err(e) => return fail(e.to_string()),
     };
