@@ -37,8 +37,8 @@ async fn h2_connection(server: SocketAddr, source: IpAddr) -> Option<TcpStream> 
     }
 }
 
-async fn ping(server: &ServerProcess) -> Result<pb::PingReply, String> {
-    let mut client = pb::game_client::GameClient::connect(server.url())
+async fn ping(url: String) -> Result<pb::PingReply, String> {
+    let mut client = pb::game_client::GameClient::connect(url)
         .await
         .map_err(|e| e.to_string())?;
     client
@@ -50,9 +50,9 @@ async fn ping(server: &ServerProcess) -> Result<pb::PingReply, String> {
 
 /// Pings until one answers (a closed connection's slot frees when the
 /// server notices the close); panics after 10 s.
-async fn ping_eventually(server: &ServerProcess) {
+async fn ping_eventually(url: String) {
     for _ in 0..100 {
-        if ping(server).await.is_ok() {
+        if ping(url.clone()).await.is_ok() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -115,7 +115,7 @@ async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
         }
     }
     assert!(again, "the session stays refused");
-    ping_eventually(&server).await;
+    ping_eventually(server.url()).await;
 }
 
 #[tokio::test]
@@ -141,7 +141,7 @@ async fn too_many_joins_from_one_address_are_refused_and_store_nothing() {
         assert!(status.message().contains("too many joins"), "{status:?}");
     }
     assert_eq!(sessions_and_games(&db).await, before);
-    ping_eventually(&server).await;
+    ping_eventually(server.url()).await;
 }
 
 #[tokio::test]
@@ -162,7 +162,7 @@ async fn connections_over_the_limits_are_closed_and_their_slots_free_again() {
         h2_connection(addr, a).await.is_none(),
         "a fourth connection from one address"
     );
-    assert!(ping(&server).await.is_err(), "a client over the limit");
+    assert!(ping(server.url()).await.is_err(), "a client over the limit");
     for _ in 0..2 {
         held.push(h2_connection(addr, b).await.expect("another address"));
     }
@@ -173,7 +173,7 @@ async fn connections_over_the_limits_are_closed_and_their_slots_free_again() {
 
     // Once the connections close, a fresh client is served.
     drop(held);
-    ping_eventually(&server).await;
+    ping_eventually(server.url()).await;
     let mut client = server.game().await;
     join(&mut client, "after").await;
 }
@@ -229,5 +229,81 @@ async fn every_service_refuses_oversized_requests() {
         .await
         .expect("a normal health check");
     assert_eq!(served.into_inner().status, 1);
-    ping_eventually(&server).await;
+    ping_eventually(server.url()).await;
+}
+
+/// CPU time (user + system) the process has used so far, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): state is the
+    // 3rd field, utime the 14th and stime the 15th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test]
+async fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recovers() {
+    let pg = start_db();
+    let log = log_path("emfile");
+    let server = ServerProcess::start_logged_on(
+        "127.0.0.1:0",
+        &pg.url(),
+        &[
+            "--db-connections",
+            "2",
+            "--db-min-connections",
+            "2",
+            "--first-bytes-timeout-ms",
+            "0",
+        ],
+        &log,
+        Some(40),
+    );
+    ping_eventually(server.url()).await;
+
+    // Far more connections than descriptors: the kernel completes them,
+    // the server cannot accept them all.
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        held.push(TcpStream::connect(&server.addr).await.unwrap());
+    }
+    let mut starved = false;
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("cannot accept connections") {
+            starved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(starved, "the server never ran out of descriptors");
+    // Starved, it waits: well under half a core over two seconds (a loop
+    // retrying at once takes a whole one).
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let before = cpu_ticks(server.pid());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_ticks(server.pid()) - before;
+    assert!(
+        used < ticks_per_s,
+        "{used} ticks of CPU in 2 s ({ticks_per_s} a second) while out of descriptors"
+    );
+
+    drop(held);
+    ping_eventually(server.url()).await;
+}
+
+#[tokio::test]
+async fn plaintext_on_a_network_address_is_warned_about() {
+    let pg = start_db();
+    let quiet = log_path("plaintext-loopback");
+    let loud = log_path("plaintext-any");
+    let server = ServerProcess::start_logged_on("127.0.0.1:0", &pg.url(), &[], &quiet, None);
+    ping_eventually(server.url()).await;
+    let any = ServerProcess::start_logged_on("0.0.0.0:0", &pg.url(), &[], &loud, None);
+    let port = any.addr.rsplit_once(':').unwrap().1;
+    ping_eventually(format!("http://127.0.0.1:{port}")).await;
+    let warning = "serving plaintext on a network address";
+    assert!(!std::fs::read_to_string(&quiet).unwrap().contains(warning));
+    assert!(std::fs::read_to_string(&loud).unwrap().contains(warning));
 }
