@@ -33,8 +33,9 @@ pub struct ServersArg {
     /// host:port. Without it, a local cluster is started.
     #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS", value_parser = server_address)]
     pub servers: Vec<String>,
-    /// Speak TLS to the servers and trust the CA in this PEM file (the
-    /// servers run with --tls-cert). Without it, plaintext.
+    /// Speak TLS to the --servers and trust the CA in this PEM file (the
+    /// servers run with --tls-cert). Without it, plaintext. `play` starts
+    /// its local cluster in plaintext and ignores it there.
     #[arg(long, env = "BORBAMAN_TLS_CA", value_name = "PEM")]
     pub tls_ca: Option<PathBuf>,
 }
