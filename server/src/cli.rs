@@ -118,7 +118,8 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
     /// A connection that sends nothing for this long after it is accepted
-    /// is closed. 0: no timeout.
+    /// is closed; with TLS, so is one that has not finished its handshake
+    /// by then. 0: no timeout.
     #[arg(long, default_value_t = 5000)]
     pub first_bytes_timeout_ms: u64,
     /// Serve TLS only, with this PEM certificate chain (and --tls-key).

@@ -97,7 +97,12 @@ impl RunningServer {
 
 /// Starts a server and returns once it is ready to serve.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
-    let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    let mut tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    // A client must also finish its TLS handshake within the first-bytes
+    // timeout, or a byte a minute would hold a connection forever.
+    if let Some(timeout) = config.connection_limits.first_bytes_timeout {
+        tls = tls.map(|tls| tls.timeout(timeout));
+    }
     let mut builder = tonic::transport::Server::builder();
     match tls {
         Some(tls) => {

@@ -8,6 +8,8 @@ use std::path::Path;
 use borbaman_proto::pb;
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 /// A CA and a server certificate for 127.0.0.1 and localhost, written to
@@ -77,4 +79,33 @@ async fn only_a_client_that_trusts_the_ca_is_served() {
     let mut game = pb::game_client::GameClient::new(trusted);
     let (player, reply) = join(&mut game, "tls").await;
     assert!(player.game_id > 0 && reply.state.is_some());
+}
+
+#[tokio::test]
+async fn a_handshake_left_unfinished_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let pem = |name: &str| dir.path().join(name).display().to_string();
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &[
+            "--tls-cert",
+            &pem("cert.pem"),
+            "--tls-key",
+            &pem("key.pem"),
+            "--first-bytes-timeout-ms",
+            "300",
+        ],
+    );
+    // The first byte of a TLS record (a handshake), then nothing.
+    let mut stalled = TcpStream::connect(&server.addr).await.unwrap();
+    stalled.write_all(&[0x16]).await.unwrap();
+    let mut buf = Vec::new();
+    let _closed = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stalled.read_to_end(&mut buf),
+    )
+    .await
+    .expect("a stalled handshake is still open after 20 s");
 }
