@@ -1,5 +1,11 @@
 //! Command-line pieces shared by several subcommands.
 
+use std::path::PathBuf;
+
+use anyhow::Context;
+use borbaman_client::pool::PoolConfig;
+use tonic::transport::{Certificate, ClientTlsConfig};
+
 /// A `--servers` entry: `host:port`, as a server's ready line prints it.
 pub fn server_address(text: &str) -> Result<String, String> {
     let text = text.trim();
@@ -35,6 +41,29 @@ pub struct ServersArg {
     /// host:port. Without it, a local cluster is started.
     #[arg(long, value_delimiter = ',', env = "BORBAMAN_SERVERS", value_parser = server_address)]
     pub servers: Vec<String>,
+    /// Speak TLS to the --servers and trust the CA in this PEM file (the
+    /// servers run with --tls-cert). Without it, plaintext. `play` starts
+    /// its local cluster in plaintext and ignores it there.
+    #[arg(long, env = "BORBAMAN_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl ServersArg {
+    /// How this client's pools reach the servers: TLS with `--tls-ca`.
+    pub fn pool_config(&self) -> anyhow::Result<PoolConfig> {
+        let tls = match &self.tls_ca {
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .with_context(|| format!("cannot read the TLS CA {}", path.display()))?;
+                Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            }
+            None => None,
+        };
+        Ok(PoolConfig {
+            tls,
+            ..PoolConfig::default()
+        })
+    }
 }
 
 /// Which database a local cluster runs on.

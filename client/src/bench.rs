@@ -91,8 +91,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         false => None,
     };
     let target = match &cluster {
-        Some(cluster) => Target::of_cluster(cluster),
-        None => Target::new(args.servers.servers.clone(), args.database_url.clone()),
+        // A local cluster started with --server-arg=--tls-cert=… is
+        // reached over TLS too.
+        Some(cluster) => Target {
+            pool: args.servers.pool_config()?,
+            ..Target::of_cluster(cluster)
+        },
+        None => Target {
+            pool: args.servers.pool_config()?,
+            ..Target::new(args.servers.servers.clone(), args.database_url.clone())
+        },
     };
     let result = if args.sweep_games.is_empty() {
         let mut plan = RunPlan::new(

@@ -353,7 +353,8 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             sessions: None,
             map: args.map.clone().unwrap_or_default(),
         };
-        let mut bots = spawn_bots(&servers, PoolConfig::default(), &team, stop, outcome_tx)
+        let pool_config = args.servers.pool_config()?;
+        let mut bots = spawn_bots(&servers, pool_config, &team, stop, outcome_tx)
             .await
             .context("connecting to the servers")?;
         loop {

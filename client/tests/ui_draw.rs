@@ -327,3 +327,58 @@ fn start_up_progress_and_errors_are_shown() {
     let screen = text(&render(&failed, 80, 24, ColorMode::TrueColor));
     assert!(screen.contains("apt-get install postgresql"), "{screen}");
 }
+
+/// Names as a server of another version, or a hand-edited database, might
+/// send them: escapes, bidi overrides, tags, far too wide.
+#[test]
+fn hostile_names_never_reach_the_terminal_as_sent() {
+    let hostile = [
+        "\u{1b}]0;pwned\u{7}\u{1b}[2J",
+        "rtl\u{202e}\u{2066}evil",
+        "tag\u{e0041}\u{e0042}\u{200b}\u{feff}",
+        "ボンバーマン大将様はとても強い",
+    ];
+    let named = |phase: Phase| {
+        let mut s = state(phase);
+        for (p, name) in s.players.iter_mut().zip(hostile) {
+            p.name = name.into();
+        }
+        s
+    };
+    let mut over = named(Phase::Finished);
+    over.winner = Some(0);
+    let mut over = view(over);
+    over.rankings = hostile
+        .iter()
+        .map(|name| Ranking {
+            name: name.to_string(),
+            games: 1,
+            wins: 0,
+            draws: 0,
+        })
+        .collect();
+    let mut lobby = named(Phase::Waiting);
+    lobby.seated = 4;
+    let mut no_seat = view(named(Phase::Playing));
+    no_seat.seat = None;
+    no_seat.name = hostile[0].into();
+    for v in [view(lobby), view(named(Phase::Playing)), over, no_seat] {
+        let screen = text(&render(&v, 100, 30, ColorMode::TrueColor));
+        let bad: Vec<char> = screen
+            .chars()
+            .filter(|&c| {
+                c != '\n'
+                    && (c.is_control()
+                        || matches!(c, '\u{200b}' | '\u{202e}' | '\u{2066}' | '\u{feff}')
+                        || ('\u{e0000}'..='\u{e007f}').contains(&c))
+            })
+            .collect();
+        assert!(bad.is_empty(), "{bad:?} drawn:\n{screen}");
+        assert!(screen.contains("\u{fffd}]0;pwned"), "{screen}");
+        assert!(screen.contains("rtl\u{fffd}\u{fffd}evil"), "{screen}");
+        // The wide name is cut at 16 columns, not drawn whole (the buffer
+        // holds a blank after each wide character).
+        assert!(screen.contains("ボ ン バ ー マ ン 大 将 "), "{screen}");
+        assert!(!screen.contains("様"), "{screen}");
+    }
+}

@@ -23,14 +23,18 @@ pub enum Reason {
     /// `PERMISSION_DENIED`: the request names another game or seat than the
     /// session's; a bug in the caller, not a lost seat.
     NotYours,
+    /// `RESOURCE_EXHAUSTED`: too many calls of this kind from this session
+    /// or address; slow down.
+    RateLimited,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 5] = [
         Reason::DatabaseUnavailable,
         Reason::SeatGivenAway,
         Reason::UnknownSession,
         Reason::NotYours,
+        Reason::RateLimited,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -39,6 +43,7 @@ impl Reason {
             Reason::SeatGivenAway => "seat-given-away",
             Reason::UnknownSession => "unknown-session",
             Reason::NotYours => "not-yours",
+            Reason::RateLimited => "rate-limited",
         }
     }
 

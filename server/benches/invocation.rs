@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 use borbaman_cluster::{LocalPostgres, PgOptions};
 use borbaman_game::{Action, Dir};
 use borbaman_proto::pb;
+use borbaman_server::incoming::ConnectionLimits;
+use borbaman_server::limits::CallLimits;
 use borbaman_server::server::{self, ServerConfig};
 use borbaman_server::store::{ActCall, Store, StoreOptions};
 use borbaman_server::token;
@@ -225,6 +227,9 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         server_ttl: Duration::from_millis(1000),
         startup_timeout: Duration::from_secs(10),
         slow: Default::default(),
+        call_limits: CallLimits::NONE,
+        connection_limits: ConnectionLimits::NONE,
+        tls: None,
     })
     .await
     .unwrap();

@@ -6,14 +6,17 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
+use crate::incoming::{self, ConnectionLimits};
+use crate::limits::CallLimits;
 use crate::patroni::Member;
-use crate::server::{self, ServerConfig};
+use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
 use crate::store::{FollowOptions, StoreOptions};
 
@@ -98,6 +101,34 @@ pub struct ServerArgs {
     /// it is handled; health checks, the registry and Ping do not.
     #[arg(long, default_value_t = 200)]
     pub slow_mode_ms: u64,
+    /// Acts one session may send to this server per second (bursts of up
+    /// to as many); more get RESOURCE_EXHAUSTED. A client polls at 20 Hz.
+    /// Counted per server. 0: no limit.
+    #[arg(long, default_value_t = 40)]
+    pub max_acts_per_s: u32,
+    /// Joins one peer address may make on this server per minute; more get
+    /// RESOURCE_EXHAUSTED. 0: no limit.
+    #[arg(long, default_value_t = 60)]
+    pub max_joins_per_ip_per_min: u32,
+    /// Connections open at once from one peer address; more are closed as
+    /// soon as they are accepted. 0: no limit.
+    #[arg(long, default_value_t = 64)]
+    pub max_connections_per_ip: usize,
+    /// Connections open at once in total. 0: no limit.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// A connection that sends nothing for this long after it is accepted
+    /// is closed; with TLS, so is one that has not finished its handshake
+    /// by then. 0: no timeout.
+    #[arg(long, default_value_t = 5000)]
+    pub first_bytes_timeout_ms: u64,
+    /// Serve TLS only, with this PEM certificate chain (and --tls-key).
+    /// Without it the server speaks plaintext.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl ServerArgs {
@@ -125,8 +156,28 @@ impl ServerArgs {
             server_ttl: Duration::from_millis(self.server_ttl_ms),
             startup_timeout: Duration::from_secs(self.startup_timeout_s),
             slow: Arc::new(SlowMode::new(Duration::from_millis(self.slow_mode_ms))),
+            call_limits: CallLimits {
+                acts_per_s: nonzero(self.max_acts_per_s),
+                joins_per_ip_per_min: nonzero(self.max_joins_per_ip_per_min),
+            },
+            connection_limits: ConnectionLimits {
+                per_ip: nonzero(self.max_connections_per_ip),
+                total: nonzero(self.max_connections),
+                first_bytes_timeout: nonzero(self.first_bytes_timeout_ms)
+                    .map(Duration::from_millis),
+            },
+            tls: self
+                .tls_cert
+                .clone()
+                .zip(self.tls_key.clone())
+                .map(|(cert, key)| TlsFiles { cert, key }),
         }
     }
+}
+
+/// `None` for 0 (no limit).
+fn nonzero<T: Default + PartialEq>(n: T) -> Option<T> {
+    (n != T::default()).then_some(n)
 }
 
 /// Runs a server until SIGTERM or Ctrl-C, then drains and returns. SIGUSR1
@@ -138,6 +189,10 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .try_init();
+    match incoming::raise_open_files_limit() {
+        Ok(limit) => tracing::info!(open_files = limit, "open files limit"),
+        Err(err) => tracing::warn!(error = %err, "cannot raise the open files limit"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -27,6 +27,9 @@ pub enum Error {
     /// number, a call after leaving).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The caller went over a rate limit; nothing was done.
+    #[error("{0}")]
+    RateLimited(String),
     /// The database cannot be reached or did not answer in time.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -152,6 +155,7 @@ impl From<Error> for Status {
             Error::PermissionDenied(_) => (Code::PermissionDenied, Some(Reason::NotYours)),
             Error::SeatGivenAway(_) => (Code::PermissionDenied, Some(Reason::SeatGivenAway)),
             Error::FailedPrecondition(_) => (Code::FailedPrecondition, None),
+            Error::RateLimited(_) => (Code::ResourceExhausted, Some(Reason::RateLimited)),
             Error::Unavailable(_) | Error::Transient(_) | Error::ConnectionLost(_) => {
                 (Code::Unavailable, Some(Reason::DatabaseUnavailable))
             }
@@ -222,6 +226,9 @@ mod tests {
             reason(Error::Unauthenticated("x".into())),
             Some(Reason::UnknownSession)
         );
+        let limited = Status::from(Error::RateLimited("too many acts".into()));
+        assert_eq!(limited.code(), Code::ResourceExhausted);
+        assert_eq!(Reason::of(&limited), Some(Reason::RateLimited));
         assert_eq!(reason(Error::InvalidArgument("database".into())), None);
     }
 

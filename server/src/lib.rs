@@ -13,6 +13,8 @@
 //! - [`registry`]: heartbeats and the `Registry` gRPC service.
 //! - [`patroni`]: asking Patroni's REST API which member is the primary.
 //! - [`server`]: assembles a server; health and graceful shutdown.
+//! - [`incoming`]: the accept loop: connection limits and back-off.
+//! - [`limits`]: call rate limits (acts per session, joins per address).
 //! - [`slow`]: slow mode, a fault-injection hook (SIGUSR1/SIGUSR2).
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
@@ -20,6 +22,8 @@
 
 pub mod cli;
 pub mod error;
+pub mod incoming;
+pub mod limits;
 pub mod patroni;
 pub mod registry;
 pub mod server;

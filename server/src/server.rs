@@ -8,8 +8,15 @@
 //! [`start`] done; the caller announces readiness.
 //! Shutdown is the reverse: health turns `NOT_SERVING`, the registry row is
 //! deleted, the listener closes and in-flight calls drain.
+//!
+//! Every service, health included, refuses requests larger than
+//! [`MAX_REQUEST_BYTES`]; connections come through [`incoming::accept`],
+//! which applies the connection limits. With a certificate the server
+//! speaks TLS only; without one it speaks plaintext and warns when it
+//! listens on an address other than loopback.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +25,11 @@ use borbaman_proto::{MAX_REQUEST_BYTES, pb};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
+use crate::incoming::{self, ConnectionLimits};
+use crate::limits::{CallLimiter, CallLimits};
 use crate::registry::{self, Registration, RegistryService};
 use crate::service::GameService;
 use crate::slow::SlowMode;
@@ -44,6 +53,29 @@ pub struct ServerConfig {
     /// Slow mode (fault injection), switched by whoever holds it; off by
     /// default.
     pub slow: Arc<SlowMode>,
+    pub call_limits: CallLimits,
+    pub connection_limits: ConnectionLimits,
+    /// Serve TLS with this certificate and key; `None`: plaintext.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files of a server's certificate chain and private key.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    fn load(&self) -> anyhow::Result<ServerTlsConfig> {
+        let read = |path: &PathBuf, what: &str| {
+            std::fs::read(path)
+                .with_context(|| format!("cannot read the TLS {what} {}", path.display()))
+        };
+        let identity =
+            Identity::from_pem(read(&self.cert, "certificate")?, read(&self.key, "key")?);
+        Ok(ServerTlsConfig::new().identity(identity))
+    }
 }
 
 /// A server that is ready: migrated, listening and registered.
@@ -65,6 +97,26 @@ impl RunningServer {
 
 /// Starts a server and returns once it is ready to serve.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let mut tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+    // A client must also finish its TLS handshake within the first-bytes
+    // timeout, or a byte a minute would hold a connection forever.
+    if let Some(timeout) = config.connection_limits.first_bytes_timeout {
+        tls = tls.map(|tls| tls.timeout(timeout));
+    }
+    let mut builder = tonic::transport::Server::builder();
+    match tls {
+        Some(tls) => {
+            builder = builder
+                .tls_config(tls)
+                .context("the TLS certificate or key cannot be used (PEM files expected)")?;
+        }
+        None if !config.listen.ip().is_loopback() => tracing::warn!(
+            listen = %config.listen,
+            "serving plaintext on a network address: session tokens travel in the clear; \
+             give --tls-cert and --tls-key to serve TLS"
+        ),
+        None => {}
+    }
     let store = Store::connect(&config.database_url, &config.store)?;
     let deadline = tokio::time::Instant::now() + config.startup_timeout;
     retry_until(deadline, "applying migrations", || store.migrate()).await?;
@@ -105,14 +157,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         store.clone(),
         server_id.clone(),
         config.slow.clone(),
+        Arc::new(CallLimiter::new(config.call_limits)),
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
+    let health_service = health_service.max_decoding_message_size(MAX_REQUEST_BYTES);
     let registry = pb::registry_server::RegistryServer::new(RegistryService::new(
         store.clone(),
         config.server_ttl,
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = incoming::accept(listener, config.connection_limits);
 
     let drain_store = store.clone();
     let mut stopping = stopped;
@@ -132,7 +186,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         }
     };
     let task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        builder
             .add_service(health_service)
             .add_service(game)
             .add_service(registry)

@@ -4,12 +4,14 @@
 //! Methods are short on purpose: all game logic lives in the core, all SQL
 //! in the store, and all error mapping in [`crate::error`].
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use borbaman_proto::pb;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
+use crate::limits::CallLimiter;
 use crate::slow::SlowMode;
 use crate::store::{ActCall, LeaveCall, Store};
 use crate::token;
@@ -30,18 +32,34 @@ pub struct GameService {
     /// Fault injection: game calls wait while it is on (not `Ping`, the
     /// network floor, which stays a measure of the network).
     slow: Arc<SlowMode>,
+    limiter: Arc<CallLimiter>,
 }
 
 impl GameService {
-    pub fn new(store: Store, server_id: Arc<str>, slow: Arc<SlowMode>) -> Self {
+    pub fn new(
+        store: Store,
+        server_id: Arc<str>,
+        slow: Arc<SlowMode>,
+        limiter: Arc<CallLimiter>,
+    ) -> Self {
         GameService {
             store,
             server_id,
             slow,
+            limiter,
         }
     }
 
-    async fn join(&self, req: pb::JoinRequest) -> Result<pb::JoinReply, Error> {
+    async fn join(
+        &self,
+        req: pb::JoinRequest,
+        peer: Option<IpAddr>,
+    ) -> Result<pb::JoinReply, Error> {
+        if !self.limiter.allow_join(peer) {
+            return Err(Error::RateLimited(
+                "too many joins from this address; wait a minute and join again".into(),
+            ));
+        }
         let name = names::check(&req.name).map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let token = if req.token.is_empty() {
             token::draw()
@@ -72,6 +90,11 @@ impl GameService {
             seq: check_seq(req.seq)?,
             action: check_action(req.action)?,
         };
+        if !self.limiter.allow_act(&call.token_hash) {
+            return Err(Error::RateLimited(
+                "too many actions from this session; slow down".into(),
+            ));
+        }
         let acted = self.store.act(&call).await?;
         Ok(pb::ActReply {
             seq: acted.seq,
@@ -147,7 +170,8 @@ impl pb::game_server::Game for GameService {
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         self.slow.pause().await;
-        Ok(Response::new(self.join(req.into_inner()).await?))
+        let peer = req.remote_addr().map(|a| a.ip());
+        Ok(Response::new(self.join(req.into_inner(), peer).await?))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {

@@ -137,6 +137,8 @@ pub struct Target {
     /// The database's processes, when it runs on this machine (its CPU
     /// time is then part of what a call costs).
     pub database_pids: Option<Arc<dyn Fn() -> Vec<u32> + Send + Sync>>,
+    /// How the clients reach the servers (TLS or not).
+    pub pool: PoolConfig,
 }
 
 impl Target {
@@ -146,6 +148,7 @@ impl Target {
             database_url,
             final_database_url: None,
             database_pids: None,
+            pool: PoolConfig::default(),
         }
     }
 
@@ -169,6 +172,7 @@ impl Target {
                     .unwrap_or_else(|e| e.into_inner())
                     .database_pids()
             })),
+            pool: PoolConfig::default(),
         }
     }
 }
@@ -268,10 +272,10 @@ pub async fn run_measured(
     let mut notes = Vec::new();
     let load_before = load_average();
     // One pool for the floors, and one per client as every player has.
-    let pool = ServerPool::connect(&target.servers, PoolConfig::default()).await?;
+    let pool = ServerPool::connect(&target.servers, target.pool.clone()).await?;
     let mut pools = Vec::new();
     for _ in 0..plan.workload.clients {
-        pools.push(ServerPool::connect(&target.servers, PoolConfig::default()).await?);
+        pools.push(ServerPool::connect(&target.servers, target.pool.clone()).await?);
     }
 
     let mut db_floor = match &target.database_url {

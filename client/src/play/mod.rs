@@ -68,8 +68,8 @@ PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
 If the game is interrupted (a crash, a closed terminal), run the same \
 command again within the round to get back into it.")]
 pub struct PlayArgs {
-    /// Your name in the game (1-16 printable characters). Defaults to your
-    /// login name.
+    /// Your name in the game (1-16 visible characters, at most 16 columns
+    /// wide). Defaults to your login name.
     #[arg(long)]
     pub name: Option<String>,
     #[command(flatten)]
@@ -128,6 +128,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
 
     let setup = Setup {
         name,
+        pool: args.servers.pool_config()?,
         servers: args.servers.servers,
         db: args.db.db,
         map: args.map.unwrap_or_default(),
@@ -264,6 +265,8 @@ fn ui_loop(
 struct Setup {
     name: String,
     servers: Vec<String>,
+    /// How to reach `servers` (TLS or not); a local cluster is plaintext.
+    pool: PoolConfig,
     db: DbKind,
     /// The arena asked for (empty: any).
     map: String,
@@ -293,7 +296,12 @@ async fn network(
         return;
     }
     progress(&view, "connecting to the servers…");
-    let pool = match ServerPool::connect(&servers, PoolConfig::default()).await {
+    let pool_config = if local {
+        PoolConfig::default()
+    } else {
+        setup.pool.clone()
+    };
+    let pool = match ServerPool::connect(&servers, pool_config).await {
         Ok(pool) => pool,
         Err(e) => return fail(e.to_string()),
     };
@@ -354,7 +362,7 @@ fn login_name() -> String {
     }
 }
 
-/// The server's own rule for names (1-16 printable characters, no control
+/// The server's own rule for names (1-16 visible characters, no control
 /// or invisible characters: names are drawn in other players' terminals),
 /// checked before anything starts.
 pub fn validate_name(name: &str) -> Result<(), String> {

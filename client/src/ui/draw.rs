@@ -6,15 +6,21 @@
 //! disagree on). Each player has a colour; players are drawn as their
 //! initial and seat number on that colour (players sharing a cell as their
 //! seat numbers).
+//!
+//! Every name is drawn through [`shown_name`], whoever sent it: a server of
+//! another version, or a database edited by hand, cannot reach the terminal
+//! with escapes, invisible characters or a name wider than its column.
 
 use std::time::Duration;
 
+use borbaman_game::names;
 use borbaman_proto::pb::{Cell, GameState, Player};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Paragraph, Row, Table, Wrap};
+use unicode_width::UnicodeWidthStr;
 
 use super::{ColorMode, NetStats, Screen, View, out_of_game};
 
@@ -100,7 +106,7 @@ fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
         };
         lines.push(Line::from(vec![
             player_span(player, palette),
-            Span::raw(format!(" {}{you}", player.name)),
+            Span::raw(format!(" {}{you}", shown_name(&player.name))),
         ]));
     }
     lines.push(Line::from(""));
@@ -155,7 +161,7 @@ fn draw_game_over(frame: &mut Frame, view: &View, area: Rect, palette: &Palette)
                 .players
                 .iter()
                 .find(|p| p.seat == seat)
-                .map_or("?", |p| p.name.as_str());
+                .map_or("?".to_string(), |p| shown_name(&p.name));
             let you = if Some(seat) == view.seat {
                 " (you!)"
             } else {
@@ -174,7 +180,7 @@ fn draw_game_over(frame: &mut Frame, view: &View, area: Rect, palette: &Palette)
         };
         lines.push(Line::from(vec![
             player_span(player, palette),
-            Span::raw(format!(" {:<16} {fate:<9} {kills}", player.name)),
+            Span::raw(format!(" {} {fate:<9} {kills}", padded_name(&player.name))),
         ]));
     }
     let block = Block::bordered().title(" Borbaman · game over ");
@@ -183,7 +189,7 @@ fn draw_game_over(frame: &mut Frame, view: &View, area: Rect, palette: &Palette)
     let rows = view.rankings.iter().enumerate().map(|(i, r)| {
         Row::new(vec![
             format!("{}", i + 1),
-            r.name.clone(),
+            shown_name(&r.name),
             r.games.to_string(),
             r.wins.to_string(),
             r.draws.to_string(),
@@ -301,7 +307,7 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
             lines.push(Line::from(vec![
                 Span::raw("You    "),
                 player_span(me, palette),
-                Span::raw(format!(" {}", me.name)),
+                Span::raw(format!(" {}", shown_name(&me.name))),
                 Span::raw(if me.alive { "" } else { "  (out)" }),
             ]));
             lines.push(Line::from(format!(
@@ -312,7 +318,7 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
                 me.speed
             )));
         }
-        None => lines.push(Line::from(format!("You    {}", view.name))),
+        None => lines.push(Line::from(format!("You    {}", shown_name(&view.name)))),
     }
     lines.push(Line::from(format!(
         "Alive  {alive}/{}",
@@ -344,7 +350,7 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
         };
         lines.push(Line::from(vec![
             player_span(player, palette),
-            Span::raw(format!(" {:<16} {status}", player.name)),
+            Span::raw(format!(" {} {status}", padded_name(&player.name))),
         ]));
     }
     lines.push(Line::from(""));
@@ -393,6 +399,20 @@ fn net_warning(net: &NetStats) -> Option<Line<'static>> {
             .as_ref()
             .map(|e| Line::styled(e.clone(), warn))
     }
+}
+
+/// A name as it may be drawn: what the name rules refuse replaced, cut
+/// to the widest name.
+pub fn shown_name(name: &str) -> String {
+    names::for_display(name)
+}
+
+/// [`shown_name`] padded with spaces to the widest name's columns.
+fn padded_name(name: &str) -> String {
+    let mut shown = shown_name(name);
+    let pad = names::MAX_NAME_COLUMNS.saturating_sub(shown.width());
+    shown.extend(std::iter::repeat_n(' ', pad));
+    shown
 }
 
 /// A player's two-column glyph: initial and seat number on its colour.

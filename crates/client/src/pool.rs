@@ -36,7 +36,7 @@ use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -78,6 +78,9 @@ pub struct PoolConfig {
     pub connect_timeout: Duration,
     /// Deadline of a `grpc.health.v1` check or a registry call.
     pub health_timeout: Duration,
+    /// Speak TLS to every server, verified as this configures (the CA);
+    /// `None`: plaintext.
+    pub tls: Option<ClientTlsConfig>,
 }
 
 impl Default for PoolConfig {
@@ -91,6 +94,7 @@ impl Default for PoolConfig {
             slow_call_deadline: Duration::from_secs(1),
             connect_timeout: Duration::from_millis(500),
             health_timeout: Duration::from_millis(250),
+            tls: None,
         }
     }
 }
@@ -925,12 +929,19 @@ async fn background(shared: Weak<Shared>, wake: Arc<Notify>, shutdown: Arc<Notif
 }
 
 fn endpoint(address: &str, config: &PoolConfig) -> Result<Endpoint, PoolError> {
-    let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| {
-        PoolError::InvalidAddress {
-            address: address.to_string(),
-            reason: e.to_string(),
-        }
-    })?;
+    let invalid = |e: tonic::transport::Error| PoolError::InvalidAddress {
+        address: address.to_string(),
+        reason: e.to_string(),
+    };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}")).map_err(invalid)?;
+    if let Some(tls) = &config.tls {
+        endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
+    }
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true))

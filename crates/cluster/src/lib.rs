@@ -23,7 +23,7 @@ pub mod proxy;
 pub mod ready;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
-pub use local::{ClusterConfig, ClusterError, Database, LocalCluster};
+pub use local::{ClusterConfig, ClusterError, Database, LocalCluster, unlimited_unless_set};
 pub use postgres::{LocalPostgres, PgError, PgOptions};
 pub use proxy::TcpProxy;
 pub use ready::ReadyLine;

@@ -588,6 +588,7 @@ impl LocalCluster {
             .args(&self.program_args)
             .args(["--listen", listen, "--database-url", &database_url])
             .args(&self.server_args)
+            .args(unlimited_unless_set(&self.server_args))
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -676,4 +677,27 @@ impl Drop for LocalCluster {
         }
         // `postgres` and `ha` drop after this: they stop the database.
     }
+}
+
+/// The server flags that lift the rate and connection limits, less those
+/// `args` sets itself. Every client of a local cluster comes from one
+/// address (loopback), and bench and chaos drive closed loops far above a
+/// player's rate: the limits are for open networks, and a test of them
+/// sets them.
+pub fn unlimited_unless_set(args: &[String]) -> Vec<String> {
+    const LIMITS: [&str; 4] = [
+        "--max-acts-per-s",
+        "--max-joins-per-ip-per-min",
+        "--max-connections-per-ip",
+        "--max-connections",
+    ];
+    LIMITS
+        .iter()
+        .filter(|flag| {
+            !args
+                .iter()
+                .any(|a| a == *flag || a.starts_with(&format!("{flag}=")))
+        })
+        .map(|flag| format!("{flag}=0"))
+        .collect()
 }

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use borbaman_cluster::{LocalPostgres, PgOptions, ReadyLine};
+use borbaman_cluster::{LocalPostgres, PgOptions, ReadyLine, unlimited_unless_set};
 use borbaman_proto::pb;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
@@ -47,20 +47,59 @@ impl ServerProcess {
         } else {
             Stdio::null()
         };
-        Self::spawn(database_url, extra, stderr)
+        Self::spawn("127.0.0.1:0", database_url, extra, stderr, None)
     }
 
     /// As [`ServerProcess::start_with`], its log (without colours) written
     /// to the file `log`.
     pub fn start_logged(database_url: &str, extra: &[&str], log: &Path) -> ServerProcess {
         let file = std::fs::File::create(log).expect("create the server's log file");
-        Self::spawn(database_url, extra, Stdio::from(file))
+        Self::spawn("127.0.0.1:0", database_url, extra, Stdio::from(file), None)
     }
 
-    fn spawn(database_url: &str, extra: &[&str], stderr: Stdio) -> ServerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_borbaman-server"))
-            .args(["--listen", "127.0.0.1:0", "--database-url", database_url])
+    /// As [`ServerProcess::start_logged`], listening on `listen`, and with
+    /// its hard limit on open files lowered to `open_files` if given.
+    pub fn start_logged_on(
+        listen: &str,
+        database_url: &str,
+        extra: &[&str],
+        log: &Path,
+        open_files: Option<u64>,
+    ) -> ServerProcess {
+        let file = std::fs::File::create(log).expect("create the server's log file");
+        Self::spawn(listen, database_url, extra, Stdio::from(file), open_files)
+    }
+
+    fn spawn(
+        listen: &str,
+        database_url: &str,
+        extra: &[&str],
+        stderr: Stdio,
+        open_files: Option<u64>,
+    ) -> ServerProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_borbaman-server"));
+        if let Some(limit) = open_files {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: setrlimit is async-signal-safe; it only reads `limit`.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command
+            .args(["--listen", listen, "--database-url", database_url])
             .args(extra)
+            .args(unlimited_unless_set(
+                &extra.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            ))
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

@@ -1,0 +1,95 @@
+//! A cluster serving TLS: bots that trust its CA play a whole game; a
+//! client without the CA gets nowhere.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_client::session::{GameSession, new_token};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tokio::sync::mpsc;
+use tonic::transport::{Certificate, ClientTlsConfig};
+
+/// A CA and a certificate for 127.0.0.1 signed by it, written to `dir` as
+/// ca.pem, cert.pem and key.pem.
+fn make_certificates(dir: &Path) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".into()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bots_that_trust_the_ca_play_a_game_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let pem = |name: &str| dir.path().join(name).display().to_string();
+    let (cert, key) = (pem("cert.pem"), pem("key.pem"));
+    let cluster = common::cluster_with(
+        2,
+        &["--round-ms=3000", "--tls-cert", &cert, "--tls-key", &key],
+    );
+
+    // Without the CA: no server can be reached.
+    let untrusted = PoolConfig {
+        tls: Some(ClientTlsConfig::new()),
+        give_up_after: Duration::from_secs(2),
+        ..PoolConfig::default()
+    };
+    let plaintext = PoolConfig {
+        give_up_after: Duration::from_secs(2),
+        ..PoolConfig::default()
+    };
+    for config in [untrusted, plaintext] {
+        let joined = match ServerPool::connect(&cluster.addresses(), config).await {
+            Ok(pool) => GameSession::join(&pool, "intruder", new_token())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        assert!(joined.is_err(), "a client without the CA joined");
+    }
+
+    // With it: a whole game.
+    let ca = Certificate::from_pem(std::fs::read(dir.path().join("ca.pem")).unwrap());
+    let trusted = PoolConfig {
+        tls: Some(ClientTlsConfig::new().ca_certificate(ca)),
+        ..PoolConfig::default()
+    };
+    let (_stopper, stop) = borbaman::shutdown::channel();
+    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
+    let bots = spawn_bots(
+        &cluster.addresses(),
+        trusted,
+        &BotTeam {
+            games: Some(1),
+            ..BotTeam::new(4)
+        },
+        stop,
+        outcome_tx,
+    )
+    .await
+    .expect("bots connect over TLS");
+    let mut finished: Vec<GameOutcome> = Vec::new();
+    while finished.len() < 4 {
+        let outcome = tokio::time::timeout(Duration::from_secs(90), outcomes.recv())
+            .await
+            .expect("the game ends")
+            .expect("bots report before they stop");
+        finished.push(outcome);
+    }
+    bots.join_all().await;
+    let first = &finished[0];
+    assert!(first.draw || first.winner.is_some(), "{first:?}");
+}

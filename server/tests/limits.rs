@@ -1,0 +1,310 @@
+//! The limits a server puts on its callers, against a real server process
+//! and a real PostgreSQL: acts per session, joins per address, connections
+//! per address and in total, the first-bytes timeout, the request size of
+//! every service. Each refusal has a clear status and leaves nothing in the
+//! database, and the server serves normally afterwards.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use borbaman_proto::{MAX_REQUEST_BYTES, Reason, pb};
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+/// The client preface of HTTP/2: a server that takes the connection
+/// answers it with its settings.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Opens a connection from `source` to `server` and sends the HTTP/2
+/// preface: `Some` (kept open) if the server answers, `None` if it closes
+/// the connection instead.
+async fn h2_connection(server: SocketAddr, source: IpAddr) -> Option<TcpStream> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let mut stream = socket.connect(server).await.ok()?;
+    stream.write_all(H2_PREFACE).await.ok()?;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => Some(stream),
+        Ok(_) => None,
+        Err(_) => panic!("the server neither answered nor closed a connection"),
+    }
+}
+
+async fn ping(url: String) -> Result<pb::PingReply, String> {
+    let mut client = pb::game_client::GameClient::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    client
+        .ping(pb::PingRequest { payload: vec![1] })
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|e| e.to_string())
+}
+
+/// Pings until one answers (a closed connection's slot frees when the
+/// server notices the close); panics after 10 s.
+async fn ping_eventually(url: String) {
+    for _ in 0..100 {
+        if ping(url.clone()).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the server does not answer Ping");
+}
+
+async fn sessions_and_games(db: &sqlx::PgPool) -> (i64, i64) {
+    sqlx::query_as("SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM games)")
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--max-acts-per-s", "10"]);
+    let mut client = server.game().await;
+    let mut players = full_game(&mut client).await;
+    let db = sql(&pg.url()).await;
+    let before = logged_actions(&db, players[0].game_id).await;
+
+    // As fast as one connection goes, until refused (the first 10 pass
+    // at once, then 10 a second).
+    let (mut accepted, mut refused) = (0i64, 0);
+    for _ in 0..1_000 {
+        let req = players[0].act_request(pb::Action::Idle);
+        match client.act(req).await {
+            Ok(_) => accepted += 1,
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert_eq!(Reason::of(&status), Some(Reason::RateLimited));
+                refused += 1;
+                if refused == 50 {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(refused, 50, "the flood was never refused");
+    assert!(accepted >= 10, "the first burst must pass: {accepted}");
+    assert_eq!(
+        logged_actions(&db, players[0].game_id).await - before,
+        accepted,
+        "a refused act left a row in the action log"
+    );
+
+    // Other sessions are not limited by this one's flood.
+    let req = players[1].act_request(pb::Action::Idle);
+    client.act(req).await.expect("another session acts");
+    // The flooding session acts again once it slows down.
+    let mut again = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let req = players[0].act_request(pb::Action::Idle);
+        if client.act(req).await.is_ok() {
+            again = true;
+            break;
+        }
+    }
+    assert!(again, "the session stays refused");
+    ping_eventually(server.url()).await;
+}
+
+#[tokio::test]
+async fn too_many_joins_from_one_address_are_refused_and_store_nothing() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--max-joins-per-ip-per-min", "5"]);
+    let mut client = server.game().await;
+    let db = sql(&pg.url()).await;
+    for i in 0..5 {
+        join(&mut client, &format!("j{i}")).await;
+    }
+    let before = sessions_and_games(&db).await;
+    for i in 0..20 {
+        let status = client
+            .join(pb::JoinRequest {
+                name: format!("flood{i}"),
+                token: token(),
+                ..Default::default()
+            })
+            .await
+            .expect_err("a join over the limit");
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert_eq!(Reason::of(&status), Some(Reason::RateLimited));
+        assert!(status.message().contains("too many joins"), "{status:?}");
+    }
+    assert_eq!(sessions_and_games(&db).await, before);
+    ping_eventually(server.url()).await;
+}
+
+#[tokio::test]
+async fn connections_over_the_limits_are_closed_and_their_slots_free_again() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--max-connections-per-ip", "3", "--max-connections", "5"],
+    );
+    let addr: SocketAddr = server.addr.parse().unwrap();
+    let [a, b, c] = [1, 2, 3].map(|n| IpAddr::from([127, 0, 0, n]));
+
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(h2_connection(addr, a).await.expect("within the limit"));
+    }
+    assert!(
+        h2_connection(addr, a).await.is_none(),
+        "a fourth connection from one address"
+    );
+    assert!(ping(server.url()).await.is_err(), "a client over the limit");
+    for _ in 0..2 {
+        held.push(h2_connection(addr, b).await.expect("another address"));
+    }
+    assert!(
+        h2_connection(addr, c).await.is_none(),
+        "a sixth connection in all"
+    );
+
+    // Once the connections close, a fresh client is served.
+    drop(held);
+    ping_eventually(server.url()).await;
+    let mut client = server.game().await;
+    join(&mut client, "after").await;
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--first-bytes-timeout-ms", "300", "--max-connections", "2"],
+    );
+    let mut idle = TcpStream::connect(&server.addr).await.unwrap();
+    // The server speaks first (its HTTP/2 settings), then hangs up.
+    let mut buf = Vec::new();
+    // End of stream or a reset: closed either way.
+    let _closed = tokio::time::timeout(Duration::from_secs(20), idle.read_to_end(&mut buf))
+        .await
+        .expect("the idle connection is still open after 20 s");
+    // A client that talks is not cut off.
+    let mut client = server.game().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    client
+        .ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("a connection in use stays open");
+}
+
+#[tokio::test]
+async fn every_service_refuses_oversized_requests() {
+    let pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let status = health
+        .check(HealthCheckRequest {
+            service: "x".repeat(MAX_REQUEST_BYTES + 1),
+        })
+        .await
+        .expect_err("an oversized health check");
+    assert!(
+        matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted),
+        "{status:?}"
+    );
+    // The server still answers, health included.
+    let served = health
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("a normal health check");
+    assert_eq!(served.into_inner().status, 1);
+    ping_eventually(server.url()).await;
+}
+
+/// CPU time (user + system) the process has used so far, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): state is the
+    // 3rd field, utime the 14th and stime the 15th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test]
+async fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recovers() {
+    let pg = start_db();
+    let log = log_path("emfile");
+    let server = ServerProcess::start_logged_on(
+        "127.0.0.1:0",
+        &pg.url(),
+        &[
+            "--db-connections",
+            "2",
+            "--db-min-connections",
+            "2",
+            "--first-bytes-timeout-ms",
+            "0",
+        ],
+        &log,
+        Some(40),
+    );
+    ping_eventually(server.url()).await;
+
+    // Far more connections than descriptors: the kernel completes them,
+    // the server cannot accept them all.
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        held.push(TcpStream::connect(&server.addr).await.unwrap());
+    }
+    let mut starved = false;
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("cannot accept connections") {
+            starved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(starved, "the server never ran out of descriptors");
+    // Starved, it waits: well under half a core over two seconds (a loop
+    // retrying at once takes a whole one).
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let before = cpu_ticks(server.pid());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_ticks(server.pid()) - before;
+    assert!(
+        used < ticks_per_s,
+        "{used} ticks of CPU in 2 s ({ticks_per_s} a second) while out of descriptors"
+    );
+
+    drop(held);
+    ping_eventually(server.url()).await;
+}
+
+#[tokio::test]
+async fn plaintext_on_a_network_address_is_warned_about() {
+    let pg = start_db();
+    let quiet = log_path("plaintext-loopback");
+    let loud = log_path("plaintext-any");
+    let server = ServerProcess::start_logged_on("127.0.0.1:0", &pg.url(), &[], &quiet, None);
+    ping_eventually(server.url()).await;
+    let any = ServerProcess::start_logged_on("0.0.0.0:0", &pg.url(), &[], &loud, None);
+    let port = any.addr.rsplit_once(':').unwrap().1;
+    ping_eventually(format!("http://127.0.0.1:{port}")).await;
+    let warning = "serving plaintext on a network address";
+    assert!(!std::fs::read_to_string(&quiet).unwrap().contains(warning));
+    assert!(std::fs::read_to_string(&loud).unwrap().contains(warning));
+}

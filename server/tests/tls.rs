@@ -1,0 +1,111 @@
+//! A server given a certificate speaks TLS only: a client that trusts its
+//! CA plays, one without the CA, or without TLS, is refused.
+
+mod common;
+
+use std::path::Path;
+
+use borbaman_proto::pb;
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+/// A CA and a server certificate for 127.0.0.1 and localhost, written to
+/// `dir` as ca.pem, cert.pem and key.pem.
+fn make_certificates(dir: &Path) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+}
+
+async fn channel(url: String, tls: Option<ClientTlsConfig>) -> Result<Channel, String> {
+    let mut endpoint = Endpoint::from_shared(url).unwrap();
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls).map_err(|e| e.to_string())?;
+    }
+    endpoint.connect().await.map_err(|e| format!("{e:?}"))
+}
+
+async fn ping(channel: Channel) -> Result<(), String> {
+    pb::game_client::GameClient::new(channel)
+        .ping(pb::PingRequest { payload: vec![1] })
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+}
+
+#[tokio::test]
+async fn only_a_client_that_trusts_the_ca_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let pem = |name: &str| dir.path().join(name).display().to_string();
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--tls-cert", &pem("cert.pem"), "--tls-key", &pem("key.pem")],
+    );
+    let https = format!("https://{}", server.addr);
+
+    // Without TLS: the server speaks only TLS.
+    let plain = match channel(server.url(), None).await {
+        Ok(channel) => ping(channel).await,
+        Err(e) => Err(e),
+    };
+    assert!(plain.is_err(), "a plaintext client was served");
+
+    // TLS without the CA: the certificate is not trusted.
+    let untrusted = match channel(https.clone(), Some(ClientTlsConfig::new())).await {
+        Ok(channel) => ping(channel).await,
+        Err(e) => Err(e),
+    };
+    assert!(untrusted.is_err(), "a client without the CA was served");
+
+    // With the CA: served, and a player joins.
+    let ca = Certificate::from_pem(std::fs::read(dir.path().join("ca.pem")).unwrap());
+    let trusted = channel(https, Some(ClientTlsConfig::new().ca_certificate(ca)))
+        .await
+        .expect("connect with the CA");
+    ping(trusted.clone()).await.expect("ping over TLS");
+    let mut game = pb::game_client::GameClient::new(trusted);
+    let (player, reply) = join(&mut game, "tls").await;
+    assert!(player.game_id > 0 && reply.state.is_some());
+}
+
+#[tokio::test]
+async fn a_handshake_left_unfinished_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let pem = |name: &str| dir.path().join(name).display().to_string();
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &[
+            "--tls-cert",
+            &pem("cert.pem"),
+            "--tls-key",
+            &pem("key.pem"),
+            "--first-bytes-timeout-ms",
+            "300",
+        ],
+    );
+    // The first byte of a TLS record (a handshake), then nothing.
+    let mut stalled = TcpStream::connect(&server.addr).await.unwrap();
+    stalled.write_all(&[0x16]).await.unwrap();
+    let mut buf = Vec::new();
+    let _closed = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stalled.read_to_end(&mut buf),
+    )
+    .await
+    .expect("a stalled handshake is still open after 20 s");
+}
