@@ -488,6 +488,20 @@ async fn cas_pause(retry: u32) -> bool {
     }
 }
 
+/// A migrated store on a throwaway PostgreSQL of its own, for tests (the
+/// database goes when the returned handle is dropped).
+#[cfg(test)]
+pub(crate) async fn temp_store() -> (borbaman_cluster::LocalPostgres, Store) {
+    let pg = borbaman_cluster::LocalPostgres::start_temp(borbaman_cluster::PgOptions {
+        fsync: false,
+        port: None,
+    })
+    .expect("starting a throwaway PostgreSQL");
+    let store = Store::connect(&pg.url(), &StoreOptions::default()).expect("connecting the store");
+    store.migrate().await.expect("migrating");
+    (pg, store)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -673,14 +687,7 @@ mod tests {
     /// unavailable instead of with a write error.
     #[tokio::test]
     async fn a_read_only_server_is_refused_until_it_is_writable() {
-        use borbaman_cluster::{LocalPostgres, PgOptions};
-        let pg = LocalPostgres::start_temp(PgOptions {
-            fsync: false,
-            port: None,
-        })
-        .unwrap();
-        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
-        store.migrate().await.unwrap();
+        let (pg, store) = crate::store::temp_store().await;
         let mut admin = PgConnection::connect(&pg.url()).await.unwrap();
         sqlx::query("ALTER DATABASE borbaman SET default_transaction_read_only = on")
             .execute(&mut admin)

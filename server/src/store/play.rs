@@ -961,13 +961,7 @@ mod sql_tests {
     /// schema (PREPARE), without needing the game core.
     #[tokio::test]
     async fn every_statement_prepares_against_the_schema() {
-        let pg = LocalPostgres::start_temp(PgOptions {
-            fsync: false,
-            port: None,
-        })
-        .unwrap();
-        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
-        store.migrate().await.unwrap();
+        let (_pg, store) = crate::store::temp_store().await;
         // Running the migrations again is a no-op.
         store.migrate().await.unwrap();
         let mut conn = store.pool().acquire().await.unwrap();
@@ -998,13 +992,7 @@ mod sql_tests {
     /// game, whatever its arena. The game's arena is in its row and state.
     #[tokio::test]
     async fn a_join_asking_for_an_arena_waits_in_a_game_on_it() {
-        let pg = LocalPostgres::start_temp(PgOptions {
-            fsync: false,
-            port: None,
-        })
-        .unwrap();
-        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
-        store.migrate().await.unwrap();
+        let (_pg, store) = crate::store::temp_store().await;
         let join = |name: &'static str, arena: Option<Arena>| {
             let store = store.clone();
             async move {
@@ -1054,13 +1042,7 @@ mod sql_tests {
     /// caller's read again instead, as [`LOAD`] reads it.
     #[tokio::test]
     async fn a_write_that_misses_writes_nothing() {
-        let pg = LocalPostgres::start_temp(PgOptions {
-            fsync: false,
-            port: None,
-        })
-        .unwrap();
-        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
-        store.migrate().await.unwrap();
+        let (_pg, store) = crate::store::temp_store().await;
         let mut game_id = 0;
         let mut tokens = Vec::new();
         for i in 0..SEATS {

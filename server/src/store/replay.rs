@@ -191,9 +191,8 @@ impl ReplayAudit {
 #[cfg(test)]
 mod sql_tests {
     use super::*;
-    use crate::store::{ActCall, LeaveCall, Store, StoreOptions};
+    use crate::store::{ActCall, LeaveCall};
     use crate::token;
-    use borbaman_cluster::{LocalPostgres, PgOptions};
     use borbaman_game::{Arena, Dir, Ending, Phase};
 
     /// Four players join (the first asks for the open arena), act, three
@@ -202,13 +201,7 @@ mod sql_tests {
     /// replay no longer matches, naming what differs.
     #[tokio::test]
     async fn a_finished_game_replays_to_its_stored_state_until_it_is_altered() {
-        let pg = LocalPostgres::start_temp(PgOptions {
-            fsync: false,
-            port: None,
-        })
-        .unwrap();
-        let store = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
-        store.migrate().await.unwrap();
+        let (_pg, store) = crate::store::temp_store().await;
         let mut players = Vec::new();
         for i in 0..4 {
             let token = token::hash(&token::draw());
