@@ -357,7 +357,7 @@ impl ServerPool {
                         if !sleep_until_before(backoff, give_up_at).await {
                             return Err(self.give_up(started, last_failure, database_trouble));
                         }
-                        backoff = (backoff * 2).min(Duration::from_millis(500));
+                        backoff = (backoff * 2).min(SLOW_BACKOFF_CAP);
                         continue;
                     }
                     Exhausted::WaitForServer => {
@@ -884,6 +884,13 @@ impl ServerPool {
 /// Longest pause between two rounds of asking servers whose database is
 /// unavailable.
 const DATABASE_BACKOFF_CAP: Duration = Duration::from_millis(50);
+
+/// Longest pause before trying servers that all timed out again. Short: a
+/// database whose commits stall (a new primary waiting for its synchronous
+/// standby) answers them all at once when it recovers, and a client asleep
+/// then would only be late. Each retry waits for its answer with the slow
+/// deadline, so the pause does not bound the load; the deadline does.
+const SLOW_BACKOFF_CAP: Duration = Duration::from_millis(50);
 
 /// What one (possibly hedged) attempt came to.
 struct Attempt<T> {
