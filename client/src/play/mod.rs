@@ -36,7 +36,7 @@ use crossterm::event::{self, Event};
 use tokio::sync::{mpsc, watch};
 
 mod local;
-mod player;
+pub(crate) mod player;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::state_dir::StateDir;

@@ -285,7 +285,7 @@ fn playing(session: &GameSession) -> bool {
 }
 
 /// Copies the pool's status into the view.
-pub(super) async fn publish_status(
+pub(crate) async fn publish_status(
     pool: ServerPool,
     view: watch::Sender<View>,
     mut quit: Shutdown,
