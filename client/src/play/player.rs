@@ -34,6 +34,8 @@ pub(super) struct Player {
     commands: mpsc::Receiver<Command>,
     quit: Shutdown,
     rtt: Histogram<u64>,
+    /// Tells the local bots which game the player joined, so they follow.
+    leading: Option<watch::Sender<u64>>,
 }
 
 /// What the player wants once a game is over (or once out of it).
@@ -64,7 +66,15 @@ impl Player {
             commands,
             quit,
             rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
+            leading: None,
         }
+    }
+
+    /// Publishes every game the player joins on `bots`, for the local bots
+    /// to follow (see [`crate::bot::BotOptions::follow`]).
+    pub(super) fn leading(mut self, bots: watch::Sender<u64>) -> Player {
+        self.leading = Some(bots);
+        self
     }
 
     /// Joins only games on the arena `map` (empty: any).
@@ -116,6 +126,9 @@ impl Player {
                     }
                     let state = session.latest().cloned();
                     let seat = session.seat();
+                    if let Some(bots) = &self.leading {
+                        bots.send_replace(session.game_id());
+                    }
                     self.view.send_modify(|v| {
                         v.seat = Some(seat);
                         v.state = state;
