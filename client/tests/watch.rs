@@ -153,3 +153,109 @@ async fn watching_an_unknown_game_says_so() {
     let error = view_rx.borrow().error.clone().expect("an error shown");
     assert!(error.contains("no game 999999"), "{error}");
 }
+
+/// A player waiting in a shared cluster sees the live games in its lobby,
+/// watches one (Enter), and is taken back to its own game when it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_player_watches_another_game_until_its_own_starts() {
+    use borbaman::play::{Seat, play_on};
+    use borbaman::ui::input::Command;
+    use borbaman_client::session::{GameSession, new_token};
+    use borbaman_client::state_dir::StateDir;
+    use tokio::sync::mpsc;
+
+    let cluster = common::cluster(2);
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let running = common::seat_four(&pool, "live").await;
+    let watched = running[0].game_id();
+
+    let home = tempfile::tempdir().unwrap();
+    let servers = cluster.addresses();
+    let (view_tx, view) = watch::channel(View::default());
+    let (commands, command_rx) = mpsc::channel(16);
+    let (stopper, quit) = shutdown::channel();
+    let seat = Seat {
+        name: "waiter".into(),
+        map: String::new(),
+        state_dir: StateDir::at(home.path()),
+        pool: PoolConfig::default(),
+    };
+    let player =
+        tokio::spawn(
+            async move { play_on(&servers, false, seat, &view_tx, command_rx, quit).await },
+        );
+    let until = |what: &'static str, ready: Box<dyn Fn(&View) -> bool + Send>| {
+        let view = view.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let snapshot = view.borrow().clone();
+                if ready(&snapshot) {
+                    return snapshot;
+                }
+                assert!(Instant::now() < deadline, "{what}:\n{}", screen(&snapshot));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    let lobby = until(
+        "the lobby lists the running game",
+        Box::new(move |v| {
+            v.state
+                .as_ref()
+                .is_some_and(|s| s.phase() == Phase::Waiting)
+                && v.live_games
+                    .as_ref()
+                    .is_some_and(|g| g.iter().any(|g| g.game_id == watched))
+        }),
+    )
+    .await;
+    let own = lobby.state.as_ref().unwrap().game_id;
+    let text = screen(&lobby);
+    assert!(text.contains(&format!("game {watched}")), "{text}");
+    assert!(text.contains("Enter watches"), "{text}");
+
+    commands.send(Command::Select).await.unwrap();
+    let watching = until(
+        "the picked game is watched",
+        Box::new(move |v| {
+            v.watching && v.note.is_some() && v.state.as_ref().is_some_and(|s| s.game_id == watched)
+        }),
+    )
+    .await;
+    let text = screen(&watching);
+    assert!(text.contains("Watching"), "{text}");
+    assert!(
+        text.contains(&format!("Your game {own}: waiting 1/4")),
+        "{text}"
+    );
+
+    // Three more players fill the waiting player's game.
+    let mut others = Vec::new();
+    for n in 1..=3 {
+        let (session, _) = GameSession::join(&pool, &format!("new{n}"), new_token())
+            .await
+            .expect("join");
+        assert_eq!(session.game_id(), own);
+        others.push(session);
+    }
+    let back = until(
+        "the player is back in its own game",
+        Box::new(move |v| {
+            !v.watching
+                && v.seat.is_some()
+                && v.state
+                    .as_ref()
+                    .is_some_and(|s| s.game_id == own && s.phase() == Phase::Playing)
+        }),
+    )
+    .await;
+    let text = screen(&back);
+    assert!(!text.contains("Watching"), "{text}");
+    assert!(text.contains("waiter"), "{text}");
+    stopper.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(10), player).await;
+}

@@ -165,6 +165,9 @@ fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
     }
     lines.push(Line::from(""));
     lines.push(Line::from(format!("game {}", state.game_id)).dim());
+    if let Some(note) = view.note.as_ref().filter(|_| view.watching) {
+        lines.push(Line::from(note.clone()).bold());
+    }
     let others = view.live_games.as_deref().unwrap_or_default();
     if !view.watching && !others.is_empty() {
         lines.push(Line::from(""));
@@ -370,6 +373,9 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
     if view.watching {
         let on = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
         lines.push(Line::styled("Watching (no seat)", on));
+        if let Some(note) = &view.note {
+            lines.push(Line::from(note.clone()).bold());
+        }
         lines.push(Line::from(format!("Tick   {}", state.tick)));
     }
     match me {

@@ -40,6 +40,9 @@ pub struct View {
     /// player's lobby), newest first; `picked` is the one highlighted.
     pub live_games: Option<Vec<LiveGame>>,
     pub picked: usize,
+    /// A line about the player's own game while it watches another
+    /// ("Your game 12: waiting 2/4").
+    pub note: Option<String>,
 }
 
 /// What the HUD says about the network.

@@ -62,6 +62,16 @@ impl Spectator {
         Ok((latest, info))
     }
 
+    /// Watches `game_id` on a pool that serves another game too (a waiting
+    /// player's): its calls go wherever that pool's go.
+    pub fn sharing(pool: ServerPool, game_id: u64) -> Spectator {
+        Spectator {
+            pool,
+            game_id,
+            latest: None,
+        }
+    }
+
     pub fn game_id(&self) -> u64 {
         self.game_id
     }
