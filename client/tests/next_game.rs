@@ -74,17 +74,17 @@ async fn next_game(
     (state.game_id, pressed.elapsed())
 }
 
-/// Starts `play`'s network task for "human" on a local cluster started
-/// with `server_args`; returns its view, its keys and what stops it.
-fn start_play(
-    cluster: &borbaman_cluster::local::LocalCluster,
-    home: &std::path::Path,
-) -> (
-    watch::Receiver<View>,
-    mpsc::Sender<Command>,
-    shutdown::Stopper,
-    tokio::task::JoinHandle<Result<(), String>>,
-) {
+/// `play`'s network task, running: its view, its keys, what stops it.
+struct Playing {
+    view: watch::Receiver<View>,
+    commands: mpsc::Sender<Command>,
+    stopper: shutdown::Stopper,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+/// Starts `play`'s network task for "human" on `cluster`, as `play` does
+/// once its local cluster is up (with the 3 bots).
+fn start_play(cluster: &borbaman_cluster::local::LocalCluster, home: &std::path::Path) -> Playing {
     let servers = cluster.addresses();
     let (view_tx, view_rx) = watch::channel(View::default());
     let (command_tx, command_rx) = mpsc::channel(16);
@@ -99,7 +99,12 @@ fn start_play(
         tokio::spawn(
             async move { play_on(&servers, true, seat, &view_tx, command_rx, quit).await },
         );
-    (view_rx, command_tx, stopper, game)
+    Playing {
+        view: view_rx,
+        commands: command_tx,
+        stopper,
+        task: game,
+    }
 }
 
 /// The first game, running with the player and its 3 bots.
@@ -117,7 +122,12 @@ async fn first_game(view: &watch::Receiver<View>) -> u64 {
 async fn r_after_dying_starts_the_next_game_with_the_bots_at_once() {
     let cluster = common::cluster(3);
     let home = tempfile::tempdir().unwrap();
-    let (view, commands, stopper, game) = start_play(&cluster, home.path());
+    let Playing {
+        view,
+        commands,
+        stopper,
+        task: game,
+    } = start_play(&cluster, home.path());
     let first = first_game(&view).await;
 
     // The player bombs its own cell and stays there: out, the game runs on.
@@ -142,7 +152,12 @@ async fn r_after_dying_starts_the_next_game_with_the_bots_at_once() {
 async fn r_after_a_game_starts_the_next_game_with_the_bots_at_once() {
     let cluster = common::cluster_with(3, &["--round-ms=3000"]);
     let home = tempfile::tempdir().unwrap();
-    let (view, commands, stopper, game) = start_play(&cluster, home.path());
+    let Playing {
+        view,
+        commands,
+        stopper,
+        task: game,
+    } = start_play(&cluster, home.path());
     let first = first_game(&view).await;
 
     // The player does nothing; a 3-second round, then the arena closes.
