@@ -148,10 +148,11 @@ async fn pick(
                 v.picked = (v.picked + 1).min(last);
             }),
             Command::Select => {
-                let picked = view.borrow().live_games.as_ref().and_then(|games| {
-                    let picked = view.borrow().picked;
-                    games.get(picked).map(|g| g.game_id)
-                });
+                let picked = {
+                    let view = view.borrow();
+                    let games = view.live_games.as_deref().unwrap_or_default();
+                    games.get(view.picked).map(|g| g.game_id)
+                };
                 if picked.is_some() {
                     return picked;
                 }
