@@ -266,7 +266,7 @@ async fn play_one(
         tokio::select! {
             _ = ticker.tick() => {}
             _ = stop.recv() => return None,
-            Ok(()) = changed(follow) => continue,
+            () = changed(follow) => continue,
         }
         let result = match driver.next(session) {
             Step::GameOver => return session.latest().cloned(),
@@ -291,13 +291,13 @@ async fn play_one(
 
 /// Resolves when the leader's game changes; never without a leader (or
 /// once it is gone).
-async fn changed(follow: &mut Option<watch::Receiver<u64>>) -> Result<(), ()> {
-    match follow {
-        Some(leader) => match leader.changed().await {
-            Ok(()) => Ok(()),
-            Err(_) => std::future::pending().await,
-        },
-        None => std::future::pending().await,
+async fn changed(follow: &mut Option<watch::Receiver<u64>>) {
+    let gone = match follow {
+        Some(leader) => leader.changed().await.is_err(),
+        None => true,
+    };
+    if gone {
+        std::future::pending::<()>().await;
     }
 }
 
