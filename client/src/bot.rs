@@ -21,6 +21,7 @@ use borbaman_proto::pb::GameState;
 use crate::args::ServersArg;
 use crate::driver::{self, Driver, Step};
 use crate::shutdown::{self, Shutdown};
+use tokio::sync::watch;
 
 #[derive(Debug, clap::Args)]
 pub struct BotArgs {
@@ -56,6 +57,12 @@ pub struct BotOptions {
     pub sessions: Option<StateDir>,
     /// The arena to play on (empty: any).
     pub map: String,
+    /// The game a leader (the local player) has just joined, 0 for none
+    /// yet: when it changes to another game than the bot's, the bot leaves
+    /// its game (forfeiting it if it runs) and joins again, which seats it
+    /// in the leader's waiting game (the oldest one). Each change is
+    /// followed once.
+    pub follow: Option<watch::Receiver<u64>>,
 }
 
 impl BotOptions {
@@ -67,6 +74,7 @@ impl BotOptions {
             seed: rand::random(),
             sessions: None,
             map: String::new(),
+            follow: None,
         }
     }
 }
@@ -171,6 +179,9 @@ pub async fn play_games(
     let mut driver = Driver::new(options.seed);
     let mut finished = 0u32;
     let sessions = options.sessions.as_ref();
+    let mut follow = options.follow.clone();
+    // The leader's last game followed: each of its moves is followed once.
+    let mut followed = 0u64;
     while options.games.is_none_or(|games| finished < games) && !stop.is_shutdown() {
         let saved = sessions.and_then(|dir| dir.load(&options.name));
         let token = saved
@@ -204,7 +215,14 @@ pub async fn play_games(
                 tracing::warn!(bot = options.name, error = %e, "cannot save the bot's session");
             }
         }
-        let played = play_one(&mut session, &options, &mut driver, &mut stop).await;
+        let played = play_one(
+            &mut session,
+            &options,
+            &mut driver,
+            &mut stop,
+            (&mut follow, &mut followed),
+        )
+        .await;
         match played {
             Some(state) => {
                 finished += 1;
@@ -224,19 +242,31 @@ pub async fn play_games(
     }
 }
 
-/// Plays one game to its end; `None` when stopped or the session was lost.
+/// Plays one game to its end; `None` when stopped, when the session was
+/// lost, or when it left to follow its leader into another game.
 async fn play_one(
     session: &mut GameSession,
     options: &BotOptions,
     driver: &mut Driver,
     stop: &mut Shutdown,
+    (follow, followed): (&mut Option<watch::Receiver<u64>>, &mut u64),
 ) -> Option<GameState> {
     let mut ticker = tokio::time::interval(options.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if let Some(leader) = follow.as_mut() {
+            let game = *leader.borrow_and_update();
+            if game != 0 && game != session.game_id() && game != *followed {
+                *followed = game;
+                tracing::info!(bot = options.name, game, "following the player to its game");
+                let _ = tokio::time::timeout(Duration::from_secs(2), session.leave()).await;
+                return None;
+            }
+        }
         tokio::select! {
             _ = ticker.tick() => {}
             _ = stop.recv() => return None,
+            () = changed(follow) => continue,
         }
         let result = match driver.next(session) {
             Step::GameOver => return session.latest().cloned(),
@@ -259,6 +289,18 @@ async fn play_one(
     }
 }
 
+/// Resolves when the leader's game changes; never without a leader (or
+/// once it is gone).
+async fn changed(follow: &mut Option<watch::Receiver<u64>>) {
+    let gone = match follow {
+        Some(leader) => leader.changed().await.is_err(),
+        None => true,
+    };
+    if gone {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// A group of bots started together.
 #[derive(Clone, Debug)]
 pub struct BotTeam {
@@ -271,6 +313,8 @@ pub struct BotTeam {
     pub sessions: Option<StateDir>,
     /// The arena the bots play on (empty: any).
     pub map: String,
+    /// The leader's game (see [`BotOptions::follow`]).
+    pub follow: Option<watch::Receiver<u64>>,
 }
 
 impl BotTeam {
@@ -282,6 +326,7 @@ impl BotTeam {
             games: None,
             sessions: None,
             map: String::new(),
+            follow: None,
         }
     }
 }
@@ -302,6 +347,7 @@ pub async fn spawn_bots(
         options.games = team.games;
         options.sessions = team.sessions.clone();
         options.map = team.map.clone();
+        options.follow = team.follow.clone();
         let outcomes = outcomes.clone();
         let stop = stop.clone();
         bots.spawn(async move {
@@ -352,6 +398,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             games: args.games,
             sessions: None,
             map: args.map.clone().unwrap_or_default(),
+            follow: None,
         };
         let pool_config = args.servers.pool_config()?;
         let mut bots = spawn_bots(&servers, pool_config, &team, stop, outcome_tx)

@@ -15,6 +15,7 @@
 //! - [`bench`]: `borbaman bench`, RTT and jitter measurement runs.
 //! - [`chaos`]: `borbaman chaos`, fault-injection runs.
 //! - [`measure`]: the measurement engine both drive.
+//! - [`watch`]: `borbaman watch`, a live game seen without a seat.
 //! - [`replay`]: `borbaman replay --verify`, finished games re-simulated
 //!   and compared with their stored state.
 
@@ -29,3 +30,4 @@ pub mod play;
 pub mod replay;
 pub mod shutdown;
 pub mod ui;
+pub mod watch;

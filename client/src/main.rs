@@ -20,6 +20,9 @@ enum Command {
     /// Play a game in this terminal. Without --servers, starts a local
     /// cluster (PostgreSQL, 3 servers) and 3 bots to play against.
     Play(borbaman::play::PlayArgs),
+    /// Watch a live game without playing in it (without GAME_ID: pick one
+    /// from the live games).
+    Watch(borbaman::watch::WatchArgs),
     /// Run headless AI players.
     Bot(borbaman::bot::BotArgs),
     /// Run a game server (same as the `borbaman-server` binary).
@@ -40,6 +43,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Play(args) => borbaman::play::run(args),
+        Command::Watch(args) => borbaman::watch::run(args),
         Command::Bot(args) => borbaman::bot::run(args),
         Command::Server(args) => borbaman_server::cli::run(args),
         Command::Bench(args) => borbaman::bench::run(args),

@@ -382,3 +382,57 @@ fn hostile_names_never_reach_the_terminal_as_sent() {
         assert!(!screen.contains("様"), "{screen}");
     }
 }
+
+#[test]
+fn the_watch_list_shows_each_game_and_highlights_the_picked_one() {
+    use borbaman_proto::pb::LiveGame;
+    let game = |game_id, phase: Phase, seated, alive, left_ticks| LiveGame {
+        game_id,
+        map: "open".into(),
+        phase: phase as i32,
+        seated,
+        alive,
+        names: vec!["ann".into(), "bob".into()],
+        round_ticks_left: left_ticks,
+        tick_ms: 50,
+        ..LiveGame::default()
+    };
+    let view = View {
+        live_games: Some(vec![
+            game(12, Phase::Playing, 4, 2, 1_300),
+            game(11, Phase::Waiting, 2, 2, 3_600),
+        ]),
+        picked: 1,
+        watching: true,
+        ..View::default()
+    };
+    let screen = text(&render(&view, 100, 24, ColorMode::Indexed256));
+    let row = |id: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(id))
+            .unwrap_or_else(|| panic!("no {id} in\n{screen}"))
+            .to_string()
+    };
+    let running = row("game 12");
+    for part in ["open", "2 alive of 4", "1:05 left", "ann, bob"] {
+        assert!(running.contains(part), "{part:?} in {running:?}");
+    }
+    assert!(!running.contains('▶'), "{running}");
+    let waiting = row("game 11");
+    assert!(waiting.contains("waiting 2/4"), "{waiting}");
+    assert!(waiting.contains("▶"), "the picked one: {waiting}");
+    assert!(screen.contains("Enter watch"), "{screen}");
+}
+
+#[test]
+fn a_watched_game_says_watching_and_shows_no_seat() {
+    let mut view = view(state(Phase::Playing));
+    view.watching = true;
+    view.seat = None;
+    let screen = text(&render(&view, 100, 30, ColorMode::Indexed256));
+    assert!(screen.contains("Watching (no seat)"), "{screen}");
+    assert!(screen.contains("Tick   300"), "{screen}");
+    assert!(!screen.contains("You "), "{screen}");
+    assert!(!screen.contains("space bomb"), "{screen}");
+}

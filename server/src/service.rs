@@ -23,6 +23,10 @@ use borbaman_game::{Action, Arena, SEATS};
 /// most it may ask for.
 const DEFAULT_RANKINGS: u32 = 10;
 const MAX_RANKINGS: u32 = 100;
+/// Live games listed when the request asks for none in particular, and the
+/// most it may ask for.
+const DEFAULT_LIVE_GAMES: u32 = 20;
+const MAX_LIVE_GAMES: u32 = 100;
 
 /// The game service; cheap to clone.
 #[derive(Clone, Debug)]
@@ -158,8 +162,48 @@ impl GameService {
     }
 }
 
+impl GameService {
+    async fn list_games(&self, req: pb::ListGamesRequest) -> Result<pb::ListGamesReply, Error> {
+        let limit = match req.limit {
+            0 => DEFAULT_LIVE_GAMES,
+            n => n.min(MAX_LIVE_GAMES),
+        };
+        let games = self.store.live_games(limit).await?;
+        Ok(pb::ListGamesReply {
+            games: games
+                .into_iter()
+                .map(|game| wire::live_game(&game.into_proto()))
+                .collect(),
+        })
+    }
+
+    async fn watch_state(&self, req: pb::WatchStateRequest) -> Result<pb::StateReply, Error> {
+        let game_id = check_game_id(req.game_id)?;
+        let snapshot = self.store.watch(game_id).await?;
+        Ok(pb::StateReply {
+            state: Some(snapshot.into_proto()),
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl pb::game_server::Game for GameService {
+    async fn list_games(
+        &self,
+        req: Request<pb::ListGamesRequest>,
+    ) -> Result<Response<pb::ListGamesReply>, Status> {
+        self.slow.pause().await;
+        Ok(Response::new(self.list_games(req.into_inner()).await?))
+    }
+
+    async fn watch_state(
+        &self,
+        req: Request<pb::WatchStateRequest>,
+    ) -> Result<Response<pb::StateReply>, Status> {
+        self.slow.pause().await;
+        Ok(Response::new(self.watch_state(req.into_inner()).await?))
+    }
+
     async fn get_replay(
         &self,
         req: Request<pb::ReplayRequest>,

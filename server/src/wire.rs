@@ -191,6 +191,23 @@ fn wire_cell(cell: Cell) -> pb::Cell {
     }
 }
 
+/// A live game's line in a `ListGames` reply, from its state.
+pub fn live_game(state: &pb::GameState) -> pb::LiveGame {
+    let seated = || state.players.iter().filter(|p| p.seated);
+    pb::LiveGame {
+        game_id: state.game_id,
+        map: state.map.clone(),
+        phase: state.phase,
+        seated: state.seated,
+        alive: seated().filter(|p| p.alive).count() as u32,
+        names: seated().map(|p| p.name.clone()).collect(),
+        tick: state.tick,
+        round_ticks_left: state.round_ticks_left,
+        sudden_death: state.sudden_death,
+        tick_ms: state.tick_ms,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use borbaman_cluster::local::{ClusterConfig, ClusterError, Database, LocalCluste
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::{Setup, progress};
+use super::{Seat, Setup, progress};
 use crate::args::DbKind;
 use crate::bot;
 use crate::shutdown::Shutdown;
@@ -112,18 +112,20 @@ pub(super) async fn supervise(slot: Arc<Mutex<Option<LocalCluster>>>, mut quit: 
 /// Starts the bots that fill a local game. They keep their sessions beside
 /// the player's, so a restarted `play` brings them back into its game.
 pub(super) async fn start_bots(
-    setup: &Setup,
+    seat: &Seat,
     servers: &[String],
     quit: Shutdown,
+    follow: watch::Receiver<u64>,
 ) -> Result<JoinSet<()>, PoolError> {
-    let sessions = setup.state_dir.local_bots();
-    if setup.state_dir.load(&setup.name).is_none() {
+    let sessions = seat.state_dir.local_bots();
+    if seat.state_dir.load(&seat.name).is_none() {
         // No game to go back to: neither have the bots.
         sessions.clear_all();
     }
     let team = bot::BotTeam {
         sessions: Some(sessions),
-        map: setup.map.clone(),
+        map: seat.map.clone(),
+        follow: Some(follow),
         ..bot::BotTeam::new(LOCAL_BOTS)
     };
     let (outcomes, _) = tokio::sync::mpsc::unbounded_channel();

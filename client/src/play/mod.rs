@@ -22,9 +22,10 @@
 //! puts the player and its bots back in their running game.
 //!
 //! A player who is out of a running game may press `r` to leave it and join
-//! the next one, as from the game-over screen. Local bots play their own
-//! game to its end and then join the next waiting game, so they fill the
-//! player's new lobby once that game is over.
+//! the next one, as from the game-over screen. Local bots follow the player:
+//! when it joins another game than theirs, they leave theirs (forfeiting it
+//! if it still runs) and join again, which seats them in the player's
+//! waiting game (the oldest one), so the next game starts at once.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +37,7 @@ use crossterm::event::{self, Event};
 use tokio::sync::{mpsc, watch};
 
 mod local;
-mod player;
+pub(crate) mod player;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::state_dir::StateDir;
@@ -60,7 +61,8 @@ static HUNG_UP: AtomicBool = AtomicBool::new(false);
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Keys: arrows or WASD move, space plants a bomb, r plays again once a game is \
-over or you are out of it, q (or Esc, Ctrl-C) quits.
+over or you are out of it, q (or Esc, Ctrl-C) quits. While your game waits for \
+players, ↑↓ and Enter watch one of the live games until it starts.
 
 Without --servers: the database is DATABASE_URL if set, else a private \
 PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
@@ -295,28 +297,61 @@ async fn network(
     if quit.is_shutdown() {
         return;
     }
-    progress(&view, "connecting to the servers…");
-    let pool_config = if local {
-        PoolConfig::default()
-    } else {
-        setup.pool.clone()
+    if local {
+        tokio::spawn(local::supervise(cluster_slot.clone(), quit.clone()));
+    }
+    let seat = Seat {
+        name: setup.name,
+        map: setup.map,
+        state_dir: setup.state_dir,
+        pool: if local {
+            PoolConfig::default()
+        } else {
+            setup.pool
+        },
     };
-    let pool = match ServerPool::connect(&servers, pool_config).await {
-        Ok(pool) => pool,
-        Err(e) => return fail(e.to_string()),
-    };
+    if let Err(message) = play_on(&servers, local, seat, &view, commands, quit).await {
+        fail(message);
+    }
+}
+
+/// Who plays, and how to reach the servers.
+pub struct Seat {
+    pub name: String,
+    /// The arena asked for (empty: any).
+    pub map: String,
+    pub state_dir: StateDir,
+    pub pool: PoolConfig,
+}
+
+/// Games on `servers` until the player quits, driven by `commands` and
+/// shown in `view`. With `local`, 3 bots play too and follow the player:
+/// each time it joins a game (`r` after a game, or once out of one), they
+/// leave theirs and join it, so the next game starts at once.
+pub async fn play_on(
+    servers: &[String],
+    local: bool,
+    seat: Seat,
+    view: &watch::Sender<View>,
+    commands: mpsc::Receiver<Command>,
+    quit: Shutdown,
+) -> Result<(), String> {
+    progress(view, "connecting to the servers…");
+    let pool = ServerPool::connect(servers, seat.pool.clone())
+        .await
+        .map_err(|e| e.to_string())?;
     tokio::spawn(player::publish_status(
         pool.clone(),
         view.clone(),
         quit.clone(),
     ));
+    let (follow_tx, follow_rx) = watch::channel(0u64);
     let bots = if local {
-        tokio::spawn(local::supervise(cluster_slot.clone(), quit.clone()));
-        progress(&view, "starting 3 bots…");
-        match local::start_bots(&setup, &servers, quit.clone()).await {
-            Ok(bots) => Some(bots),
-            Err(e) => return fail(format!("starting the bots: {e}")),
-        }
+        progress(view, "starting 3 bots…");
+        let bots = local::start_bots(&seat, servers, quit.clone(), follow_rx)
+            .await
+            .map_err(|e| format!("starting the bots: {e}"))?;
+        Some(bots)
     } else {
         None
     };
@@ -327,22 +362,26 @@ async fn network(
     } else {
         servers.join(",")
     };
-    let player = Player::new(
+    let mut player = Player::new(
         pool,
-        setup.name,
-        setup.state_dir,
+        seat.name,
+        seat.state_dir,
         servers_key,
-        view,
+        view.clone(),
         commands,
         quit,
     )
-    .asking_for_map(setup.map);
+    .asking_for_map(seat.map);
+    if local {
+        player = player.leading(follow_tx);
+    }
     player.play().await;
     if let Some(bots) = bots {
         // They saw the quit too: let them leave their games and forget
         // their sessions, or the next start would put them back there.
         let _ = tokio::time::timeout(Duration::from_secs(2), bots.join_all()).await;
     }
+    Ok(())
 }
 
 fn progress(view: &watch::Sender<View>, step: &str) {

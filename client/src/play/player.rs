@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
 use borbaman_client::session::{self, GameSession, new_token};
+use borbaman_client::spectator::{self, Spectator};
 use borbaman_client::state_dir::{SavedSession, StateDir};
 use borbaman_game::codes::PRESENCE_INTERVAL_MS;
 use borbaman_proto::pb::{self, Phase};
@@ -21,6 +22,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// A player who only watches still acts (idle) this often, so the others
 /// see them as connected.
 const PRESENCE_INTERVAL: Duration = Duration::from_millis(PRESENCE_INTERVAL_MS as u64);
+/// How often a waiting player's lobby fetches the live games.
+const LIST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The human player's side of the network task.
 pub(super) struct Player {
@@ -34,6 +37,8 @@ pub(super) struct Player {
     commands: mpsc::Receiver<Command>,
     quit: Shutdown,
     rtt: Histogram<u64>,
+    /// Tells the local bots which game the player joined, so they follow.
+    leading: Option<watch::Sender<u64>>,
 }
 
 /// What the player wants once a game is over (or once out of it).
@@ -64,7 +69,15 @@ impl Player {
             commands,
             quit,
             rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
+            leading: None,
         }
+    }
+
+    /// Publishes every game the player joins on `bots`, for the local bots
+    /// to follow (see [`crate::bot::BotOptions::follow`]).
+    pub(super) fn leading(mut self, bots: watch::Sender<u64>) -> Player {
+        self.leading = Some(bots);
+        self
     }
 
     /// Joins only games on the arena `map` (empty: any).
@@ -116,6 +129,9 @@ impl Player {
                     }
                     let state = session.latest().cloned();
                     let seat = session.seat();
+                    if let Some(bots) = &self.leading {
+                        bots.send_replace(session.game_id());
+                    }
                     self.view.send_modify(|v| {
                         v.seat = Some(seat);
                         v.state = state;
@@ -146,18 +162,37 @@ impl Player {
         }
     }
 
-    /// Plays one game: polls, sends actions, shows the result.
+    /// Plays one game: polls, sends actions, shows the result. While the
+    /// game waits for players, the lobby lists the other live games and
+    /// the player may watch one (Enter) until its own starts.
     async fn play_game(&mut self, session: &mut GameSession) -> Next {
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut quit = self.quit.clone();
         let mut last_act = Instant::now();
+        let mut lobby = Lobby::default();
         loop {
             let finished = session
                 .latest()
                 .is_some_and(|s| s.phase() == Phase::Finished);
             if finished {
                 return self.game_over(session).await;
+            }
+            let waiting = session.latest().is_none_or(|s| s.phase() == Phase::Waiting);
+            if waiting {
+                self.show_lobby(session, &mut lobby).await;
+            } else if lobby.shown {
+                // The player's own game started: back to it.
+                lobby = Lobby::default();
+                let state = session.latest().cloned();
+                let seat = session.seat();
+                self.view.send_modify(|v| {
+                    v.watching = false;
+                    v.live_games = None;
+                    v.note = None;
+                    v.seat = Some(seat);
+                    v.state = state;
+                });
             }
             let action = tokio::select! {
                 _ = ticker.tick() => None,
@@ -174,6 +209,10 @@ impl Player {
                     // already out; then on as from the game-over screen.
                     self.leave(session).await;
                     return Next::PlayAgain;
+                }
+                Some(command) if waiting => {
+                    self.lobby_command(command, &mut lobby);
+                    continue;
                 }
                 Some(command) => match command.action() {
                     Some(action) => {
@@ -193,7 +232,15 @@ impl Player {
             match result {
                 Ok(info) => {
                     let state = session.latest().cloned();
-                    self.record(&info, state);
+                    if lobby.watching.is_some() {
+                        let note = state
+                            .as_ref()
+                            .map(|s| format!("Your game {}: waiting {}/4", s.game_id, s.seated));
+                        self.record(&info, None);
+                        self.view.send_modify(|v| v.note = note);
+                    } else {
+                        self.record(&info, state);
+                    }
                 }
                 Err(e) if session::seat_lost(&e) => {
                     // Seated again with the same token, in a waiting game.
@@ -203,6 +250,66 @@ impl Player {
                 }
                 Err(e) => self.record_error(&e),
             }
+        }
+    }
+
+    /// While the player's game waits: the other live games, fetched every
+    /// second, and the watched one's newest state.
+    async fn show_lobby(&mut self, session: &GameSession, lobby: &mut Lobby) {
+        lobby.shown = true;
+        if lobby.next_list.is_none_or(|at| Instant::now() >= at) {
+            lobby.next_list = Some(Instant::now() + LIST_INTERVAL);
+            let own = session.game_id();
+            if let Ok(games) = spectator::live_games(&self.pool, 0).await {
+                let others: Vec<pb::LiveGame> =
+                    games.into_iter().filter(|g| g.game_id != own).collect();
+                self.view.send_modify(|v| {
+                    v.picked = v.picked.min(others.len().saturating_sub(1));
+                    v.live_games = Some(others);
+                });
+            }
+        }
+        if let Some(spectator) = &mut lobby.watching {
+            match spectator.state().await {
+                Ok((state, _)) => self.view.send_modify(|v| v.state = Some(state)),
+                Err(e) => self.record_error(&e),
+            }
+        }
+    }
+
+    /// A key pressed in the lobby: ↑↓ choose a live game, Enter watches it
+    /// (its own spectator, on the player's pool).
+    fn lobby_command(&mut self, command: Command, lobby: &mut Lobby) {
+        match command {
+            Command::Up => self
+                .view
+                .send_modify(|v| v.picked = v.picked.saturating_sub(1)),
+            Command::Down => self.view.send_modify(|v| {
+                let last = v
+                    .live_games
+                    .as_ref()
+                    .map_or(0, |g| g.len().saturating_sub(1));
+                v.picked = (v.picked + 1).min(last);
+            }),
+            Command::Select => {
+                let view = self.view.borrow();
+                let picked = view
+                    .live_games
+                    .as_ref()
+                    .and_then(|games| games.get(view.picked))
+                    .map(|g| g.game_id);
+                drop(view);
+                if let Some(game_id) = picked {
+                    // On the player's pool, which stays on its own game's
+                    // server.
+                    lobby.watching = Some(Spectator::sharing(self.pool.clone(), game_id));
+                    self.view.send_modify(|v| {
+                        v.watching = true;
+                        v.seat = None;
+                    });
+                }
+            }
+            _ => {}
         }
     }
 
@@ -271,6 +378,18 @@ impl Player {
     }
 }
 
+/// What the lobby shows while the player's game waits for players.
+#[derive(Default)]
+struct Lobby {
+    /// The lobby has been shown (the player is to be taken back to its
+    /// game when it starts).
+    shown: bool,
+    /// When the live games are to be fetched again.
+    next_list: Option<Instant>,
+    /// The game being watched meanwhile.
+    watching: Option<Spectator>,
+}
+
 /// True when the player is out of its running game (see [`out_of_game`]).
 fn is_out(session: &GameSession) -> bool {
     session
@@ -285,7 +404,7 @@ fn playing(session: &GameSession) -> bool {
 }
 
 /// Copies the pool's status into the view.
-pub(super) async fn publish_status(
+pub(crate) async fn publish_status(
     pool: ServerPool,
     view: watch::Sender<View>,
     mut quit: Shutdown,

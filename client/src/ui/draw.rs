@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use borbaman_game::names;
-use borbaman_proto::pb::{Cell, GameState, Player};
+use borbaman_proto::pb::{Cell, GameState, LiveGame, Phase, Player};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style, Stylize};
@@ -56,6 +56,7 @@ pub fn draw(frame: &mut Frame, view: &View, colors: ColorMode) {
     let palette = Palette::new(colors);
     match view.screen() {
         Screen::Starting => draw_starting(frame, view, area),
+        Screen::Pick => draw_pick(frame, view, area),
         Screen::Failed => draw_failed(frame, view, area),
         Screen::Lobby => draw_lobby(frame, view, area, &palette),
         Screen::Game => draw_game(frame, view, area, &palette),
@@ -71,6 +72,59 @@ fn draw_starting(frame: &mut Frame, view: &View, area: Rect) {
     lines.push(Line::from("q quits").dim());
     let block = Block::bordered().title(" Borbaman ");
     frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// The live games, one a line, the picked one highlighted.
+fn draw_pick(frame: &mut Frame, view: &View, area: Rect) {
+    let games = view.live_games.as_deref().unwrap_or_default();
+    let mut lines = vec![Line::from("Live games").bold(), Line::from("")];
+    lines.extend(live_game_lines(games, Some(view.picked)));
+    if games.is_empty() {
+        lines.push(Line::from("No game is running or waiting for players.").dim());
+    }
+    lines.extend(net_lines(&view.net));
+    lines.push(Line::from(""));
+    lines.push(Line::from("↑↓ choose · Enter watch · q quits").dim());
+    let block = Block::bordered().title(" Borbaman · watch ");
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// One line per live game: id, map, players, time left; `picked` (if any)
+/// highlighted.
+pub fn live_game_lines(games: &[LiveGame], picked: Option<usize>) -> Vec<Line<'static>> {
+    games
+        .iter()
+        .enumerate()
+        .map(|(i, game)| {
+            let players = match game.phase() {
+                Phase::Playing => format!("{} alive of {}", game.alive, game.seated),
+                _ => format!("waiting {}/4", game.seated),
+            };
+            let left = if game.sudden_death {
+                "sudden death".to_string()
+            } else {
+                let tick_ms = if game.tick_ms == 0 { 50 } else { game.tick_ms };
+                let secs = u64::from(game.round_ticks_left) * u64::from(tick_ms) / 1000;
+                format!("{}:{:02} left", secs / 60, secs % 60)
+            };
+            let map = if game.map.is_empty() {
+                "classic"
+            } else {
+                &game.map
+            };
+            let names: Vec<String> = game.names.iter().map(|n| shown_name(n)).collect();
+            let text = format!(
+                "game {:<6} {map:<10} {players:<15} {left:<13} {}",
+                game.game_id,
+                names.join(", ")
+            );
+            if picked == Some(i) {
+                Line::from(format!("▶ {text}")).reversed()
+            } else {
+                Line::from(format!("  {text}"))
+            }
+        })
+        .collect()
 }
 
 fn draw_failed(frame: &mut Frame, view: &View, area: Rect) {
@@ -111,10 +165,24 @@ fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
     }
     lines.push(Line::from(""));
     lines.push(Line::from(format!("game {}", state.game_id)).dim());
+    if let Some(note) = view.note.as_ref().filter(|_| view.watching) {
+        lines.push(Line::from(note.clone()).bold());
+    }
+    let others = view.live_games.as_deref().unwrap_or_default();
+    if !view.watching && !others.is_empty() {
+        lines.push(Line::from(""));
+        lines.push(Line::from("Live games: Enter watches one until yours starts").bold());
+        lines.extend(live_game_lines(others, Some(view.picked)));
+    }
     lines.extend(net_lines(&view.net));
     lines.push(Line::from(""));
     lines.push(Line::from("q quits").dim());
-    let block = Block::bordered().title(" Borbaman · lobby ");
+    let title = if view.watching {
+        " Borbaman · watching a lobby "
+    } else {
+        " Borbaman · lobby "
+    };
+    let block = Block::bordered().title(title);
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
@@ -302,7 +370,16 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
         lines.push(Line::from("space pause  → step").dim());
         lines.push(Line::from("+/- speed  e end  q quit").dim());
     }
+    if view.watching {
+        let on = Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD);
+        lines.push(Line::styled("Watching (no seat)", on));
+        if let Some(note) = &view.note {
+            lines.push(Line::from(note.clone()).bold());
+        }
+        lines.push(Line::from(format!("Tick   {}", state.tick)));
+    }
     match me {
+        _ if view.watching => {}
         Some(me) => {
             lines.push(Line::from(vec![
                 Span::raw("You    "),
@@ -356,7 +433,12 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
     lines.push(Line::from(""));
     lines.extend(net_lines(&view.net));
     lines.push(Line::from(""));
-    if view.seat.is_some_and(|seat| out_of_game(state, seat)) {
+    if view.watching {
+        if state.phase() == Phase::Finished {
+            lines.push(Line::from("Game over").bold());
+        }
+        lines.push(Line::from("q quits").dim());
+    } else if view.seat.is_some_and(|seat| out_of_game(state, seat)) {
         let out = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
         lines.push(Line::styled("You are out: watching the end", out));
         lines.push(Line::from("r next game · q quits").dim());

@@ -1,5 +1,6 @@
 //! Key presses to commands. Arrows or WASD move, space plants a bomb, `r`
-//! plays again after a game (or once out of a running one), `q`, Esc or
+//! plays again after a game (or once out of a running one), Enter picks a
+//! game to watch from a list, `q`, Esc or
 //! Ctrl-C quits.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -13,6 +14,8 @@ pub enum Command {
     Right,
     Bomb,
     PlayAgain,
+    /// Enter: watch the highlighted game of a list.
+    Select,
     Quit,
 }
 
@@ -26,7 +29,7 @@ impl Command {
             Command::Left => Action::Left,
             Command::Right => Action::Right,
             Command::Bomb => Action::Bomb,
-            Command::PlayAgain | Command::Quit => return None,
+            Command::PlayAgain | Command::Select | Command::Quit => return None,
         })
     }
 }
@@ -46,6 +49,7 @@ pub fn command_for(key: KeyEvent) -> Option<Command> {
         KeyCode::Right | KeyCode::Char('d' | 'D') => Command::Right,
         KeyCode::Char(' ') => Command::Bomb,
         KeyCode::Char('r' | 'R') => Command::PlayAgain,
+        KeyCode::Enter => Command::Select,
         KeyCode::Char('q' | 'Q') | KeyCode::Esc => Command::Quit,
         _ => return None,
     })

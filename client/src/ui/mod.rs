@@ -12,7 +12,7 @@ pub mod input;
 
 use std::time::Duration;
 
-use borbaman_proto::pb::{GameState, Phase, Ranking};
+use borbaman_proto::pb::{GameState, LiveGame, Phase, Ranking};
 
 /// Everything the screens show.
 #[derive(Clone, Debug, Default)]
@@ -33,6 +33,16 @@ pub struct View {
     /// A replay's status (one line per `\n`); the game is drawn as in
     /// play, to its end.
     pub replay: Option<String>,
+    /// The game is watched, not played (`borbaman watch`, or a lobby's
+    /// player watching another game): the HUD says so and shows no seat.
+    pub watching: bool,
+    /// Live games to pick one from (`borbaman watch` without an id, or a
+    /// player's lobby), newest first; `picked` is the one highlighted.
+    pub live_games: Option<Vec<LiveGame>>,
+    pub picked: usize,
+    /// A line about the player's own game while it watches another
+    /// ("Your game 12: waiting 2/4").
+    pub note: Option<String>,
 }
 
 /// What the HUD says about the network.
@@ -55,6 +65,8 @@ pub struct NetStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Screen {
     Starting,
+    /// The list of live games to watch one of.
+    Pick,
     Lobby,
     Game,
     GameOver,
@@ -67,8 +79,11 @@ impl View {
             return Screen::Failed;
         }
         match self.state.as_ref().map(|s| s.phase()) {
+            None if self.live_games.is_some() => Screen::Pick,
             None => Screen::Starting,
             Some(_) if self.replay.is_some() => Screen::Game,
+            // A finished game stays on its board for a spectator.
+            Some(Phase::Finished) if self.watching => Screen::Game,
             Some(Phase::Playing) => Screen::Game,
             Some(Phase::Finished) => Screen::GameOver,
             Some(Phase::Waiting | Phase::Unspecified) => Screen::Lobby,

@@ -3,6 +3,7 @@
 //!
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
+//! - [`spectator`]: watching a game by its id, with no seat; the live games.
 //! - [`state_dir`]: the saved session that lets a restarted client rejoin.
 //! - [`wire_check`]: a server's game state checked before anyone uses it.
 //!
@@ -11,5 +12,6 @@
 
 pub mod pool;
 pub mod session;
+pub mod spectator;
 pub mod state_dir;
 pub mod wire_check;

@@ -30,6 +30,7 @@
 //!
 //! - [`play`]: join, act, leave, state and rankings.
 //! - [`servers`]: the registry of live servers.
+//! - [`spectate`]: any game by its id, and the live games, for spectators.
 //! - [`audit`]: invariant checks and the bare-transaction floor, for bench
 //!   and chaos runs.
 //! - [`follow`]: following a Patroni-managed primary.
@@ -41,6 +42,7 @@ pub mod play;
 mod queries;
 pub mod replay;
 pub mod servers;
+pub mod spectate;
 
 use std::future::Future;
 use std::str::FromStr;

@@ -771,7 +771,7 @@ fn written(row: Option<PgRow>) -> Result<Written<i64>, Error> {
 /// Advances `snapshot` (as read) to the clock's `now_tick`. Returns the
 /// phase it had if the clock alone changed it (the game just ended), which
 /// is for [`commit_clock`] to record.
-fn advance_to(snapshot: &mut Snapshot, now_tick: Tick) -> Option<Phase> {
+pub(super) fn advance_to(snapshot: &mut Snapshot, now_tick: Tick) -> Option<Phase> {
     let state = &mut snapshot.state;
     let before = state.phase();
     state.advance(state.tick().max(now_tick));
@@ -885,7 +885,7 @@ fn finishing(before: Phase, state: &GameState) -> Option<Ending> {
 /// Parses the columns of `game_cols!` (`id, state, version, now_tick,
 /// names, connected`) starting at column `at`; returns the clock's tick and
 /// the snapshot.
-fn game_row(row: &PgRow, at: usize) -> Result<(Tick, Snapshot), Error> {
+pub(super) fn game_row(row: &PgRow, at: usize) -> Result<(Tick, Snapshot), Error> {
     let game_id: i64 = row.try_get(at)?;
     let state = GameState::decode(row.try_get::<&[u8], _>(at + 1)?)?;
     let version: i64 = row.try_get(at + 2)?;

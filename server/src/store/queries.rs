@@ -509,6 +509,14 @@ pub const LOG_SEATS: &str = "INSERT INTO seat_log (game_id, version, kind, seat,
 pub const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
      ORDER BY wins DESC, draws DESC, games ASC, name LIMIT $1::bigint";
 
+/// Games waiting for players or running, newest first, for spectators.
+/// `$1` limit, `$2` tick length.
+pub const LIVE_GAMES: &str = concat!(
+    "SELECT ",
+    game_cols!("$2"),
+    " FROM games g WHERE g.phase IN (1, 2) ORDER BY g.id DESC LIMIT $1::bigint"
+);
+
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[
@@ -528,4 +536,5 @@ pub const ALL: &[&str] = &[
     WRITE_JOIN_NEW,
     LOG_SEATS,
     RANKINGS,
+    LIVE_GAMES,
 ];

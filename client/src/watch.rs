@@ -1,0 +1,248 @@
+//! `borbaman watch [GAME_ID]`: a live game drawn as `play` draws it, with
+//! no seat. Without an id it lists the live games (id, map, players, time
+//! left) to pick one from.
+//!
+//! Spectating needs no session or token: `ListGames` and `WatchState` are
+//! read-only calls any server answers, and never write, so spectators count
+//! as no player and cost the game nothing but reads. A game's board is no
+//! secret from anyone who can reach the servers (its players see it all),
+//! so there is nothing to authorise; what a server refuses a player (rate
+//! and connection limits, TLS) applies to spectators alike.
+//!
+//! The parts are those of `play`: a network task owns the [`Spectator`]
+//! (through a [`ServerPool`], so failover is the same), polls about 20
+//! times a second and publishes a [`View`]; the main thread draws it at 30
+//! frames per second and forwards keys.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use borbaman_client::pool::ServerPool;
+use borbaman_client::spectator::{Spectator, live_games};
+use crossterm::event::{self, Event};
+use tokio::sync::{mpsc, watch};
+
+use crate::args::ServersArg;
+use crate::play::player::publish_status;
+use crate::shutdown::{self, Shutdown, Stopper};
+use crate::ui::input::{Command, command_for};
+use crate::ui::{ColorMode, View, draw};
+
+/// Frames drawn per second.
+const FPS: u32 = 30;
+/// How often the watched game is polled.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often the list of live games is fetched again.
+const LIST_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Keys: ↑↓ choose a game and Enter watches it; q (or Esc, Ctrl-C) quits.")]
+pub struct WatchArgs {
+    /// The game to watch. Without it, the live games are listed to pick
+    /// one from.
+    #[arg(value_name = "GAME_ID")]
+    pub game_id: Option<u64>,
+    #[command(flatten)]
+    pub servers: ServersArg,
+}
+
+pub fn run(args: WatchArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    anyhow::ensure!(
+        !args.servers.servers.is_empty(),
+        "borbaman watch needs the servers of the game: give --servers host:port (or BORBAMAN_SERVERS)"
+    );
+    anyhow::ensure!(
+        std::io::stdout().is_terminal(),
+        "borbaman watch needs an interactive terminal"
+    );
+    let pool_config = args.servers.pool_config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let pool = runtime
+        .block_on(ServerPool::connect(&args.servers.servers, pool_config))
+        .context("connecting to the servers")?;
+    let (view_tx, view_rx) = watch::channel(View {
+        progress: vec!["fetching the game…".into()],
+        watching: true,
+        ..View::default()
+    });
+    let (command_tx, command_rx) = mpsc::channel::<Command>(64);
+    let (stopper, quit) = shutdown::channel();
+    runtime.spawn(publish_status(pool.clone(), view_tx.clone(), quit.clone()));
+    runtime.spawn(network(pool, args.game_id, view_tx, command_rx, quit));
+    let signal_quit = stopper.clone();
+    runtime.spawn(async move {
+        shutdown::signal().await;
+        signal_quit.stop();
+    });
+    let terminal = ratatui::try_init().context("setting up the terminal")?;
+    let result = ui_loop(terminal, view_rx.clone(), command_tx, &stopper);
+    ratatui::restore();
+    stopper.stop();
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result?;
+    match view_rx.borrow().error.clone() {
+        Some(message) => Err(anyhow::anyhow!(message)),
+        None => Ok(()),
+    }
+}
+
+/// The network task: the list to pick from (without an id), then the game.
+async fn network(
+    pool: ServerPool,
+    game_id: Option<u64>,
+    view: watch::Sender<View>,
+    mut commands: mpsc::Receiver<Command>,
+    quit: Shutdown,
+) {
+    let game_id = match game_id {
+        Some(id) => id,
+        None => match pick(&pool, &view, &mut commands, quit.clone()).await {
+            Some(id) => id,
+            None => return,
+        },
+    };
+    view.send_modify(|v| v.live_games = None);
+    follow_game(pool, game_id, view, quit).await;
+}
+
+/// Lists the live games until one is picked (`None`: the viewer quit).
+async fn pick(
+    pool: &ServerPool,
+    view: &watch::Sender<View>,
+    commands: &mut mpsc::Receiver<Command>,
+    mut quit: Shutdown,
+) -> Option<u64> {
+    let mut next_list = Instant::now();
+    loop {
+        if Instant::now() >= next_list {
+            next_list = Instant::now() + LIST_INTERVAL;
+            match live_games(pool, 0).await {
+                Ok(games) => view.send_modify(|v| {
+                    v.picked = v.picked.min(games.len().saturating_sub(1));
+                    v.live_games = Some(games);
+                    v.net.last_error = None;
+                }),
+                Err(e) => view.send_modify(|v| v.net.last_error = Some(e.to_string())),
+            }
+        }
+        let wait = next_list.saturating_duration_since(Instant::now());
+        let command = tokio::select! {
+            _ = tokio::time::sleep(wait) => continue,
+            _ = quit.recv() => return None,
+            command = commands.recv() => command.unwrap_or(Command::Quit),
+        };
+        match command {
+            Command::Quit => return None,
+            Command::Up => view.send_modify(|v| v.picked = v.picked.saturating_sub(1)),
+            Command::Down => view.send_modify(|v| {
+                let last = v
+                    .live_games
+                    .as_ref()
+                    .map_or(0, |g| g.len().saturating_sub(1));
+                v.picked = (v.picked + 1).min(last);
+            }),
+            Command::Select => {
+                let picked = {
+                    let view = view.borrow();
+                    let games = view.live_games.as_deref().unwrap_or_default();
+                    games.get(view.picked).map(|g| g.game_id)
+                };
+                if picked.is_some() {
+                    return picked;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Polls game `game_id` as a spectator and publishes it in `view` (with
+/// the call's RTT and server), until `quit`. Failed calls are shown and
+/// tried again: the pool has already moved to another server.
+pub async fn follow_game(
+    pool: ServerPool,
+    game_id: u64,
+    view: watch::Sender<View>,
+    mut quit: Shutdown,
+) {
+    let mut spectator = Spectator::new(pool, game_id);
+    let mut ticker = tokio::time::interval(POLL_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    view.send_modify(|v| {
+        v.watching = true;
+        v.seat = None;
+    });
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = quit.recv() => return,
+        }
+        match spectator.state().await {
+            Ok((state, info)) => view.send_modify(|v| {
+                v.net.rtt_last = Some(info.rtt);
+                v.net.server = Some(info.server.clone());
+                v.net.last_error = None;
+                v.state = Some(state);
+            }),
+            Err(e) => {
+                let refused = e
+                    .status()
+                    .is_some_and(|s| s.code() == tonic::Code::FailedPrecondition);
+                let message = e.to_string();
+                view.send_modify(|v| {
+                    if refused {
+                        v.error = Some(format!("cannot watch game {game_id}: {message}"));
+                    } else {
+                        v.net.last_error = Some(message);
+                    }
+                });
+                if refused {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Draws at a steady rate and forwards key presses; returns when the viewer
+/// quits (or a signal asks to).
+fn ui_loop(
+    mut terminal: ratatui::DefaultTerminal,
+    view: watch::Receiver<View>,
+    commands: mpsc::Sender<Command>,
+    quit: &Stopper,
+) -> anyhow::Result<()> {
+    let colors = ColorMode::detect();
+    let frame_time = Duration::from_secs(1) / FPS;
+    let mut next_frame = Instant::now();
+    loop {
+        if quit.is_stopped() {
+            return Ok(());
+        }
+        let snapshot = view.borrow().clone();
+        terminal.draw(|frame| draw::draw(frame, &snapshot, colors))?;
+        next_frame = (next_frame + frame_time).max(Instant::now());
+        while let Some(wait) = next_frame.checked_duration_since(Instant::now()) {
+            if !event::poll(wait)? {
+                break;
+            }
+            let Event::Key(key) = event::read()? else {
+                continue;
+            };
+            let Some(command) = command_for(key) else {
+                continue;
+            };
+            if command == Command::Quit {
+                quit.stop();
+                return Ok(());
+            }
+            let _ = commands.try_send(command);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The lobby that never makes you wait: in a local game (`play` without
+//! `--servers`: its cluster and 3 bots), `r` after dying, or after the game
+//! ends, brings the bots along into the player's next game, which then
+//! runs with all four. The player is driven through `play`'s own network
+//! task, with commands as its keys would send them.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use borbaman::play::{Seat, play_on};
+use borbaman::shutdown;
+use borbaman::ui::input::Command;
+use borbaman::ui::{View, out_of_game};
+use borbaman_client::pool::PoolConfig;
+use borbaman_client::state_dir::StateDir;
+use borbaman_proto::pb::Phase;
+use tokio::sync::{mpsc, watch};
+
+/// Waits (up to `within`) until `ready` holds for the view; returns it.
+async fn until(
+    view: &watch::Receiver<View>,
+    within: Duration,
+    what: &str,
+    ready: impl Fn(&View) -> bool,
+) -> View {
+    let deadline = Instant::now() + within;
+    loop {
+        let snapshot = view.borrow().clone();
+        if ready(&snapshot) {
+            return snapshot;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {within:?}; the view: state {:?}, error {:?}, net {:?}",
+            snapshot
+                .state
+                .as_ref()
+                .map(|s| (s.game_id, s.phase(), s.seated)),
+            snapshot.error,
+            snapshot.net
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A running game other than `not`, with four players seated.
+fn running_with_four(view: &View, not: u64) -> bool {
+    view.state
+        .as_ref()
+        .is_some_and(|s| s.game_id != not && s.phase() == Phase::Playing && s.seated == 4)
+}
+
+/// Presses `r` and measures how long until the next game runs with four.
+async fn next_game(
+    commands: &mpsc::Sender<Command>,
+    view: &watch::Receiver<View>,
+    from: u64,
+) -> (u64, Duration) {
+    let pressed = Instant::now();
+    commands.send(Command::PlayAgain).await.unwrap();
+    let running = until(view, Duration::from_secs(15), "the next game runs", |v| {
+        running_with_four(v, from)
+    })
+    .await;
+    let state = running.state.unwrap();
+    let names: Vec<&str> = state.players.iter().map(|p| p.name.as_str()).collect();
+    assert!(names.contains(&"human"), "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| n.starts_with("bot-")).count(),
+        3,
+        "the three bots followed: {names:?}"
+    );
+    (state.game_id, pressed.elapsed())
+}
+
+/// `play`'s network task, running: its view, its keys, what stops it.
+struct Playing {
+    view: watch::Receiver<View>,
+    commands: mpsc::Sender<Command>,
+    stopper: shutdown::Stopper,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+/// Starts `play`'s network task for "human" on `cluster`, as `play` does
+/// once its local cluster is up (with the 3 bots).
+fn start_play(cluster: &borbaman_cluster::local::LocalCluster, home: &std::path::Path) -> Playing {
+    let servers = cluster.addresses();
+    let (view_tx, view_rx) = watch::channel(View::default());
+    let (command_tx, command_rx) = mpsc::channel(16);
+    let (stopper, quit) = shutdown::channel();
+    let seat = Seat {
+        name: "human".into(),
+        map: String::new(),
+        state_dir: StateDir::at(home),
+        pool: PoolConfig::default(),
+    };
+    let game =
+        tokio::spawn(
+            async move { play_on(&servers, true, seat, &view_tx, command_rx, quit).await },
+        );
+    Playing {
+        view: view_rx,
+        commands: command_tx,
+        stopper,
+        task: game,
+    }
+}
+
+/// The first game, running with the player and its 3 bots.
+async fn first_game(view: &watch::Receiver<View>) -> u64 {
+    let first = until(view, Duration::from_secs(30), "the first game runs", |v| {
+        running_with_four(v, 0)
+    })
+    .await;
+    first.state.unwrap().game_id
+}
+
+/// With the default 3-minute round, the bots' old game would run on for
+/// minutes: they are in the next one at once only because they follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_after_dying_starts_the_next_game_with_the_bots_at_once() {
+    let cluster = common::cluster(3);
+    let home = tempfile::tempdir().unwrap();
+    let Playing {
+        view,
+        commands,
+        stopper,
+        task: game,
+    } = start_play(&cluster, home.path());
+    let first = first_game(&view).await;
+
+    // The player bombs its own cell and stays there: out, the game runs on.
+    commands.send(Command::Bomb).await.unwrap();
+    until(&view, Duration::from_secs(15), "the player is out", |v| {
+        let (Some(state), Some(seat)) = (&v.state, v.seat) else {
+            return false;
+        };
+        out_of_game(state, seat)
+    })
+    .await;
+    let (_, waited) = next_game(&commands, &view, first).await;
+    println!(
+        "r after dying to the next game running with 4 players: {} ms",
+        waited.as_millis()
+    );
+    stopper.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(10), game).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r_after_a_game_starts_the_next_game_with_the_bots_at_once() {
+    let cluster = common::cluster_with(3, &["--round-ms=3000"]);
+    let home = tempfile::tempdir().unwrap();
+    let Playing {
+        view,
+        commands,
+        stopper,
+        task: game,
+    } = start_play(&cluster, home.path());
+    let first = first_game(&view).await;
+
+    // The player does nothing; a 3-second round, then the arena closes.
+    until(&view, Duration::from_secs(120), "the game ends", |v| {
+        v.state
+            .as_ref()
+            .is_some_and(|s| s.game_id == first && s.phase() == Phase::Finished)
+    })
+    .await;
+    let (_, waited) = next_game(&commands, &view, first).await;
+    println!(
+        "r after game over to the next game running with 4 players: {} ms",
+        waited.as_millis()
+    );
+    stopper.stop();
+    let _ = tokio::time::timeout(Duration::from_secs(10), game).await;
+}
