@@ -594,22 +594,29 @@ impl ServerPool {
         let current_usable = state.current.as_ref().is_some_and(|current| {
             !avoid.contains(current) && state.servers.iter().any(|s| &s.address == current)
         });
+        let now = Instant::now();
+        // A server that lost a hedge race has cooled off: the game's choice
+        // is made again (it may be that server again).
+        let cooled = state.cooling.iter().any(|(_, until)| *until <= now);
+        state.cooling.retain(|(_, until)| *until > now);
         let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
         let i = match state.game {
+            // The current server serves as long as it serves well: a server
+            // that joins the cluster (cold, its connections still opening)
+            // takes no running game over.
+            _ if current_usable && !cooled => {
+                let current = state.current.as_deref();
+                state
+                    .servers
+                    .iter()
+                    .position(|s| Some(s.address.as_str()) == current)?
+            }
             Some(game) => {
                 // The game's server, unless it is cooling off after losing a
                 // hedge race (then the next choice, the same for every
-                // player); checked on every call so that players come back
-                // to it once it has cooled.
-                let now = Instant::now();
+                // player).
                 let mut skip = avoid.clone();
-                skip.extend(
-                    state
-                        .cooling
-                        .iter()
-                        .filter(|(_, until)| *until > now)
-                        .map(|(address, _)| address.clone()),
-                );
+                skip.extend(state.cooling.iter().map(|(address, _)| address.clone()));
                 pick_for_game(&addresses, &skip, game)
                     .or_else(|| pick_for_game(&addresses, avoid, game))?
             }
@@ -737,7 +744,6 @@ impl ServerPool {
         }
         if state.game.is_some() {
             let until = Instant::now() + SLOW_COOL_OFF;
-            state.cooling.retain(|(_, at)| *at > Instant::now());
             state.cooling.retain(|(address, _)| address != slow);
             state.cooling.push((slow.to_string(), until));
         }
