@@ -32,7 +32,7 @@ use borbaman_proto::pb;
 use borbaman_server::incoming::ConnectionLimits;
 use borbaman_server::limits::CallLimits;
 use borbaman_server::server::{self, ServerConfig};
-use borbaman_server::store::{ActCall, Store, StoreOptions};
+use borbaman_server::store::{ActCall, Identity, Store, StoreOptions};
 use borbaman_server::token;
 use hdrhistogram::Histogram;
 use sqlx::{PgConnection, PgPool, Row};
@@ -563,8 +563,14 @@ async fn seat_four(store: &Store, prefix: &str) -> Vec<Seat> {
     let mut seats = Vec::new();
     for i in 0..4 {
         let token = token::draw();
+        let hash = token::hash(&token);
         let joined = store
-            .join(&token::hash(&token), &format!("{prefix}{i}"), None)
+            .join(
+                &hash,
+                &Identity::session_only(&hash),
+                &format!("{prefix}{i}"),
+                None,
+            )
             .await
             .unwrap();
         seats.push(Seat {
