@@ -32,6 +32,7 @@ use borbaman_proto::pb;
 use borbaman_server::incoming::ConnectionLimits;
 use borbaman_server::limits::CallLimits;
 use borbaman_server::server::{self, ServerConfig};
+use borbaman_server::store::retention::RetentionOptions;
 use borbaman_server::store::{ActCall, Identity, Store, StoreOptions};
 use borbaman_server::token;
 use hdrhistogram::Histogram;
@@ -230,6 +231,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         call_limits: CallLimits::NONE,
         connection_limits: ConnectionLimits::NONE,
         tls: None,
+        retention: RetentionOptions::new(Duration::from_secs(3 * 86_400)),
     })
     .await
     .unwrap();

@@ -33,6 +33,8 @@
 //! - [`audit`]: invariant checks and the bare-transaction floor, for bench
 //!   and chaos runs.
 //! - [`follow`]: following a Patroni-managed primary.
+//! - [`retention`]: deleting old finished and abandoned games, on one
+//!   server at a time.
 
 pub mod audit;
 pub mod follow;
@@ -40,6 +42,7 @@ mod gates;
 pub mod play;
 mod queries;
 pub mod replay;
+pub mod retention;
 pub mod servers;
 
 use std::future::Future;

@@ -1032,7 +1032,10 @@ mod sql_tests {
         // Running the migrations again is a no-op.
         store.migrate().await.unwrap();
         let mut conn = store.pool().acquire().await.unwrap();
-        for sql in super::super::queries::ALL {
+        for sql in super::super::queries::ALL
+            .iter()
+            .chain(super::super::retention::ALL)
+        {
             if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await {
                 panic!("{e}\n{sql}");
             }
