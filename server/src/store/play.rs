@@ -1440,8 +1440,9 @@ mod sql_tests {
             }
             drop(join);
             let name = format!("probe-{polls}");
-            sqlx::query("INSERT INTO rankings (name) VALUES ($1)")
+            sqlx::query("INSERT INTO rankings (name, identity_hash) VALUES ($1, $2)")
                 .bind(&name)
+                .bind(&crate::token::draw()[..])
                 .execute(store.pool())
                 .await
                 .unwrap();
