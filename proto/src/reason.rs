@@ -26,15 +26,19 @@ pub enum Reason {
     /// `RESOURCE_EXHAUSTED`: too many calls of this kind from this session
     /// or address; slow down.
     RateLimited,
+    /// `ALREADY_EXISTS`: the name (or one that looks like it) belongs to
+    /// another player identity; pick another name.
+    NameTaken,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::DatabaseUnavailable,
         Reason::SeatGivenAway,
         Reason::UnknownSession,
         Reason::NotYours,
         Reason::RateLimited,
+        Reason::NameTaken,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -44,6 +48,7 @@ impl Reason {
             Reason::UnknownSession => "unknown-session",
             Reason::NotYours => "not-yours",
             Reason::RateLimited => "rate-limited",
+            Reason::NameTaken => "name-taken",
         }
     }
 

@@ -32,7 +32,8 @@ use borbaman_proto::pb;
 use borbaman_server::incoming::ConnectionLimits;
 use borbaman_server::limits::CallLimits;
 use borbaman_server::server::{self, ServerConfig};
-use borbaman_server::store::{ActCall, Store, StoreOptions};
+use borbaman_server::store::retention::RetentionOptions;
+use borbaman_server::store::{ActCall, Identity, Store, StoreOptions};
 use borbaman_server::token;
 use hdrhistogram::Histogram;
 use sqlx::{PgConnection, PgPool, Row};
@@ -230,6 +231,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         call_limits: CallLimits::NONE,
         connection_limits: ConnectionLimits::NONE,
         tls: None,
+        retention: RetentionOptions::new(Duration::from_secs(3 * 86_400)),
     })
     .await
     .unwrap();
@@ -563,8 +565,14 @@ async fn seat_four(store: &Store, prefix: &str) -> Vec<Seat> {
     let mut seats = Vec::new();
     for i in 0..4 {
         let token = token::draw();
+        let hash = token::hash(&token);
         let joined = store
-            .join(&token::hash(&token), &format!("{prefix}{i}"), None)
+            .join(
+                &hash,
+                &Identity::session_only(&hash),
+                &format!("{prefix}{i}"),
+                None,
+            )
             .await
             .unwrap();
         seats.push(Seat {

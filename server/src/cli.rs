@@ -18,6 +18,7 @@ use crate::limits::CallLimits;
 use crate::patroni::Member;
 use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
+use crate::store::retention::RetentionOptions;
 use crate::store::{FollowOptions, StoreOptions};
 
 /// Flags of `borbaman-server` (and `borbaman server`).
@@ -88,6 +89,12 @@ pub struct ServerArgs {
     /// loses the seat to the next player who joins.
     #[arg(long, default_value_t = 3000)]
     pub lobby_seat_ttl_ms: u64,
+    /// How long finished games are kept, with their seats, sessions and
+    /// logs (and how long a session freed from a lobby seat is kept):
+    /// a number and a unit, ms, s, m, h or d (e.g. 3d, 60s). One server
+    /// at a time deletes what is older, in small batches.
+    #[arg(long, default_value = "3d", value_parser = parse_duration)]
+    pub retention: Duration,
     /// Normal play before sudden death in the games this server creates,
     /// in milliseconds (3 minutes; a short round plays a whole game in
     /// seconds, for tests and demonstrations).
@@ -171,6 +178,7 @@ impl ServerArgs {
                 .clone()
                 .zip(self.tls_key.clone())
                 .map(|(cert, key)| TlsFiles { cert, key }),
+            retention: RetentionOptions::new(self.retention),
         }
     }
 }
@@ -246,6 +254,33 @@ async fn shutdown_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A duration as a number and a unit: `500ms`, `60s`, `10m`, `12h`, `3d`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a duration: expected e.g. 500ms, 60s, 10m, 12h, 3d")
+    })?;
+    let unit_ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "{text:?} has no known unit: use ms, s, m, h or d (e.g. 60s, 3d)"
+            ));
+        }
+    };
+    n.checked_mul(unit_ms)
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is out of range: it must be positive"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +341,20 @@ mod tests {
         ])
         .expect_err("https is refused");
         assert!(err.to_string().contains("https"), "{err}");
+    }
+
+    #[test]
+    fn retention_takes_a_unit() {
+        assert_eq!(
+            parse(&[]).unwrap().retention,
+            Duration::from_secs(3 * 86_400)
+        );
+        let args = parse(&["--retention", "60s"]).unwrap();
+        assert_eq!(args.retention, Duration::from_secs(60));
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("3").unwrap_err().contains("unit"));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse(&["--retention", "soon"]).is_err());
     }
 }

@@ -27,6 +27,9 @@ pub enum Error {
     /// number, a call after leaving).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// The name, or one that looks like it, belongs to another identity.
+    #[error("{0}")]
+    NameTaken(String),
     /// The caller went over a rate limit; nothing was done.
     #[error("{0}")]
     RateLimited(String),
@@ -156,6 +159,7 @@ impl From<Error> for Status {
             Error::SeatGivenAway(_) => (Code::PermissionDenied, Some(Reason::SeatGivenAway)),
             Error::FailedPrecondition(_) => (Code::FailedPrecondition, None),
             Error::RateLimited(_) => (Code::ResourceExhausted, Some(Reason::RateLimited)),
+            Error::NameTaken(_) => (Code::AlreadyExists, Some(Reason::NameTaken)),
             Error::Unavailable(_) | Error::Transient(_) | Error::ConnectionLost(_) => {
                 (Code::Unavailable, Some(Reason::DatabaseUnavailable))
             }

@@ -33,6 +33,7 @@ use crate::limits::{CallLimiter, CallLimits};
 use crate::registry::{self, Registration, RegistryService};
 use crate::service::GameService;
 use crate::slow::SlowMode;
+use crate::store::retention::RetentionOptions;
 use crate::store::{Store, StoreOptions};
 
 /// Everything a server needs to run.
@@ -57,6 +58,8 @@ pub struct ServerConfig {
     pub connection_limits: ConnectionLimits,
     /// Serve TLS with this certificate and key; `None`: plaintext.
     pub tls: Option<TlsFiles>,
+    /// How long finished games are kept (see [`crate::store::retention`]).
+    pub retention: RetentionOptions,
 }
 
 /// PEM files of a server's certificate chain and private key.
@@ -147,6 +150,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.heartbeat,
         stopped.clone(),
     ));
+    tokio::spawn(
+        store
+            .clone()
+            .retention_task(config.retention.clone(), stopped.clone()),
+    );
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<pb::game_server::GameServer<GameService>>()

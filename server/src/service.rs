@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 use crate::error::Error;
 use crate::limits::CallLimiter;
 use crate::slow::SlowMode;
-use crate::store::{ActCall, LeaveCall, Store};
+use crate::store::{ActCall, Identity, LeaveCall, Store};
 use crate::token;
 use crate::wire;
 use borbaman_game::names;
@@ -70,12 +70,22 @@ impl GameService {
         } else {
             req.token
         };
-        let token_hash = token::check(&token)?;
+        let token_hash = token::check_random(&token, "token")?;
+        // Without an identity the token is one, for this session only.
+        let identity = if req.identity.is_empty() {
+            Identity::session_only(&token_hash)
+        } else {
+            token::check_random(&req.identity, "identity")?;
+            Identity {
+                hash: token::identity_hash(&req.identity),
+                claims_names: true,
+            }
+        };
         let arena = match req.map.as_str() {
             "" => None,
             map => Some(Arena::from_name(map).map_err(|e| Error::InvalidArgument(e.to_string()))?),
         };
-        let joined = self.store.join(&token_hash, name, arena).await?;
+        let joined = self.store.join(&token_hash, &identity, name, arena).await?;
         Ok(pb::JoinReply {
             token,
             game_id: joined.game_id,

@@ -52,6 +52,7 @@ async fn bad_requests_get_the_right_status() {
             name: "x".into(),
             token: token(),
             map: "lava".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -97,6 +97,9 @@ pub struct InvariantReport {
     pub games_finished: u64,
     pub games_consistent: u64,
     pub games_inconsistent: Vec<String>,
+    /// Games the clients played that retention deleted before the check,
+    /// left out of every other figure.
+    pub games_deleted_by_retention: u64,
     /// Finished games re-simulated from their logs and compared with their
     /// stored state.
     pub replays_checked: u64,
@@ -136,9 +139,41 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
     game_ids.dedup();
 
     let applied = audit::applied_actions(db, &tokens).await?;
-    let actions = compare_actions(logs, &applied);
-    let versions = audit::version_audit(db, &game_ids).await?;
+    // Read after the log: a game still here had its whole log when the log
+    // was read (retention deletes a game's row before its log). A game
+    // that is gone was deleted by retention (`--retention`), with its log:
+    // its actions are not lost, and it is not missing.
     let rows = audit::games(db, &game_ids).await?;
+    let present: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+    let deleted = game_ids.len() - present.len();
+    let kept: Vec<ClientLog> = logs
+        .iter()
+        .map(|l| ClientLog {
+            sessions: l
+                .sessions
+                .iter()
+                .filter(|s| present.contains(&(s.game_id as i64)))
+                .cloned()
+                .collect(),
+            acknowledged: l
+                .acknowledged
+                .iter()
+                .filter(|a| present.contains(&(a.game_id as i64)))
+                .cloned()
+                .collect(),
+            ..l.clone()
+        })
+        .collect();
+    let applied: Vec<_> = applied
+        .into_iter()
+        .filter(|a| present.contains(&a.game_id))
+        .collect();
+    let game_ids: Vec<i64> = game_ids
+        .into_iter()
+        .filter(|id| present.contains(id))
+        .collect();
+    let actions = compare_actions(&kept, &applied);
+    let versions = audit::version_audit(db, &game_ids).await?;
     let logged = replay::finished_games(db, Some(&game_ids)).await?;
     let cpu_before = crate::replay::cpu_time_ms();
     let replays = ReplayAudit::of(&logged);
@@ -149,6 +184,7 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
         .map(|s| s.regressions)
         .sum();
     let mut report = assemble(actions, versions, &rows, game_ids.len(), state_regressions);
+    report.games_deleted_by_retention = deleted as u64;
     report.add_replays(&replays, replay_cpu_ms);
     Ok(report)
 }

@@ -34,7 +34,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use borbaman_server::store::audit;
 use indicatif::{ProgressBar, ProgressStyle};
+use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 
@@ -327,8 +329,15 @@ pub async fn run_measured(
         Some(db) => dbcost::read(db, database_pids()).await.ok(),
         None => None,
     };
+    let census = cost_db
+        .clone()
+        .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
     let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop).await;
     stopper.stop();
+    let table_rows = match census {
+        Some(task) => task.await?,
+        None => Vec::new(),
+    };
     // A failed-over database answers on another member: no reading then.
     let cost_after = match &cost_db {
         Some(db) => dbcost::read(db, database_pids()).await.ok(),
@@ -405,6 +414,7 @@ pub async fn run_measured(
         git_head: git_head(),
         started_at_unix_s,
         load_average_1m: [load_before, load_average()],
+        table_rows,
         ..Summary::default()
     }
     .with_measurements(measure(&records));
@@ -597,4 +607,26 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Every table's rows at the start, every minute, and once more when the
+/// run stops (a failed read is left out: the database may be failing over).
+async fn count_rows(db: PgPool, clock: RunClock, mut stop: Shutdown) -> Vec<report::TableRows> {
+    let mut samples = Vec::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        let stopping = tokio::select! {
+            _ = ticker.tick() => false,
+            _ = stop.recv() => true,
+        };
+        if let Ok(rows) = audit::table_rows(&db).await {
+            samples.push(report::TableRows {
+                at_s: clock.started().elapsed().as_secs_f64(),
+                rows: rows.into_iter().map(|(t, n)| (t.to_string(), n)).collect(),
+            });
+        }
+        if stopping {
+            return samples;
+        }
+    }
 }

@@ -181,6 +181,14 @@ impl Tail {
     }
 }
 
+/// Row counts of the tables at one moment of a run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TableRows {
+    /// Seconds since the run started.
+    pub at_s: f64,
+    pub rows: std::collections::BTreeMap<String, i64>,
+}
+
 /// `summary.json`: the names the issue fixes first, then extras.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
@@ -271,6 +279,10 @@ pub struct Summary {
     pub started_at_unix_s: u64,
     /// The machine's 1-minute load average before and after the run.
     pub load_average_1m: [f64; 2],
+    /// Rows of every table at the start, every minute of the run and at
+    /// the end (with a database URL): with a short `--retention` they stay
+    /// flat however long the run.
+    pub table_rows: Vec<TableRows>,
     /// Anything a reader should know (a floor that could not be measured…).
     pub notes: Vec<String>,
 }

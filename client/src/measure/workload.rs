@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
-use borbaman_client::session::{GameSession, new_token};
+use borbaman_client::session::{GameSession, new_identity, new_token};
 use borbaman_proto::pb;
 
 use super::record::{CallKind, Invocation, Recorder, RunClock, STATUS_OK, duration_us};
@@ -93,9 +93,18 @@ pub async fn run(
 ) -> Vec<ClientLog> {
     let mut tasks = tokio::task::JoinSet::new();
     for (client, pool) in (0u32..).zip(pools) {
+        // Each simulated player has an identity of its own, which owns its
+        // name: the name carries a piece of it so a later run's players
+        // (new identities) do not ask for names this run's own.
+        let identity = new_identity();
         let client_run = ClientRun {
             client,
-            name: format!("{}{client}", config.name_prefix),
+            name: format!(
+                "{}{client}-{}",
+                config.name_prefix,
+                hex::encode(&identity[..3])
+            ),
+            identity,
             config: config.clone(),
             pool,
             clock,
@@ -118,6 +127,7 @@ pub async fn run(
 struct ClientRun {
     client: u32,
     name: String,
+    identity: Vec<u8>,
     config: WorkloadConfig,
     pool: ServerPool,
     clock: RunClock,
@@ -189,7 +199,8 @@ impl ClientRun {
 
     async fn join(&mut self) -> Option<GameSession> {
         let started = Instant::now();
-        let result = GameSession::join(&self.pool, &self.name, new_token()).await;
+        let result =
+            GameSession::join_as(&self.pool, &self.identity, &self.name, new_token(), "").await;
         match result {
             Ok((session, info)) => {
                 let version = session.latest().map(|s| s.version).unwrap_or(0);

@@ -114,7 +114,14 @@ impl Player {
                 .as_ref()
                 .and_then(SavedSession::token)
                 .unwrap_or_else(new_token);
-            match GameSession::join_map(&self.pool, &self.name, token, &self.map).await {
+            // The player's identity owns its name and rankings; if the
+            // state directory cannot keep one, play without (the token is
+            // the identity, for this session only).
+            let identity = self.state_dir.identity().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "no player identity; playing without one");
+                Vec::new()
+            });
+            match GameSession::join_as(&self.pool, &identity, &self.name, token, &self.map).await {
                 Ok((session, info)) => {
                     self.record(&info, None);
                     let saved = SavedSession {
@@ -143,7 +150,12 @@ impl Player {
                     tracing::info!(%status, "saved session refused; joining with a new token");
                     self.state_dir.clear(&self.name);
                 }
-                Err(PoolError::Status(status)) if status.code() == tonic::Code::InvalidArgument => {
+                Err(PoolError::Status(status))
+                    if matches!(
+                        status.code(),
+                        tonic::Code::InvalidArgument | tonic::Code::AlreadyExists
+                    ) =>
+                {
                     self.view.send_modify(|v| {
                         v.error = Some(format!(
                             "the server refused to seat you: {}",

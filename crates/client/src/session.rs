@@ -36,6 +36,16 @@ pub fn new_token() -> Vec<u8> {
     rand::random::<[u8; TOKEN_BYTES]>().to_vec()
 }
 
+/// Bytes in a player identity.
+pub const IDENTITY_BYTES: usize = 32;
+
+/// A fresh random player identity: a long-lived secret that owns the
+/// player's name and its rankings (kept in the state directory by
+/// `play`; a bench or chaos client draws one per simulated player).
+pub fn new_identity() -> Vec<u8> {
+    rand::random::<[u8; IDENTITY_BYTES]>().to_vec()
+}
+
 /// How often a player whose game is waiting for players acts (idle): well
 /// within the servers' lobby seat TTL (`--lobby-seat-ttl-ms`, 3 s by
 /// default), past which its seat goes to the next joiner.
@@ -75,10 +85,26 @@ impl GameSession {
         token: Vec<u8>,
         map: &str,
     ) -> Result<(GameSession, CallInfo), PoolError> {
+        Self::join_as(pool, &[], name, token, map).await
+    }
+
+    /// [`GameSession::join_map`] as the player `identity` (see
+    /// [`new_identity`]; empty: none, the token is the identity for this
+    /// session only and claims no name). A name belongs to the identity that
+    /// first claimed it; another identity's name is refused with
+    /// `ALREADY_EXISTS` ([`Reason::NameTaken`]).
+    pub async fn join_as(
+        pool: &ServerPool,
+        identity: &[u8],
+        name: &str,
+        token: Vec<u8>,
+        map: &str,
+    ) -> Result<(GameSession, CallInfo), PoolError> {
         let request = JoinRequest {
             name: name.to_string(),
             token: token.clone(),
             map: map.to_string(),
+            identity: identity.to_vec(),
         };
         let (reply, info) = pool
             .call(|mut client| {

@@ -7,6 +7,10 @@
 //! server puts it back in its running game (`rejoined = true`). The file is
 //! private to the user (mode 0600): the token is the player's credential.
 //!
+//! The player's identity (see [`StateDir::identity`]) lives beside them in
+//! `<state dir>/borbaman/identity`, created on first use, mode 0600: it owns
+//! the player's name and rankings across games and sessions.
+//!
 //! The bots `borbaman play` runs beside a local cluster keep theirs in a
 //! subdirectory ([`StateDir::local_bots`]), so they come back too.
 
@@ -119,6 +123,63 @@ impl StateDir {
         Ok(())
     }
 
+    /// The player's identity secret: read from `identity` (hex), or, on
+    /// first use, drawn and written there (mode 0600, never replaced: a
+    /// racing first run that wrote it first wins, and both read its).
+    pub fn identity(&self) -> Result<Vec<u8>, StateDirError> {
+        let io = |context, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateDirError::Io {
+                context,
+                path,
+                source,
+            }
+        };
+        let path = self.dir.join("identity");
+        let read = |path: &Path| -> Option<Vec<u8>> {
+            let text = fs::read_to_string(path).ok()?;
+            hex::decode(text.trim())
+                .ok()
+                .filter(|id| id.len() == crate::session::IDENTITY_BYTES)
+        };
+        if let Some(identity) = read(&path) {
+            return Ok(identity);
+        }
+        fs::create_dir_all(&self.dir).map_err(io("creating", &self.dir))?;
+        let identity = crate::session::new_identity();
+        let temp = self
+            .dir
+            .join(format!("identity.{}.tmp", std::process::id()));
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(io("writing", &temp))?;
+        file.write_all(hex::encode(&identity).as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(io("writing", &temp))?;
+        // A hard link fails if the file exists: an identity is never
+        // replaced, even by a racing first run.
+        let linked = fs::hard_link(&temp, &path);
+        let _ = fs::remove_file(&temp);
+        match linked {
+            Ok(()) => Ok(identity),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                read(&path).ok_or_else(|| StateDirError::Io {
+                    context: "reading",
+                    path: path.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "not a player identity; move it away to draw a new one",
+                    ),
+                })
+            }
+            Err(e) => Err(io("writing", &path)(e)),
+        }
+    }
+
     /// Forgets the session saved for `name` (its game is over).
     pub fn clear(&self, name: &str) {
         let _ = fs::remove_file(self.file(name));
@@ -205,5 +266,22 @@ mod tests {
         let dir = StateDir::at(temp.path());
         fs::write(dir.file("bob"), "{not json").unwrap();
         assert_eq!(dir.load("bob"), None);
+    }
+
+    #[test]
+    fn the_identity_is_created_once_private_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().unwrap();
+        let dir = StateDir::at(home.path().join("borbaman"));
+        let first = dir.identity().unwrap();
+        assert_eq!(first.len(), crate::session::IDENTITY_BYTES);
+        let mode = fs::metadata(dir.path().join("identity"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(dir.identity().unwrap(), first);
+        let other = StateDir::at(home.path().join("other")).identity().unwrap();
+        assert_ne!(other, first);
     }
 }

@@ -11,12 +11,18 @@
 //! fuse with whatever is drawn before it). Its width on a terminal, as
 //! `unicode-width` measures it, is at most [`MAX_NAME_COLUMNS`].
 //!
+//! [`owner_key`] is what makes two names the same name for ownership:
+//! names a person could mistake for each other (case, NFKC compatibility
+//! forms, confusable characters such as Cyrillic `А` for Latin `A`) have
+//! one key, so a name, once claimed, cannot be taken by a look-alike.
+//!
 //! [`for_display`] applies the same classes to a name that was never
 //! checked here (from a server of another version, or a database edited by
 //! hand), so a client draws nothing the rules would refuse.
 
 use icu_properties::props::{DefaultIgnorableCodePoint, GeneralCategory, GeneralCategoryGroup};
 use icu_properties::{CodePointMapData, CodePointSetData};
+use unicode_normalization::UnicodeNormalization;
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Longest name, in characters (bounds the bytes a name takes: a few
@@ -129,6 +135,20 @@ pub fn for_display(name: &str) -> String {
     shown
 }
 
+/// The key under which a name is owned: the UTS 39 confusable skeleton
+/// (from `unicode-security`) of the NFKC form, lower-cased, then the
+/// skeleton of that again (lower case has confusables of its own), in
+/// NFKC. The first skeleton runs before lower-casing so a capital that
+/// looks like another lower-case letter (`I` and `l`) is caught too. Names
+/// with one key look alike to a person.
+pub fn owner_key(name: &str) -> String {
+    let nfkc: String = name.nfkc().collect();
+    let folded = unicode_security::skeleton(&nfkc)
+        .collect::<String>()
+        .to_lowercase();
+    unicode_security::skeleton(&folded).nfkc().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +252,19 @@ mod tests {
                 shown.chars().all(|c| refused_class(c).is_none()),
                 "{name:?} -> {shown:?}"
             );
+        }
+    }
+
+    #[test]
+    fn look_alike_names_share_an_owner_key() {
+        let ana = owner_key("Ana");
+        for same in ["ana", "ANA", "\u{0410}na", "\u{FF21}na", "An\u{0430}"] {
+            assert_eq!(owner_key(same), ana, "{same:?}");
+        }
+        assert_eq!(owner_key("paypal"), owner_key("p\u{0430}yp\u{0430}l"));
+        assert_eq!(owner_key("Il1"), owner_key("lll"));
+        for other in ["Anna", "Ama", "Ana2", "Bob"] {
+            assert_ne!(owner_key(other), ana, "{other:?}");
         }
     }
 }

@@ -246,3 +246,30 @@ pub async fn database_activity(db: &PgPool) -> Result<DatabaseActivity, sqlx::Er
         writing_transactions: u64::try_from(xids).unwrap_or(0),
     })
 }
+
+/// Tables whose row counts a long run reports, to show they stay bounded.
+pub const TABLES: &[&str] = &[
+    "games",
+    "sessions",
+    "seats",
+    "actions",
+    "seat_log",
+    "rankings",
+    "names",
+    "purged_games",
+    "servers",
+];
+
+/// The exact row count of each of [`TABLES`], in that order.
+pub async fn table_rows(db: &PgPool) -> Result<Vec<(&'static str, i64)>, sqlx::Error> {
+    let mut counts = Vec::with_capacity(TABLES.len());
+    for &table in TABLES {
+        // Table names come from the constant list above, never from input.
+        let count: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                .fetch_one(db)
+                .await?;
+        counts.push((table, count));
+    }
+    Ok(counts)
+}

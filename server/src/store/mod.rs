@@ -34,6 +34,8 @@
 //! - [`audit`]: invariant checks and the bare-transaction floor, for bench
 //!   and chaos runs.
 //! - [`follow`]: following a Patroni-managed primary.
+//! - [`retention`]: deleting old finished and abandoned games, on one
+//!   server at a time.
 
 pub mod audit;
 pub mod follow;
@@ -41,6 +43,7 @@ mod gates;
 pub mod play;
 mod queries;
 pub mod replay;
+pub mod retention;
 pub mod servers;
 pub mod spectate;
 
@@ -63,7 +66,7 @@ use crate::error::Error;
 use follow::{Follower, Shared};
 
 pub use follow::{FollowOptions, Primary};
-pub use play::{ActCall, Acted, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
+pub use play::{ActCall, Acted, Identity, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
 pub use servers::LiveServer;
 
 /// Schema migrations, embedded in the binary.

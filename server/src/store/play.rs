@@ -80,6 +80,7 @@ use super::Store;
 use super::queries::*;
 use crate::error::Error;
 use crate::token::TokenHash;
+use borbaman_game::names;
 use borbaman_game::{
     Action, Arena, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
 };
@@ -186,6 +187,27 @@ pub struct Left {
     pub seq: u64,
 }
 
+/// Who is joining, beyond the session: the hash of its identity secret
+/// (or of its token, for a client that sent none), and whether that
+/// identity is long-lived and so may claim names. A session-only identity
+/// claims none: a name claimed for a token would be lost with it.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub hash: TokenHash,
+    pub claims_names: bool,
+}
+
+impl Identity {
+    /// The identity of a client that sent none: its token's, claiming no
+    /// names.
+    pub fn session_only(token_hash: &TokenHash) -> Identity {
+        Identity {
+            hash: crate::token::identity_hash(token_hash),
+            claims_names: false,
+        }
+    }
+}
+
 /// One line of the rankings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ranking {
@@ -224,15 +246,18 @@ struct Read {
 
 impl Store {
     /// Seats the token's player: back in its running game (rejoin), else in
-    /// the oldest waiting game (on `arena`, when the player asks for one),
-    /// else in a new one (on `arena`, else classic).
+    /// the oldest waiting game (on `arena`, when the player asks for one)
+    /// where its identity has no seat yet, else in a new one (on `arena`,
+    /// else classic). A player taking a seat must own its name, or use one
+    /// nobody owns (see [`Identity`]); a rejoin keeps the name it has.
     pub async fn join(
         &self,
         token_hash: &TokenHash,
+        identity: &Identity,
         name: &str,
         arena: Option<Arena>,
     ) -> Result<Joined, Error> {
-        self.retrying(|| self.join_once(token_hash, name, arena))
+        self.retrying(|| self.join_once(token_hash, identity, name, arena))
             .await
     }
 
@@ -346,19 +371,52 @@ impl Store {
     async fn join_once(
         &self,
         token_hash: &TokenHash,
+        identity: &Identity,
         name: &str,
         arena: Option<Arena>,
     ) -> Result<Joined, Error> {
         if let Some(joined) = self.rejoin(token_hash).await? {
             return Ok(joined);
         }
+        self.check_name(identity, name).await?;
         let mut conn = TxConnection {
             conn: self.pool.acquire().await?,
             ended: false,
         };
-        let joined = self.seat(&mut conn.conn, token_hash, name, arena).await;
+        let joined = self
+            .seat(&mut conn.conn, token_hash, &identity.hash, name, arena)
+            .await;
         conn.ended = true;
         joined
+    }
+
+    /// A long-lived identity claims `name` (or finds it already its own);
+    /// a session-only one may only use a name no identity owns. Either way
+    /// a name another identity owns, or one that looks like it, is refused.
+    async fn check_name(&self, identity: &Identity, name: &str) -> Result<(), Error> {
+        let key = names::owner_key(name);
+        let mut conn = self.pool.acquire().await?;
+        let free = if identity.claims_names {
+            sqlx::query_scalar::<_, bool>(CLAIM_NAME)
+                .bind(&key)
+                .bind(&identity.hash[..])
+                .bind(name)
+                .fetch_one(&mut *conn)
+                .await?
+        } else {
+            !sqlx::query_scalar::<_, bool>(NAME_OWNED)
+                .bind(&key)
+                .fetch_one(&mut *conn)
+                .await?
+        };
+        if free {
+            Ok(())
+        } else {
+            Err(Error::NameTaken(format!(
+                "the name {name:?} (or one that looks like it) belongs to another player; \
+                 pick another name"
+            )))
+        }
     }
 
     /// Seats the token's player, in one transaction on `conn`: under the
@@ -368,6 +426,7 @@ impl Store {
         &self,
         conn: &mut PgConnection,
         token_hash: &TokenHash,
+        identity_hash: &TokenHash,
         name: &str,
         arena: Option<Arena>,
     ) -> Result<Joined, Error> {
@@ -399,6 +458,7 @@ impl Store {
             .bind(i64::from(TICK_MS))
             .bind(self.lobby_seat_ttl_ms)
             .bind(arena.map(|a| i16::from(a.code())))
+            .bind(&identity_hash[..])
             .fetch_optional(&mut *tx)
             .await?;
         let mut seated = None;
@@ -449,6 +509,7 @@ impl Store {
         } else {
             query.bind(to_db_id(snapshot.game_id)?)
         };
+        query = query.bind(&identity_hash[..]);
         let Some(row) = query.fetch_optional(&mut *tx).await? else {
             return Err(Error::Transient(
                 "another join with the same token won the race".into(),
@@ -965,7 +1026,10 @@ mod sql_tests {
         // Running the migrations again is a no-op.
         store.migrate().await.unwrap();
         let mut conn = store.pool().acquire().await.unwrap();
-        for sql in super::super::queries::ALL {
+        for sql in super::super::queries::ALL
+            .iter()
+            .chain(super::super::retention::ALL)
+        {
             if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await {
                 panic!("{e}\n{sql}");
             }
@@ -997,7 +1061,10 @@ mod sql_tests {
             let store = store.clone();
             async move {
                 let token = crate::token::hash(&crate::token::draw());
-                store.join(&token, name, arena).await.unwrap()
+                store
+                    .join(&token, &Identity::session_only(&token), name, arena)
+                    .await
+                    .unwrap()
             }
         };
         let open = join("a", Some(Arena::Open)).await;
@@ -1048,7 +1115,12 @@ mod sql_tests {
         for i in 0..SEATS {
             let token = crate::token::hash(&crate::token::draw());
             game_id = store
-                .join(&token, &format!("p{i}"), None)
+                .join(
+                    &token,
+                    &Identity::session_only(&token),
+                    &format!("p{i}"),
+                    None,
+                )
                 .await
                 .unwrap()
                 .game_id;
@@ -1214,7 +1286,10 @@ mod sql_tests {
         .unwrap();
         store.migrate().await.unwrap();
         let token = crate::token::hash(&crate::token::draw());
-        let joined = store.join(&token, "p0", None).await.unwrap();
+        let joined = store
+            .join(&token, &Identity::session_only(&token), "p0", None)
+            .await
+            .unwrap();
         let (game, version) = (joined.game_id as i64, joined.snapshot.version as i64);
         let pool = store.pool().clone();
         let (session, clock): (i64, i64) = sqlx::query_as(
@@ -1334,7 +1409,8 @@ mod sql_tests {
         let mut completed = 0;
         for polls in 1..=40 {
             let token = crate::token::hash(&crate::token::draw());
-            let mut join = Box::pin(store.join(&token, "dropped", None));
+            let identity = Identity::session_only(&token);
+            let mut join = Box::pin(store.join(&token, &identity, "dropped", None));
             for _ in 0..polls {
                 let ready =
                     std::future::poll_fn(|cx| Poll::Ready(join.as_mut().poll(cx).is_ready())).await;
@@ -1346,8 +1422,9 @@ mod sql_tests {
             }
             drop(join);
             let name = format!("probe-{polls}");
-            sqlx::query("INSERT INTO rankings (name) VALUES ($1)")
+            sqlx::query("INSERT INTO rankings (name, identity_hash) VALUES ($1, $2)")
                 .bind(&name)
+                .bind(&crate::token::draw()[..])
                 .execute(store.pool())
                 .await
                 .unwrap();

@@ -206,7 +206,15 @@ mod sql_tests {
         for i in 0..4 {
             let token = token::hash(&token::draw());
             let arena = (i == 0).then_some(Arena::Open);
-            let joined = store.join(&token, &format!("p{i}"), arena).await.unwrap();
+            let joined = store
+                .join(
+                    &token,
+                    &crate::store::Identity::session_only(&token),
+                    &format!("p{i}"),
+                    arena,
+                )
+                .await
+                .unwrap();
             players.push((token, joined));
         }
         let game_id = players[0].1.game_id;
