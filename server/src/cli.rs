@@ -131,10 +131,20 @@ pub struct ServerArgs {
     pub first_bytes_timeout_ms: u64,
     /// Serve TLS only, with this PEM certificate chain (and --tls-key).
     /// Without it the server speaks plaintext.
-    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "BORBAMAN_TLS_CERT",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The PEM private key of --tls-cert.
-    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "BORBAMAN_TLS_KEY",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 }
 
