@@ -9,6 +9,11 @@ use std::str::FromStr;
 /// The metadata key carrying a [`Reason`].
 pub const REASON_KEY: &str = "borbaman-reason";
 
+/// The metadata key of a server's pushback: how many milliseconds the
+/// client waits before it sends this call again (gRPC's retry design,
+/// proposal A6, names it so). Absent: the client's own backoff decides.
+pub const RETRY_PUSHBACK_KEY: &str = "grpc-retry-pushback-ms";
+
 /// Why a call failed, where the code alone does not say enough.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
@@ -29,16 +34,21 @@ pub enum Reason {
     /// `ALREADY_EXISTS`: the name (or one that looks like it) belongs to
     /// another player identity; pick another name.
     NameTaken,
+    /// `RESOURCE_EXHAUSTED`: the server admits no more work of this kind
+    /// now (admission control); the status carries [`RETRY_PUSHBACK_KEY`],
+    /// the time after which to try again. Not an error of the request.
+    ServerFull,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::DatabaseUnavailable,
         Reason::SeatGivenAway,
         Reason::UnknownSession,
         Reason::NotYours,
         Reason::RateLimited,
         Reason::NameTaken,
+        Reason::ServerFull,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -49,6 +59,7 @@ impl Reason {
             Reason::NotYours => "not-yours",
             Reason::RateLimited => "rate-limited",
             Reason::NameTaken => "name-taken",
+            Reason::ServerFull => "server-full",
         }
     }
 
@@ -72,6 +83,28 @@ impl Reason {
         );
         status
     }
+}
+
+/// The pushback a status carries ([`RETRY_PUSHBACK_KEY`]), if any.
+pub fn retry_pushback(status: &tonic::Status) -> Option<std::time::Duration> {
+    let ms: u64 = status
+        .metadata()
+        .get(RETRY_PUSHBACK_KEY)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(std::time::Duration::from_millis(ms))
+}
+
+/// Attaches a pushback to `status`: try again after `after`.
+pub fn with_retry_pushback(mut status: tonic::Status, after: std::time::Duration) -> tonic::Status {
+    let ms = after.as_millis().min(u128::from(u32::MAX)).to_string();
+    if let Ok(value) = ms.parse() {
+        status.metadata_mut().insert(RETRY_PUSHBACK_KEY, value);
+    }
+    status
 }
 
 impl fmt::Display for Reason {
@@ -99,5 +132,17 @@ mod tests {
             assert_eq!(Reason::of(&status), Some(reason));
         }
         assert_eq!(Reason::of(&tonic::Status::unavailable("database")), None);
+    }
+
+    #[test]
+    fn pushback_survives_a_status() {
+        let status = Reason::ServerFull.status(tonic::Code::ResourceExhausted, "full");
+        assert_eq!(retry_pushback(&status), None);
+        let status = with_retry_pushback(status, std::time::Duration::from_millis(750));
+        assert_eq!(
+            retry_pushback(&status),
+            Some(std::time::Duration::from_millis(750))
+        );
+        assert_eq!(Reason::of(&status), Some(Reason::ServerFull));
     }
 }
