@@ -5,44 +5,65 @@
 //! connection to each live server, up to [`PoolConfig::max_connections`]
 //! (8) of them, and sends calls to one of them (the
 //! *current* server, first picked at random). When a call fails because of
-//! the server (transport error, `UNAVAILABLE`, `CANCELLED`, or no answer
-//! within the per-call deadline), the pool retries the *same request* at once
-//! on another live server picked at random: mutating requests carry a
-//! sequence number, so a retry is applied at most once.
+//! the server (transport error, `UNAVAILABLE`, `CANCELLED`, a hung server,
+//! or a slow one past its deadline), the pool retries the *same request* on
+//! another live server: mutating requests carry a sequence number, so a
+//! retry is applied at most once.
+//!
+//! Servers may be near or far: the pool times each one (`pool::rtt`, RFC
+//! 6298 estimates from answered calls and from health checks on the warm
+//! connection) and derives every deadline and hedge delay from that, so
+//! distance is never taken for death. A late call's server is probed on
+//! its warm connection: no answer means hung (left at once), an answer
+//! means slow. When two servers are slow together the cause is shared (the
+//! database), and the pool waits rather than duplicating work into it. What
+//! a call does next is decided in `pool::decide`, apart from the I/O here;
+//! hedges and retries that add load are rationed by a budget, and pauses
+//! are jittered (`pool::budget`).
 //!
 //! A background task (one per pool, woken every [`PoolConfig::refresh`],
 //! never a busy loop) health-checks the connections, drops dead servers, asks
 //! any live server's registry for the list of live servers and connects to
-//! new ones, so the next failover finds a connection already open.
+//! new ones, so the next failover finds a connection already open. HTTP/2
+//! keep-alive PINGs close a connection whose server stopped answering even
+//! while no call is in flight.
 //!
 //! Two failures are *not* a server's fault and do not mark it down: the
 //! database being unavailable (every server says so; the pool backs off and
 //! retries, bounded by [`PoolConfig::give_up_after`]) and any other status
-//! (`INVALID_ARGUMENT`, ...), which is returned to the caller at once.
+//! (`INVALID_ARGUMENT`, `RESOURCE_EXHAUSTED` with `server-full`, ...), which
+//! is returned to the caller at once, with the server's pushback if it sent
+//! one ([`PoolError::retry_pushback`]).
 //!
 //! tonic's `balance_list` is not used: with a dead endpoint it keeps failing
 //! calls instead of moving on.
 
+mod budget;
 mod choice;
-mod hedge;
+mod decide;
+mod rtt;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
+use borbaman_proto::reason::retry_pushback;
 use tokio::sync::{Notify, watch};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use choice::{Exhausted, FailureKind, classify, exhausted, pick, pick_for_game};
-pub use hedge::HedgeDelay;
+use budget::Budget;
+use choice::{FailureKind, classify, pick, pick_for_game};
+use decide::{AtDeadline, CallPlan, Copy, Fate, Late, Pause, Probe, at_deadline, should_hedge};
+pub use rtt::ServerTiming;
 
 /// How long a server that lost a hedge race is left out of its game's
 /// choice (see `ServerPool::hedge_won`).
@@ -51,16 +72,22 @@ pub const SLOW_COOL_OFF: Duration = Duration::from_secs(1);
 /// Background refresh interval while no server is live.
 const NO_SERVER_REFRESH: Duration = Duration::from_millis(100);
 
-/// How the pool behaves. `PoolConfig::default()` suits a player on a LAN.
+/// HTTP/2 keep-alive: a PING after this long without a frame from the
+/// server, on idle connections too.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// The shortest wait for a PING's answer before the connection is closed;
+/// longer for far servers (four of the farthest known network RTOs).
+const KEEPALIVE_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
+const KEEPALIVE_TIMEOUT_CAP: Duration = Duration::from_secs(10);
+
+/// How the pool behaves. `PoolConfig::default()` suits a player anywhere
+/// from a LAN to another continent: deadlines come from measured round
+/// trips, not from here.
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
     /// How often the background task refreshes the server list and
     /// health-checks the connections.
     pub refresh: Duration,
-    /// A call attempt without an answer after this long is abandoned and
-    /// retried on another server. Long enough for a loaded server's p99.9,
-    /// short enough to leave a hung (SIGSTOPped) server fast.
-    pub call_deadline: Duration,
     /// Most servers to keep a connection open to.
     pub max_connections: usize,
     /// A call gives up (with an error) after retrying this long: when no
@@ -70,13 +97,12 @@ pub struct PoolConfig {
     /// without it the pool still fails over, but only to the servers it
     /// connected to at start-up.
     pub background: bool,
-    /// The deadline of further attempts once every live server has missed
-    /// `call_deadline` in one call: servers that all answer slowly are busy
-    /// or waiting on the database, not hung, and get time to say which.
-    pub slow_call_deadline: Duration,
-    /// Deadline of a TCP + HTTP/2 connection set-up to a server.
+    /// Deadline of a TCP + HTTP/2 connection set-up to a server, and of the
+    /// health check that follows it (nothing is known about the server's
+    /// distance yet: long enough for the far side of the world).
     pub connect_timeout: Duration,
-    /// Deadline of a `grpc.health.v1` check or a registry call.
+    /// The shortest deadline of a background `grpc.health.v1` check or a
+    /// registry call; a far server gets twice its network RTO.
     pub health_timeout: Duration,
     /// Speak TLS to every server, verified as this configures (the CA);
     /// `None`: plaintext.
@@ -87,12 +113,10 @@ impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
             refresh: Duration::from_millis(500),
-            call_deadline: Duration::from_millis(150),
             max_connections: 8,
             give_up_after: Duration::from_secs(15),
             background: true,
-            slow_call_deadline: Duration::from_secs(1),
-            connect_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_secs(2),
             health_timeout: Duration::from_millis(250),
             tls: None,
         }
@@ -121,12 +145,29 @@ pub struct CallInfo {
     /// What the last failed attempt ended with (empty when none failed).
     pub last_failure: String,
     /// Copies of the request sent to a second server because the first had
-    /// not answered within the hedge delay (see `pool::hedge`).
+    /// not answered within the hedge delay (see `pool::rtt`).
     pub hedges: u32,
     /// The answer came from a hedged copy.
     pub hedge_won: bool,
     /// From the start of the call to the reply, retries included.
     pub rtt: Duration,
+}
+
+/// One live server's timing, for a HUD or a report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerRtt {
+    pub address: String,
+    /// Smoothed network round trip (health checks on the warm connection);
+    /// `None` before the first.
+    pub srtt: Option<Duration>,
+    /// Its smoothed variation.
+    pub rttvar: Duration,
+    /// Smoothed round trip of answered calls (network and server work).
+    pub call_srtt: Option<Duration>,
+    /// A call attempt to this server is late for good after this long.
+    pub deadline: Duration,
+    /// A call to this server is hedged after this long.
+    pub hedge_delay: Duration,
 }
 
 /// A snapshot of the pool, for a HUD or a report.
@@ -142,10 +183,28 @@ pub struct PoolStatus {
     pub waiting_for_server: bool,
     /// True while calls are told the database is unavailable.
     pub database_unavailable: bool,
+    /// True while every server the pool tried was slow together (a shared
+    /// stall): calls wait instead of hedging or failing over.
+    pub shared_stall: bool,
     /// Hedged copies sent so far.
     pub hedges: u64,
-    /// The delay after which a call is hedged now.
+    /// Attempts after the first, over all calls (failovers and the retries
+    /// of a database outage).
+    pub retries: u64,
+    /// The current server's hedge delay.
     pub hedge_delay: Duration,
+    /// The current server's call deadline.
+    pub deadline: Duration,
+    /// Each live server's timing, in the order of `live`.
+    pub servers: Vec<ServerRtt>,
+}
+
+impl PoolStatus {
+    /// The current server's timing, if there is one.
+    pub fn current_rtt(&self) -> Option<&ServerRtt> {
+        let current = self.current.as_deref()?;
+        self.servers.iter().find(|s| s.address == current)
+    }
 }
 
 /// Why a call or the start-up failed.
@@ -159,6 +218,8 @@ pub enum PoolError {
     #[error("invalid server address {address:?}: {reason}")]
     InvalidAddress { address: String, reason: String },
     /// The server refused the request; retrying elsewhere would not help.
+    /// A refusal for load (`server-full`) carries the server's pushback
+    /// ([`PoolError::retry_pushback`]).
     #[error("{}: {}", .0.code(), .0.message())]
     Status(tonic::Status),
     /// A server answered with a game state this client cannot use (another
@@ -182,6 +243,12 @@ impl PoolError {
             PoolError::Status(status) => Some(status),
             _ => None,
         }
+    }
+
+    /// How long the server asked the caller to wait before trying again
+    /// (`grpc-retry-pushback-ms`), if it did.
+    pub fn retry_pushback(&self) -> Option<Duration> {
+        self.status().and_then(retry_pushback)
     }
 }
 
@@ -216,13 +283,39 @@ struct State {
     waiting: u32,
     database_unavailable: bool,
     hedges: u64,
-    hedge: HedgeDelay,
+    retries: u64,
+    /// Every server's timing, by address; kept when a server goes, so it is
+    /// known again when it comes back.
+    timing: HashMap<String, ServerTiming>,
+    /// The hedge and retry budget.
+    budget: Budget,
+    /// Two servers were slow together and no call has been answered on
+    /// time since (see `pool::decide`).
+    shared_stall: bool,
     /// The game this client plays, if any: its server is chosen by
     /// [`pick_for_game`], so all its players share one.
     game: Option<u64>,
     /// Servers that lost a hedge race, left out of the game's choice until
     /// the time given.
     cooling: Vec<(String, Instant)>,
+}
+
+impl State {
+    fn timing(&self, address: &str) -> ServerTiming {
+        self.timing.get(address).cloned().unwrap_or_default()
+    }
+
+    /// Four of the farthest known network RTOs, for a new connection's
+    /// keep-alive timeout.
+    fn keepalive_timeout(&self) -> Duration {
+        let farthest = self
+            .timing
+            .values()
+            .filter_map(|t| t.net.rto())
+            .max()
+            .unwrap_or_default();
+        (farthest * 4).clamp(KEEPALIVE_TIMEOUT_FLOOR, KEEPALIVE_TIMEOUT_CAP)
+    }
 }
 
 #[derive(Clone)]
@@ -234,6 +327,33 @@ struct Server {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.shutdown.notify_one();
+    }
+}
+
+/// How one attempt failed.
+enum Failure {
+    /// The server (or the transport) answered with this status.
+    Status(tonic::Status),
+    /// No answer by the deadline (this long); the server answers its probe.
+    Late(Duration),
+    /// No answer, and no answer to its health probe.
+    Hung,
+}
+
+/// What one (possibly hedged) attempt came to.
+struct Attempt<T> {
+    result: Result<tonic::Response<T>, Failure>,
+    answered_by: String,
+    hedges: u32,
+    hedge_won: bool,
+}
+
+/// Awaits `future` if there is one, else never ends (a `select!` branch
+/// that is not there).
+async fn maybe<F: Future + Unpin>(future: Option<&mut F>) -> F::Output {
+    match future {
+        Some(future) => future.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -251,7 +371,7 @@ impl ServerPool {
             if address.is_empty() {
                 continue;
             }
-            endpoint(address, &config)?;
+            endpoint(address, &config, KEEPALIVE_TIMEOUT_FLOOR)?;
             if !known.iter().any(|k| k == address) {
                 known.push(address.to_string());
             }
@@ -299,6 +419,8 @@ impl ServerPool {
     /// an `Act` or `Leave` carries its sequence number, which the servers
     /// apply once and answer as a replay afterwards. That is what makes
     /// both retries and hedges possible.
+    ///
+    /// The decisions are `pool::decide`'s; this only carries them out.
     pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<(T, CallInfo), PoolError>
     where
         F: FnMut(GameClient<Channel>) -> Fut,
@@ -307,81 +429,55 @@ impl ServerPool {
         let config = &self.shared.config;
         let started = Instant::now();
         let give_up_at = started + config.give_up_after;
+        let mut plan = CallPlan::default();
         let mut attempts = 0u32;
         let mut hedges = 0u32;
         let mut first_failure = None;
-        let mut failed_over = false;
-        // Servers that timed out during this call: avoided until every live
-        // server has been tried.
-        let mut avoid: HashSet<String> = HashSet::new();
-        // Servers that said their database is unavailable during this call:
-        // another server may still reach it (a partitioned server), so they
-        // are avoided until every live server has said the same.
-        let mut database_down_at: HashSet<String> = HashSet::new();
-        let mut backoff = Duration::from_millis(10);
-        let mut deadline = config.call_deadline;
         let mut last_failure = String::new();
-        let mut database_trouble = false;
+        self.shared.state.lock().unwrap().budget.earn();
         loop {
-            let server = if database_down_at.is_empty() {
-                self.current_server(&avoid)
-            } else {
-                self.current_server(&avoid.union(&database_down_at).cloned().collect())
-            };
-            let server = match server {
-                Some(server) => server,
-                None => match self.exhausted(&avoid, &database_down_at) {
-                    Exhausted::DatabaseDown => {
-                        // Every server we could try says the database is down:
-                        // it is, for everyone. Back off and ask again, often:
-                        // a replicated database is back within seconds, and
-                        // every millisecond of backoff after it is back is
-                        // the players' wait. A call that is refused costs a
-                        // server little.
-                        database_down_at.clear();
-                        self.set_database_unavailable(true);
-                        if !sleep_until_before(backoff, give_up_at).await {
-                            return Err(self.give_up(started, last_failure, database_trouble));
-                        }
-                        backoff = (backoff * 2).min(DATABASE_BACKOFF_CAP);
-                        continue;
+            let Some(server) = self.current_server(&plan.skip()) else {
+                let pause = {
+                    let mut state = self.shared.state.lock().unwrap();
+                    let live: Vec<&str> =
+                        state.servers.iter().map(|s| s.address.as_str()).collect();
+                    let throttled = !state.budget.has_token();
+                    let pause = plan.exhausted(&live, throttled, &mut rand::rng());
+                    match pause {
+                        Pause::Sleep {
+                            database_down: true,
+                            ..
+                        } => state.database_unavailable = true,
+                        // Every server this call tried was slow: the cause
+                        // is shared.
+                        Pause::Sleep { .. } => state.shared_stall = true,
+                        Pause::WaitForServer => {}
                     }
-                    Exhausted::RetrySlow => {
-                        // Every live server timed out once (or said its database
-                        // is unavailable): they are alive but slow, or the
-                        // database is. Back off, then try the slow ones again
-                        // with a longer deadline, long enough for a server to
-                        // answer for itself (e.g. "database unavailable").
-                        avoid.clear();
-                        deadline = config.slow_call_deadline.max(config.call_deadline);
-                        if !sleep_until_before(backoff, give_up_at).await {
-                            return Err(self.give_up(started, last_failure, database_trouble));
-                        }
-                        backoff = (backoff * 2).min(SLOW_BACKOFF_CAP);
-                        continue;
-                    }
-                    Exhausted::WaitForServer => {
-                        if !self.wait_for_server(give_up_at).await {
-                            return Err(self.give_up(started, last_failure, database_trouble));
-                        }
-                        continue;
-                    }
-                },
+                    pause
+                };
+                let waited = match pause {
+                    Pause::Sleep { duration, .. } => sleep_until_before(duration, give_up_at).await,
+                    Pause::WaitForServer => self.wait_for_server(give_up_at).await,
+                };
+                if !waited {
+                    return Err(self.give_up(started, last_failure, plan.database_trouble));
+                }
+                continue;
             };
             attempts += 1;
+            if attempts > 1 {
+                self.shared.state.lock().unwrap().retries += 1;
+            }
             let attempt_started = Instant::now();
-            let skip: HashSet<String> = avoid.union(&database_down_at).cloned().collect();
-            let attempt = self
-                .attempt(&mut f, &server, &skip, attempt_started, deadline)
-                .await;
+            let attempt = self.attempt(&mut f, &server, &plan, attempt_started).await;
             hedges += attempt.hedges;
-            let failure = match attempt.result {
+            let (kind, pushback) = match attempt.result {
                 Ok(response) => {
                     self.set_database_unavailable(false);
                     let info = CallInfo {
                         server: attempt.answered_by,
                         attempts,
-                        failed_over,
+                        failed_over: plan.failed_over,
                         started,
                         first_failure,
                         last_attempt: (attempts > 1).then_some(attempt_started),
@@ -392,166 +488,264 @@ impl ServerPool {
                     };
                     return Ok((response.into_inner(), info));
                 }
-                Err(Some(status)) => {
+                Err(Failure::Status(status)) => {
                     let kind = classify(&status);
+                    if kind == FailureKind::Refused {
+                        return Err(PoolError::Status(status));
+                    }
                     last_failure = format!(
                         "{} from {}: {}",
                         status.code(),
                         server.address,
                         status.message()
                     );
-                    match kind {
-                        FailureKind::Refused => return Err(PoolError::Status(status)),
-                        other => other,
-                    }
+                    (kind, retry_pushback(&status))
                 }
-                Err(None) => {
+                Err(Failure::Late(deadline)) => {
                     last_failure = format!(
                         "no answer from {} within {} ms",
                         server.address,
                         deadline.as_millis()
                     );
-                    FailureKind::Timeout
+                    (FailureKind::Timeout, None)
+                }
+                Err(Failure::Hung) => {
+                    last_failure = format!(
+                        "{} answers neither the call nor a health check",
+                        server.address
+                    );
+                    (FailureKind::Hung, None)
                 }
             };
             tracing::debug!(
                 server = server.address,
                 elapsed_us = attempt_started.elapsed().as_micros() as u64,
-                ?failure,
+                ?kind,
                 last_failure,
                 "attempt failed"
             );
-            match failure {
-                FailureKind::ServerDown => {
-                    first_failure.get_or_insert(attempt_started);
-                    failed_over = true;
-                    self.mark_down(&server.address);
-                }
-                FailureKind::Timeout => {
-                    first_failure.get_or_insert(attempt_started);
-                    failed_over = true;
-                    avoid.insert(server.address.clone());
-                    self.suspect(&server);
-                }
-                FailureKind::DatabaseUnavailable => {
-                    database_trouble = true;
-                    first_failure.get_or_insert(attempt_started);
-                    database_down_at.insert(server.address.clone());
-                    self.leave_current(&server.address);
-                }
-                FailureKind::Refused => unreachable!("returned above"),
+            first_failure.get_or_insert(attempt_started);
+            match plan.failed(&server.address, kind, pushback) {
+                Fate::MarkDown => self.mark_down(&server.address),
+                Fate::Leave => self.leave_current(&server.address),
+                Fate::Return => unreachable!("refusals are returned above"),
             }
             if Instant::now() >= give_up_at {
-                return Err(self.give_up(started, last_failure, database_trouble));
+                return Err(self.give_up(started, last_failure, plan.database_trouble));
             }
         }
     }
 
-    /// One attempt on `server`, hedged: if it has not answered within the
-    /// hedge delay, the same request also goes to another live server (not
-    /// in `skip`), and the first good answer wins. A hedge that wins makes
-    /// its server the current one: the first was slow, and the next call
-    /// should not wait for it again.
+    /// One attempt on `server`. After the server's hedge delay the attempt
+    /// is late: the server is probed on its warm connection and, as
+    /// [`should_hedge`] decides, the same request also goes to another
+    /// live server; the first good answer wins. At the deadline
+    /// [`at_deadline`] decides whether to leave the server or keep waiting.
     async fn attempt<T, F, Fut>(
         &self,
         f: &mut F,
         server: &Server,
-        skip: &HashSet<String>,
+        plan: &CallPlan,
         started: Instant,
-        deadline: Duration,
     ) -> Attempt<T>
     where
         F: FnMut(GameClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let give_up = tokio::time::Instant::from_std(started + deadline);
-        let hedge_after = self.hedge_delay();
-        self.shared.state.lock().unwrap().hedge.earn();
-        let first = f(GameClient::new(server.channel.clone()));
-        tokio::pin!(first);
+        let timing = self.shared.state.lock().unwrap().timing(&server.address);
+        let (deadline, longest) = plan.deadlines(&timing);
+        let hedge_after = timing.hedge_delay().min(deadline);
+        let skip = plan.skip();
         let mut attempt = Attempt {
-            result: Err(None),
+            result: Err(Failure::Late(deadline)),
             answered_by: server.address.clone(),
             hedges: 0,
             hedge_won: false,
         };
-        let early = tokio::time::timeout(hedge_after.min(deadline), &mut first).await;
-        let second = match early {
-            Ok(result) => {
-                attempt.result = result.map_err(Some);
-                if attempt.result.is_ok() {
-                    self.record_rtt(started.elapsed());
-                }
-                return attempt;
-            }
-            Err(_) if hedge_after >= deadline => return attempt,
-            // Every server shares the database: while it is down a copy
-            // would only wait beside the first.
-            Err(_) if self.status_database_unavailable() => None,
-            Err(_) => self.hedge_server(&server.address, skip),
-        };
-        let Some(second) = second else {
-            attempt.result = match tokio::time::timeout_at(give_up, &mut first).await {
-                Ok(result) => result.map_err(Some),
-                Err(_) => Err(None),
-            };
-            if attempt.result.is_ok() {
-                self.record_rtt(started.elapsed());
-            }
-            return attempt;
-        };
-        attempt.hedges = 1;
-        self.count_hedge();
-        let copy_started = Instant::now();
-        let copy = f(GameClient::new(second.channel.clone()));
-        tokio::pin!(copy);
-        let (mut first_result, mut copy_result) = (None, None);
-        while first_result.is_none() || copy_result.is_none() {
+        let first = f(GameClient::new(server.channel.clone()));
+        tokio::pin!(first);
+        // `None` once the first copy has failed (or its server hung).
+        let mut first_status: Option<tonic::Status> = None;
+        let mut first_pending = true;
+        let mut first_hung = false;
+        let mut copy: Option<(Server, Instant, Pin<Box<Fut>>)> = None;
+        let mut copy_state = Copy::None;
+        let mut probe: Option<JoinHandle<bool>> = None;
+        let mut probe_state = Probe::Pending;
+        let mut hedge_at = Some(started + hedge_after);
+        let mut copy_late_at: Option<Instant> = None;
+        let mut deadline_at = Some(started + deadline);
+        let mut overdue = false;
+        let final_at = started + longest.max(deadline);
+        loop {
+            let next = [hedge_at, copy_late_at, deadline_at, Some(final_at)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(final_at);
+            let copy_pending = matches!(copy_state, Copy::OnTime | Copy::Late);
+            let mut decide = false;
             tokio::select! {
-                result = &mut first, if first_result.is_none() => match result {
+                result = &mut first, if first_pending => match result {
                     Ok(response) => {
-                        self.record_rtt(started.elapsed());
+                        let rtt = started.elapsed();
+                        self.record_call(&server.address, rtt, rtt <= hedge_after);
                         attempt.result = Ok(response);
-                        return attempt;
-                    }
-                    Err(status) => first_result = Some(status),
-                },
-                result = &mut copy, if copy_result.is_none() => match result {
-                    Ok(response) => {
-                        self.record_rtt(copy_started.elapsed());
-                        self.hedge_won(&server.address, &second.address);
-                        attempt.result = Ok(response);
-                        attempt.answered_by = second.address.clone();
-                        attempt.hedge_won = true;
                         return attempt;
                     }
                     Err(status) => {
-                        if classify(&status) == FailureKind::ServerDown {
-                            self.mark_down(&second.address);
+                        first_pending = false;
+                        if !copy_pending {
+                            attempt.result = Err(Failure::Status(status));
+                            return attempt;
                         }
-                        copy_result = Some(status);
+                        first_status = Some(status);
                     }
                 },
-                _ = tokio::time::sleep_until(give_up) => break,
+                result = maybe(copy.as_mut().map(|(_, _, future)| future)), if copy_pending => {
+                    let (second, copy_started, _) = copy.as_ref().expect("a copy is pending");
+                    match result {
+                        Ok(response) => {
+                            let rtt = copy_started.elapsed();
+                            let on_time = rtt <= self.timing(&second.address).hedge_delay();
+                            self.record_call(&second.address, rtt, on_time);
+                            self.hedge_won(&server.address, &second.address);
+                            attempt.result = Ok(response);
+                            attempt.answered_by = second.address.clone();
+                            attempt.hedge_won = true;
+                            return attempt;
+                        }
+                        Err(status) => {
+                            if classify(&status) == FailureKind::ServerDown {
+                                self.mark_down(&second.address);
+                            }
+                            copy_state = Copy::Failed;
+                            if !first_pending {
+                                attempt.result = match first_status.take() {
+                                    Some(status) => Err(Failure::Status(status)),
+                                    None => Err(Failure::Hung),
+                                };
+                                return attempt;
+                            }
+                        }
+                    }
+                },
+                verdict = maybe(probe.as_mut()), if probe_state == Probe::Pending && probe.is_some() => {
+                    // The probe marks a hung server down itself.
+                    probe_state = if verdict.unwrap_or(false) { Probe::Alive } else { Probe::Hung };
+                    if probe_state == Probe::Hung && first_pending {
+                        first_pending = false;
+                        first_hung = true;
+                        if !copy_pending {
+                            attempt.result = Err(Failure::Hung);
+                            return attempt;
+                        }
+                    }
+                    decide = overdue && first_pending;
+                },
+                _ = tokio::time::sleep_until(next.into()) => {
+                    let now = Instant::now();
+                    if hedge_at.is_some_and(|at| at <= now) {
+                        // Late: probe the server, and hedge.
+                        hedge_at = None;
+                        probe = Some(self.probe(server, timing.probe_deadline()));
+                        if let Some(second) = self.hedge_server(&server.address, &skip) {
+                            attempt.hedges = 1;
+                            let late_after = self.timing(&second.address).hedge_delay();
+                            copy_late_at = Some(now + late_after);
+                            let future = Box::pin(f(GameClient::new(second.channel.clone())));
+                            copy = Some((second, now, future));
+                            copy_state = Copy::OnTime;
+                        }
+                    }
+                    if copy_late_at.is_some_and(|at| at <= now) {
+                        copy_late_at = None;
+                        if copy_state == Copy::OnTime {
+                            // Two servers slow together: the cause is shared.
+                            copy_state = Copy::Late;
+                            self.shared.state.lock().unwrap().shared_stall = true;
+                        }
+                    }
+                    if deadline_at.is_some_and(|at| at <= now) {
+                        deadline_at = None;
+                        overdue = true;
+                        decide = first_pending;
+                    }
+                    if now >= final_at {
+                        attempt.result = match first_status.take() {
+                            Some(status) => Err(Failure::Status(status)),
+                            None if first_hung => Err(Failure::Hung),
+                            None => Err(Failure::Late(longest.max(deadline))),
+                        };
+                        return attempt;
+                    }
+                },
+            }
+            if decide {
+                let late = {
+                    let state = self.shared.state.lock().unwrap();
+                    Late {
+                        probe: probe_state,
+                        copy: copy_state,
+                        shared_stall: state.shared_stall,
+                        other_server: state
+                            .servers
+                            .iter()
+                            .any(|s| s.address != server.address && !skip.contains(&s.address)),
+                        token: state.budget.has_token(),
+                    }
+                };
+                match at_deadline(late) {
+                    AtDeadline::Abandon => {
+                        self.shared.state.lock().unwrap().budget.spend();
+                        attempt.result = Err(Failure::Late(deadline));
+                        return attempt;
+                    }
+                    AtDeadline::Hung => {
+                        attempt.result = Err(Failure::Hung);
+                        return attempt;
+                    }
+                    AtDeadline::WaitForProbe | AtDeadline::KeepWaiting => {}
+                }
             }
         }
-        // Nothing good: the first server's failure decides what happens to
-        // it (a copy that failed too was dealt with above).
-        attempt.result = Err(first_result);
-        attempt
     }
 
     /// A snapshot for a HUD or a report.
     pub fn status(&self) -> PoolStatus {
         let state = self.shared.state.lock().unwrap();
+        let servers: Vec<ServerRtt> = state
+            .servers
+            .iter()
+            .map(|s| {
+                let timing = state.timing(&s.address);
+                ServerRtt {
+                    address: s.address.clone(),
+                    srtt: timing.net.srtt(),
+                    rttvar: timing.net.rttvar(),
+                    call_srtt: timing.call.srtt(),
+                    deadline: timing.deadline(),
+                    hedge_delay: timing.hedge_delay(),
+                }
+            })
+            .collect();
+        let current = state
+            .current
+            .as_deref()
+            .map(|address| state.timing(address))
+            .unwrap_or_default();
         PoolStatus {
             current: state.current.clone(),
             live: state.servers.iter().map(|s| s.address.clone()).collect(),
             failovers: state.failovers,
             waiting_for_server: state.waiting > 0,
             database_unavailable: state.database_unavailable,
+            shared_stall: state.shared_stall,
             hedges: state.hedges,
-            hedge_delay: state.hedge.delay(),
+            retries: state.retries,
+            hedge_delay: current.hedge_delay(),
+            deadline: current.deadline(),
+            servers,
         }
     }
 
@@ -641,14 +835,6 @@ impl ServerPool {
         Some(server)
     }
 
-    /// What to do when every live server is in `timed_out` or
-    /// `database_down` (see [`exhausted`]).
-    fn exhausted(&self, timed_out: &HashSet<String>, database_down: &HashSet<String>) -> Exhausted {
-        let state = self.shared.state.lock().unwrap();
-        let live: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
-        exhausted(&live, timed_out, database_down)
-    }
-
     /// Drops a failed server's connection; the next call picks another.
     fn mark_down(&self, address: &str) {
         let remaining = {
@@ -676,43 +862,59 @@ impl ServerPool {
         }
     }
 
-    /// A server that did not answer in time: calls move away from it now; a
-    /// health check in the background decides whether it is down.
-    fn suspect(&self, server: &Server) {
-        {
-            let mut state = self.shared.state.lock().unwrap();
-            if state.current.as_deref() == Some(&server.address) {
-                state.current = None;
-                state.failovers += 1;
-            }
+    /// A server's timing (the default when nothing is known yet).
+    fn timing(&self, address: &str) -> ServerTiming {
+        self.shared.state.lock().unwrap().timing(address)
+    }
+
+    /// An attempt on `address` answered after `rtt`; `on_time`: within its
+    /// hedge delay, which ends a shared stall.
+    fn record_call(&self, address: &str, rtt: Duration, on_time: bool) {
+        let mut state = self.shared.state.lock().unwrap();
+        state
+            .timing
+            .entry(address.to_string())
+            .or_default()
+            .record_call(rtt);
+        if on_time {
+            state.shared_stall = false;
         }
+    }
+
+    /// A health check on `address` answered after `rtt`.
+    fn record_probe(&self, address: &str, rtt: Duration) {
+        let mut state = self.shared.state.lock().unwrap();
+        state
+            .timing
+            .entry(address.to_string())
+            .or_default()
+            .record_probe(rtt);
+    }
+
+    /// Health-checks a late call's server on its warm connection within
+    /// `timeout`, in a task of its own (its verdict counts even when the
+    /// call is answered first). No answer: the server is hung, and is
+    /// marked down. Returns whether it answered.
+    fn probe(&self, server: &Server, timeout: Duration) -> JoinHandle<bool> {
         let pool = self.clone();
         let server = server.clone();
         tokio::spawn(async move {
-            if !healthy(&server.channel, pool.shared.config.health_timeout).await {
-                pool.mark_down(&server.address);
+            match healthy(&server.channel, timeout).await {
+                Some(rtt) => {
+                    pool.record_probe(&server.address, rtt);
+                    true
+                }
+                None => {
+                    tracing::info!(server = server.address, "server hung: no answer to a probe");
+                    pool.mark_down(&server.address);
+                    false
+                }
             }
-        });
-    }
-
-    fn status_database_unavailable(&self) -> bool {
-        self.shared.state.lock().unwrap().database_unavailable
-    }
-
-    fn hedge_delay(&self) -> Duration {
-        self.shared.state.lock().unwrap().hedge.delay()
-    }
-
-    fn record_rtt(&self, rtt: Duration) {
-        self.shared.state.lock().unwrap().hedge.record(rtt);
-    }
-
-    fn count_hedge(&self) {
-        self.shared.state.lock().unwrap().hedges += 1;
+        })
     }
 
     /// A live server other than `busy` and not in `skip`, for a hedge, if
-    /// the hedge budget allows one.
+    /// [`should_hedge`] allows one (then its token is spent).
     fn hedge_server(&self, busy: &str, skip: &HashSet<String>) -> Option<Server> {
         let mut state = self.shared.state.lock().unwrap();
         let candidates: Vec<&Server> = state
@@ -729,8 +931,17 @@ impl ServerPool {
             &mut rand::rng(),
         )?;
         let server = candidates[i].clone();
-        // Spent only when there is a server to hedge to.
-        state.hedge.spend().then_some(server)
+        if !should_hedge(
+            state.shared_stall,
+            state.database_unavailable,
+            true,
+            state.budget.has_token(),
+        ) {
+            return None;
+        }
+        state.budget.spend();
+        state.hedges += 1;
+        Some(server)
     }
 
     /// A hedge to `winner` answered before `slow` did: calls go to the
@@ -801,19 +1012,35 @@ impl ServerPool {
         self.discover().await;
     }
 
-    /// Health-checks every open connection; drops those that fail.
+    /// Health-checks every open connection (each within twice its network
+    /// RTO, at least `health_timeout`); drops those that fail. Each answer
+    /// is a round-trip sample.
     async fn check_health(&self) {
-        let servers = self.shared.state.lock().unwrap().servers.clone();
-        let timeout = self.shared.config.health_timeout;
+        let checks_of: Vec<(Server, Duration)> = {
+            let state = self.shared.state.lock().unwrap();
+            state
+                .servers
+                .iter()
+                .map(|s| (s.clone(), self.health_timeout(&state.timing(&s.address))))
+                .collect()
+        };
         let mut checks = JoinSet::new();
-        for server in servers {
+        for (server, timeout) in checks_of {
             checks.spawn(async move { (healthy(&server.channel, timeout).await, server.address) });
         }
-        while let Some(Ok((ok, address))) = checks.join_next().await {
-            if !ok {
-                self.mark_down(&address);
+        while let Some(Ok((answer, address))) = checks.join_next().await {
+            match answer {
+                Some(rtt) => self.record_probe(&address, rtt),
+                None => self.mark_down(&address),
             }
         }
+    }
+
+    /// The deadline of a background health check or registry call to a
+    /// server timed as `timing`.
+    fn health_timeout(&self, timing: &ServerTiming) -> Duration {
+        let far = timing.net.rto().unwrap_or_default() * 2;
+        far.max(self.shared.config.health_timeout)
     }
 
     /// Asks a live server's registry for the live servers; connects to the
@@ -822,10 +1049,17 @@ impl ServerPool {
         let asked = {
             let state = self.shared.state.lock().unwrap();
             let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
-            pick(&addresses, &HashSet::new(), &mut rand::rng()).map(|i| state.servers[i].clone())
+            pick(&addresses, &HashSet::new(), &mut rand::rng())
+                .map(|i| state.servers[i].clone())
+                .map(|s| {
+                    let timeout = self.health_timeout(&state.timing(&s.address));
+                    (s, timeout)
+                })
         };
-        let Some(asked) = asked else { return };
-        let listed = match list_servers(&asked.channel, self.shared.config.health_timeout).await {
+        let Some((asked, timeout)) = asked else {
+            return;
+        };
+        let listed = match list_servers(&asked.channel, timeout).await {
             Ok(listed) => listed,
             Err(status) => {
                 tracing::debug!(server = asked.address, %status, "registry call failed");
@@ -855,22 +1089,25 @@ impl ServerPool {
     }
 
     /// Connects to and health-checks each address at once; adds the healthy
-    /// ones to the live set.
+    /// ones to the live set. The health check's round trip is the server's
+    /// first timing sample.
     async fn connect_new(&self, addresses: Vec<String>) {
         let config = self.shared.config.clone();
+        let keepalive = self.shared.state.lock().unwrap().keepalive_timeout();
         let mut connecting = JoinSet::new();
         for address in addresses {
             let config = config.clone();
             connecting.spawn(async move {
-                let endpoint = endpoint(&address, &config).ok()?;
+                let endpoint = endpoint(&address, &config, keepalive).ok()?;
                 let channel = endpoint.connect().await.ok()?;
-                healthy(&channel, config.health_timeout)
-                    .await
-                    .then_some(Server { address, channel })
+                let rtt = healthy(&channel, config.connect_timeout).await?;
+                Some((Server { address, channel }, rtt))
             });
         }
         while let Some(joined) = connecting.join_next().await {
-            let Ok(Some(server)) = joined else { continue };
+            let Ok(Some((server, rtt))) = joined else {
+                continue;
+            };
             let count = {
                 let mut state = self.shared.state.lock().unwrap();
                 if state.servers.iter().any(|s| s.address == server.address)
@@ -878,34 +1115,22 @@ impl ServerPool {
                 {
                     continue;
                 }
-                tracing::debug!(server = server.address, "connected");
+                tracing::debug!(
+                    server = server.address,
+                    rtt_us = rtt.as_micros() as u64,
+                    "connected"
+                );
+                state
+                    .timing
+                    .entry(server.address.clone())
+                    .or_default()
+                    .record_probe(rtt);
                 state.servers.push(server);
                 state.servers.len()
             };
             self.shared.live_count.send_replace(count);
         }
     }
-}
-
-/// Longest pause between two rounds of asking servers whose database is
-/// unavailable.
-const DATABASE_BACKOFF_CAP: Duration = Duration::from_millis(50);
-
-/// Longest pause before trying servers that all timed out again. Short: a
-/// database whose commits stall (a new primary waiting for its synchronous
-/// standby) answers them all at once when it recovers, and a client asleep
-/// then would only be late. Each retry waits for its answer with the slow
-/// deadline, so the pause does not bound the load; the deadline does.
-const SLOW_BACKOFF_CAP: Duration = Duration::from_millis(50);
-
-/// What one (possibly hedged) attempt came to.
-struct Attempt<T> {
-    /// The answer, or the first server's failure (`None`: no answer in
-    /// time).
-    result: Result<tonic::Response<T>, Option<tonic::Status>>,
-    answered_by: String,
-    hedges: u32,
-    hedge_won: bool,
 }
 
 /// The background task: refreshes every `config.refresh` (or at once when
@@ -941,7 +1166,15 @@ async fn background(shared: Weak<Shared>, wake: Arc<Notify>, shutdown: Arc<Notif
     }
 }
 
-fn endpoint(address: &str, config: &PoolConfig) -> Result<Endpoint, PoolError> {
+/// An endpoint for `address`, with HTTP/2 keep-alive: a server that stops
+/// answering PINGs for `keepalive_timeout` (hung, or its host gone without
+/// a reset) has its connection closed, and its calls fail over, even when
+/// no call is late.
+fn endpoint(
+    address: &str,
+    config: &PoolConfig,
+    keepalive_timeout: Duration,
+) -> Result<Endpoint, PoolError> {
     let invalid = |e: tonic::transport::Error| PoolError::InvalidAddress {
         address: address.to_string(),
         reason: e.to_string(),
@@ -957,18 +1190,25 @@ fn endpoint(address: &str, config: &PoolConfig) -> Result<Endpoint, PoolError> {
     }
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
-        .tcp_nodelay(true))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(keepalive_timeout)
+        .keep_alive_while_idle(true))
 }
 
-/// True when the server answers its `grpc.health.v1` check as serving.
-async fn healthy(channel: &Channel, timeout: Duration) -> bool {
+/// The round trip of the server's `grpc.health.v1` check, if it answered
+/// as serving within `timeout`.
+async fn healthy(channel: &Channel, timeout: Duration) -> Option<Duration> {
+    let started = Instant::now();
     let mut client = HealthClient::new(channel.clone());
     let check = client.check(HealthCheckRequest {
         service: String::new(),
     });
     match tokio::time::timeout(timeout, check).await {
-        Ok(Ok(reply)) => reply.into_inner().status == ServingStatus::Serving as i32,
-        _ => false,
+        Ok(Ok(reply)) if reply.get_ref().status == ServingStatus::Serving as i32 => {
+            Some(started.elapsed())
+        }
+        _ => None,
     }
 }
 

@@ -12,9 +12,12 @@ use tonic::Code;
 pub enum FailureKind {
     /// The server is gone or unusable: mark it down, retry elsewhere at once.
     ServerDown,
-    /// No answer within the deadline: retry elsewhere at once; a health
-    /// check decides whether the server is down.
+    /// No answer within the deadline, though the server answers its health
+    /// probe: alive but slow. Retry elsewhere; the server stays up.
     Timeout,
+    /// No answer, and no answer to a health probe on the warm connection
+    /// either: the server is hung. Mark it down, retry elsewhere at once.
+    Hung,
     /// Every server would say the same: the database is down. Back off and
     /// retry, bounded; servers stay up.
     DatabaseUnavailable,

@@ -1,0 +1,174 @@
+//! How much extra work a client may add: the retry and hedge budget, and
+//! backoff with full jitter. Free of I/O.
+//!
+//! **Budget** (after gRPC's retry throttling, proposal A6, and Finagle's
+//! retry budget): a token bucket per pool. Every call earns
+//! [`TOKEN_RATIO_MILLI`] thousandths of a token, up to [`MAX_TOKENS`]; every hedge and every
+//! retry that could add load (a retry after a timeout, while the first copy
+//! may still run) spends one, and is not made without one. So over any
+//! stretch, hedges and such retries are at most a tenth of the calls plus
+//! the burst: a slow or overloaded cluster is not sent more work because it
+//! is slow. A retry after a server is known gone (its connection reset, or
+//! it fails its health probe) is free: the call never ran there.
+//!
+//! **Backoff** (AWS Architecture Blog, "Exponential Backoff and Jitter"):
+//! the n-th pause is uniform in [0, min(cap, base·2ⁿ)], so clients that
+//! failed together (a database stall ends for everyone at once) come back
+//! spread out instead of together. With the budget spent, the cap is
+//! [`THROTTLED_CAP`]: the call still goes on, slowly.
+
+use std::time::Duration;
+
+use rand::Rng;
+
+/// Tokens a quiet pool holds: the hedges and retries it may spend at once.
+pub const MAX_TOKENS: u32 = 10;
+/// Share of a token each call earns, in thousandths: hedges and retries
+/// stay under a tenth of the calls. (Thousandths, not a float: ten calls
+/// earn exactly one token.)
+pub const TOKEN_RATIO_MILLI: u32 = 100;
+const TOKEN_MILLI: u32 = 1000;
+/// First backoff cap.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(10);
+/// Longest backoff while the budget lasts. A database that comes back is
+/// found, on average, within half of it.
+pub const BACKOFF_CAP: Duration = Duration::from_millis(200);
+/// Longest backoff once the budget is spent.
+pub const THROTTLED_CAP: Duration = Duration::from_secs(1);
+
+/// The token bucket.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    tokens_milli: u32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            tokens_milli: MAX_TOKENS * TOKEN_MILLI,
+        }
+    }
+}
+
+impl Budget {
+    /// A call starts: it earns its share.
+    pub fn earn(&mut self) {
+        self.tokens_milli = (self.tokens_milli + TOKEN_RATIO_MILLI).min(MAX_TOKENS * TOKEN_MILLI);
+    }
+
+    /// Takes a token for a hedge or a retry; false (and nothing taken) when
+    /// none is left.
+    pub fn spend(&mut self) -> bool {
+        if self.has_token() {
+            self.tokens_milli -= TOKEN_MILLI;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// True while a token is left.
+    pub fn has_token(&self) -> bool {
+        self.tokens_milli >= TOKEN_MILLI
+    }
+}
+
+/// The pause before the retry after `step` earlier ones (0 for the first):
+/// full jitter under min(cap, base·2^step), the cap being [`BACKOFF_CAP`]
+/// or, with `throttled`, [`THROTTLED_CAP`]. A server's pushback, when
+/// longer, is obeyed as given.
+pub fn backoff<R: Rng + ?Sized>(
+    step: u32,
+    throttled: bool,
+    pushback: Option<Duration>,
+    rng: &mut R,
+) -> Duration {
+    let cap = if throttled {
+        THROTTLED_CAP
+    } else {
+        BACKOFF_CAP
+    };
+    let ceiling = BACKOFF_BASE.saturating_mul(1u32 << step.min(20)).min(cap);
+    let jittered = Duration::from_micros(rng.random_range(0..=ceiling.as_micros() as u64));
+    match pushback {
+        Some(pushback) if pushback > jittered => pushback,
+        _ => jittered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    #[test]
+    fn hedges_and_retries_stay_under_a_tenth_of_the_calls() {
+        let mut budget = Budget::default();
+        let mut spent = 0;
+        for _ in 0..1000 {
+            budget.earn();
+            // Every call wants a hedge and a retry: an overloaded cluster.
+            spent += budget.spend() as u32;
+            spent += budget.spend() as u32;
+        }
+        // The burst, then one in ten.
+        assert!((100..=111).contains(&spent), "{spent}");
+    }
+
+    #[test]
+    fn a_quiet_pool_can_hedge_a_burst_at_once() {
+        let mut budget = Budget::default();
+        assert!((0..10).all(|_| budget.spend()));
+        assert!(!budget.spend() && !budget.has_token());
+        for _ in 0..10 {
+            budget.earn();
+        }
+        assert!(budget.spend(), "ten calls earn one hedge");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_spread_out() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for step in 0..12 {
+            let ceiling = (BACKOFF_BASE * (1 << step)).min(BACKOFF_CAP);
+            for _ in 0..50 {
+                assert!(backoff(step, false, None, &mut rng) <= ceiling);
+            }
+        }
+        // Clients that failed together come back spread over the cap, not
+        // together: 1000 of them at the cap fill every tenth of it.
+        let mut tenths = [0u32; 10];
+        for _ in 0..1000 {
+            let pause = backoff(10, false, None, &mut rng);
+            let tenth = (pause.as_micros() * 10 / (BACKOFF_CAP.as_micros() + 1)) as usize;
+            tenths[tenth] += 1;
+        }
+        assert!(
+            tenths.iter().all(|&n| (60..=140).contains(&n)),
+            "{tenths:?}"
+        );
+        // Spent budget: up to a second.
+        let longest = (0..200)
+            .map(|_| backoff(10, true, None, &mut rng))
+            .max()
+            .unwrap();
+        assert!(
+            longest > BACKOFF_CAP && longest <= THROTTLED_CAP,
+            "{longest:?}"
+        );
+    }
+
+    #[test]
+    fn a_servers_pushback_is_obeyed() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let pushback = Duration::from_millis(700);
+        for step in 0..5 {
+            assert_eq!(backoff(step, false, Some(pushback), &mut rng), pushback);
+        }
+        // A shorter pushback never makes the pause shorter than the backoff
+        // would be: it is a floor.
+        let short = Duration::from_micros(1);
+        assert!(backoff(8, false, Some(short), &mut rng) >= short);
+    }
+}

@@ -1,0 +1,407 @@
+//! What a call does next, decided apart from the I/O that carries it out
+//! (`ServerPool::call` only follows these answers): what deadline an
+//! attempt gets, whether a late attempt is hedged, left, or waited for,
+//! what a failure does to its server, and how long to pause when no server
+//! can take the call now.
+//!
+//! The rules, in words:
+//!
+//! - An attempt is *late* after its server's hedge delay (see `pool::rtt`).
+//!   Then its server is probed (a health check on the warm connection,
+//!   which no database work delays) and, unless the pool is in a shared
+//!   stall, the database is known down, or the budget is spent, a copy goes
+//!   to another server.
+//! - A server that does not answer its probe in time is **hung**: it is
+//!   dropped and the call moves on at once (free of the budget: the call
+//!   never ran there). One that answers is alive, only **slow**.
+//! - When the copy is late too, two servers are slow together: the cause is
+//!   shared (the database). The pool enters a **shared stall**: no more
+//!   hedges and no failovers into it, calls just wait (up to the slow
+//!   deadline) until an answer comes back on time.
+//! - At its deadline an attempt on a slow but alive server is left for
+//!   another only outside a shared stall, with another server to go to,
+//!   and with a token from the budget. Otherwise it is waited for: leaving
+//!   a server that is working on the call for another just as slow would
+//!   add a second copy to the database's queue.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::budget::backoff;
+use super::choice::{Exhausted, FailureKind, exhausted};
+use super::rtt::ServerTiming;
+
+/// What the health probe of a late attempt's server has said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Not sent yet, or no verdict yet.
+    Pending,
+    /// Answered in time: the server is alive.
+    Alive,
+    /// No answer in time: the server is hung.
+    Hung,
+}
+
+/// A hedged copy of the attempt, if one was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copy {
+    None,
+    /// Sent, not yet late by its own server's hedge delay.
+    OnTime,
+    /// Sent and late too.
+    Late,
+    /// Sent and failed.
+    Failed,
+}
+
+/// What an attempt does when its deadline passes without an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtDeadline {
+    /// Give up on this server now and retry elsewhere (spends a token).
+    Abandon,
+    /// The server is hung: drop it, retry elsewhere at once.
+    Hung,
+    /// Wait for the probe's verdict, then decide again.
+    WaitForProbe,
+    /// Keep waiting, up to the slow deadline.
+    KeepWaiting,
+}
+
+/// What is known when an attempt's deadline passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Late {
+    pub probe: Probe,
+    pub copy: Copy,
+    /// The pool saw two servers slow together and no answer on time since.
+    pub shared_stall: bool,
+    /// Another live server could take the call.
+    pub other_server: bool,
+    /// The budget has a token for a retry.
+    pub token: bool,
+}
+
+/// Decides [`AtDeadline`] (see the module docs).
+pub fn at_deadline(late: Late) -> AtDeadline {
+    match (late.probe, late.copy) {
+        (Probe::Hung, _) => AtDeadline::Hung,
+        // The copy is still within its time: it will answer.
+        (_, Copy::OnTime) => AtDeadline::KeepWaiting,
+        (Probe::Pending, _) => AtDeadline::WaitForProbe,
+        (Probe::Alive, Copy::Late) => AtDeadline::KeepWaiting,
+        (Probe::Alive, Copy::None | Copy::Failed) => {
+            if !late.shared_stall && late.other_server && late.token {
+                AtDeadline::Abandon
+            } else {
+                AtDeadline::KeepWaiting
+            }
+        }
+    }
+}
+
+/// Whether a late attempt is hedged: not into a shared stall, not while the
+/// database is known down (a copy would only wait beside the first), only
+/// with another server to send it to and a token to spend.
+pub fn should_hedge(
+    shared_stall: bool,
+    database_unavailable: bool,
+    other_server: bool,
+    token: bool,
+) -> bool {
+    !shared_stall && !database_unavailable && other_server && token
+}
+
+/// What a failed attempt does to its server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Gone: drop its connection.
+    MarkDown,
+    /// Alive but of no use to this call: move calls away, keep the
+    /// connection.
+    Leave,
+    /// Not the server's fault: the caller gets the status.
+    Return,
+}
+
+/// What a call does when no live server is left to try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// Sleep this long, then try again. `database_down`: every server said
+    /// the database is unavailable.
+    Sleep {
+        duration: Duration,
+        database_down: bool,
+    },
+    /// No server is live: wait for the background task to find one.
+    WaitForServer,
+}
+
+/// One call's state between attempts.
+#[derive(Clone, Debug, Default)]
+pub struct CallPlan {
+    /// Servers left during this call (late, hung): avoided until every
+    /// live server has been tried.
+    avoid: HashSet<String>,
+    /// Servers that said their database is unavailable during this call:
+    /// another server may still reach it (a partitioned server), so they
+    /// are avoided until every live server has said the same.
+    database_down: HashSet<String>,
+    /// Pauses taken so far (the backoff's exponent).
+    pauses: u32,
+    /// Every server has been slow: attempts get the slow deadline.
+    slow: bool,
+    /// The longest pushback a server sent during this call.
+    pushback: Option<Duration>,
+    /// The database was the trouble at least once.
+    pub database_trouble: bool,
+    /// An attempt failed because of its server.
+    pub failed_over: bool,
+}
+
+impl CallPlan {
+    /// Servers not to try now.
+    pub fn skip(&self) -> HashSet<String> {
+        self.avoid.union(&self.database_down).cloned().collect()
+    }
+
+    /// The deadline of the next attempt on a server timed as `timing`, and
+    /// the longest it may be waited for once late (see [`AtDeadline`]).
+    pub fn deadlines(&self, timing: &ServerTiming) -> (Duration, Duration) {
+        if self.slow {
+            (timing.slow_deadline(), timing.slow_deadline())
+        } else {
+            (timing.deadline(), timing.slow_deadline())
+        }
+    }
+
+    /// An attempt on `server` failed as `kind`, the status carrying
+    /// `pushback` if any.
+    pub fn failed(&mut self, server: &str, kind: FailureKind, pushback: Option<Duration>) -> Fate {
+        if let Some(pushback) = pushback {
+            self.pushback = Some(self.pushback.map_or(pushback, |p| p.max(pushback)));
+        }
+        match kind {
+            FailureKind::Refused => Fate::Return,
+            FailureKind::ServerDown | FailureKind::Hung => {
+                self.failed_over = true;
+                self.avoid.insert(server.to_string());
+                Fate::MarkDown
+            }
+            FailureKind::Timeout => {
+                self.failed_over = true;
+                self.avoid.insert(server.to_string());
+                Fate::Leave
+            }
+            FailureKind::DatabaseUnavailable => {
+                self.database_trouble = true;
+                self.database_down.insert(server.to_string());
+                Fate::Leave
+            }
+        }
+    }
+
+    /// No server outside [`CallPlan::skip`] is live (`live` are those that
+    /// are): how long to pause before trying again, with the budget spent
+    /// (`throttled`) or not.
+    pub fn exhausted<R: Rng + ?Sized>(
+        &mut self,
+        live: &[&str],
+        throttled: bool,
+        rng: &mut R,
+    ) -> Pause {
+        let database_down = match exhausted(live, &self.avoid, &self.database_down) {
+            Exhausted::WaitForServer => return Pause::WaitForServer,
+            Exhausted::DatabaseDown => {
+                self.database_down.clear();
+                true
+            }
+            Exhausted::RetrySlow => {
+                // Alive but slow, all of them (or cut off the database):
+                // they get time to answer for themselves.
+                self.avoid.clear();
+                self.slow = true;
+                false
+            }
+        };
+        let duration = backoff(self.pauses, throttled, self.pushback.take(), rng);
+        self.pauses += 1;
+        Pause::Sleep {
+            duration,
+            database_down,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn late(probe: Probe, copy: Copy) -> Late {
+        Late {
+            probe,
+            copy,
+            shared_stall: false,
+            other_server: true,
+            token: true,
+        }
+    }
+
+    #[test]
+    fn a_hung_server_is_left_at_once_whatever_else_is_known() {
+        for copy in [Copy::None, Copy::OnTime, Copy::Late, Copy::Failed] {
+            assert_eq!(at_deadline(late(Probe::Hung, copy)), AtDeadline::Hung);
+            let stalled = Late {
+                shared_stall: true,
+                token: false,
+                ..late(Probe::Hung, copy)
+            };
+            assert_eq!(at_deadline(stalled), AtDeadline::Hung);
+        }
+    }
+
+    #[test]
+    fn a_slow_server_is_left_only_when_another_can_do_better() {
+        assert_eq!(
+            at_deadline(late(Probe::Alive, Copy::None)),
+            AtDeadline::Abandon,
+            "one server slow, the others fine: move"
+        );
+        let stall = Late {
+            shared_stall: true,
+            ..late(Probe::Alive, Copy::None)
+        };
+        assert_eq!(at_deadline(stall), AtDeadline::KeepWaiting, "shared stall");
+        assert_eq!(
+            at_deadline(late(Probe::Alive, Copy::Late)),
+            AtDeadline::KeepWaiting,
+            "the copy is late too: the cause is shared"
+        );
+        let alone = Late {
+            other_server: false,
+            ..late(Probe::Alive, Copy::None)
+        };
+        assert_eq!(at_deadline(alone), AtDeadline::KeepWaiting, "nowhere to go");
+        let broke = Late {
+            token: false,
+            ..late(Probe::Alive, Copy::Failed)
+        };
+        assert_eq!(at_deadline(broke), AtDeadline::KeepWaiting, "no budget");
+    }
+
+    #[test]
+    fn a_copy_in_time_is_waited_for_and_a_pending_probe_decides() {
+        assert_eq!(
+            at_deadline(late(Probe::Alive, Copy::OnTime)),
+            AtDeadline::KeepWaiting
+        );
+        assert_eq!(
+            at_deadline(late(Probe::Pending, Copy::OnTime)),
+            AtDeadline::KeepWaiting
+        );
+        assert_eq!(
+            at_deadline(late(Probe::Pending, Copy::None)),
+            AtDeadline::WaitForProbe,
+            "a far server's deadline can come before its probe's"
+        );
+    }
+
+    #[test]
+    fn hedges_stay_out_of_shared_trouble() {
+        assert!(should_hedge(false, false, true, true));
+        assert!(!should_hedge(true, false, true, true), "shared stall");
+        assert!(!should_hedge(false, true, true, true), "database down");
+        assert!(!should_hedge(false, false, false, true), "no other server");
+        assert!(!should_hedge(false, false, true, false), "no budget");
+    }
+
+    #[test]
+    fn failures_decide_the_servers_fate() {
+        let mut plan = CallPlan::default();
+        assert_eq!(plan.failed("a", FailureKind::Refused, None), Fate::Return);
+        assert!(!plan.failed_over);
+        assert_eq!(
+            plan.failed("a", FailureKind::ServerDown, None),
+            Fate::MarkDown
+        );
+        assert_eq!(plan.failed("b", FailureKind::Hung, None), Fate::MarkDown);
+        assert_eq!(plan.failed("c", FailureKind::Timeout, None), Fate::Leave);
+        assert_eq!(
+            plan.failed("d", FailureKind::DatabaseUnavailable, None),
+            Fate::Leave
+        );
+        assert!(plan.failed_over && plan.database_trouble);
+        let skip = plan.skip();
+        assert!(["a", "b", "c", "d"].iter().all(|s| skip.contains(*s)));
+    }
+
+    #[test]
+    fn a_database_outage_backs_off_with_growing_jittered_pauses_and_pushback() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let live = ["a", "b"];
+        let mut plan = CallPlan::default();
+        let mut longest = Duration::ZERO;
+        for round in 0..8 {
+            plan.failed("a", FailureKind::DatabaseUnavailable, None);
+            plan.failed("b", FailureKind::DatabaseUnavailable, None);
+            let Pause::Sleep {
+                duration,
+                database_down,
+            } = plan.exhausted(&live, false, &mut rng)
+            else {
+                panic!("servers are live");
+            };
+            assert!(database_down);
+            assert!(duration <= Duration::from_millis(10 << round).min(Duration::from_millis(200)));
+            longest = longest.max(duration);
+            assert!(plan.skip().is_empty(), "asked again after the pause");
+        }
+        assert!(longest > Duration::from_millis(50), "{longest:?}");
+        // A pushback is obeyed once.
+        plan.failed(
+            "a",
+            FailureKind::DatabaseUnavailable,
+            Some(Duration::from_secs(2)),
+        );
+        plan.failed("b", FailureKind::DatabaseUnavailable, None);
+        assert!(matches!(
+            plan.exhausted(&live, false, &mut rng),
+            Pause::Sleep { duration, .. } if duration == Duration::from_secs(2)
+        ));
+        plan.failed("a", FailureKind::DatabaseUnavailable, None);
+        plan.failed("b", FailureKind::DatabaseUnavailable, None);
+        assert!(matches!(
+            plan.exhausted(&live, false, &mut rng),
+            Pause::Sleep { duration, .. } if duration <= Duration::from_millis(200)
+        ));
+    }
+
+    #[test]
+    fn when_every_server_was_slow_the_next_attempts_get_the_slow_deadline() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut timing = ServerTiming::default();
+        timing.record_probe(Duration::from_millis(200));
+        let mut plan = CallPlan::default();
+        let (deadline, longest) = plan.deadlines(&timing);
+        assert!(deadline < longest);
+        plan.failed("a", FailureKind::Timeout, None);
+        plan.failed("b", FailureKind::DatabaseUnavailable, None);
+        let pause = plan.exhausted(&["a", "b"], false, &mut rng);
+        assert!(matches!(
+            pause,
+            Pause::Sleep {
+                database_down: false,
+                ..
+            }
+        ));
+        assert_eq!(plan.deadlines(&timing).0, timing.slow_deadline());
+        assert!(!plan.skip().contains("a"), "the slow server is tried again");
+        assert!(plan.skip().contains("b"), "the cut-off one is not");
+        assert_eq!(
+            CallPlan::default().exhausted(&[], false, &mut rng),
+            Pause::WaitForServer
+        );
+    }
+}

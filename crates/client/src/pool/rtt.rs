@@ -1,0 +1,277 @@
+//! How far each server is: round-trip estimates in the manner of TCP
+//! (RFC 6298), and the deadline, hedge delay and hung-probe deadline of a
+//! call derived from them. Free of I/O: the pool feeds it samples.
+//!
+//! Two estimates per server, because a call's round trip is the network's
+//! plus the server's work (a database transaction), and the two answer
+//! different questions:
+//!
+//! - `net`, from `grpc.health.v1` checks on the warm connection (answered
+//!   without touching the database): how far the server is. It bounds the
+//!   probe that tells a hung server from a far one, and the hedge delay.
+//! - `call`, from answered calls: how long this server takes to answer a
+//!   call from here. It sets the call deadline.
+//!
+//! Both follow RFC 6298: the first sample R sets SRTT = R, RTTVAR = R/2;
+//! each later one RTTVAR ← ¾·RTTVAR + ¼·|SRTT − R|, then SRTT ← ⅞·SRTT + ⅛·R.
+//! SRTT + 4·RTTVAR ("RTO") is a round trip that is late.
+//!
+//! From them:
+//!
+//! - **call deadline** = max([`DEADLINE_FLOOR`], call RTO +
+//!   [`STALL_ALLOWANCE`]), at most [`DEADLINE_CAP`]. A server is given its
+//!   usual round trip and its variation, plus the length of a database stall
+//!   a healthy server may sit in; on loopback that is the 150 ms the
+//!   loopback figures were tuned with, at 100 ms one way about 340 ms.
+//! - **slow deadline** (every server slow: the cause is shared) = max(
+//!   [`SLOW_DEADLINE_FLOOR`], 4 × the call deadline).
+//! - **hedge delay** = the p95 of this client's last [`WINDOW`] answered
+//!   calls to that server ("The Tail at Scale"), at least [`HEDGE_FLOOR`]
+//!   (a loopback cluster whose p95 is under a millisecond must not hedge
+//!   every scheduling hiccup) and at most the network RTO plus
+//!   [`HEDGE_HEADROOM`] (the loopback cap of 40 ms, now counted above the
+//!   round trip instead of from zero, so a far server is never hedged before
+//!   its answer could arrive, and a hung near one costs ≤ 40 ms). Before
+//!   [`MIN_SAMPLES`] answers it is that cap.
+//! - **probe deadline** (a health check sent when a call is late) = network
+//!   RTO + [`PROBE_SLACK`]: a server that cannot answer a health check
+//!   within its own round trip plus scheduling slack is hung, not far.
+
+use std::time::Duration;
+
+/// A call deadline is never shorter: on loopback a healthy server sits in
+/// database stalls of up to ~100 ms under load, and 150 ms is what the
+/// loopback failover figures were measured with.
+pub const DEADLINE_FLOOR: Duration = Duration::from_millis(150);
+/// What a deadline allows above the server's own round trip: a database
+/// stall every server shares (checkpoints, WAL flushes) lasts up to ~100 ms.
+pub const STALL_ALLOWANCE: Duration = Duration::from_millis(100);
+/// No server is given longer: beyond this it is unusable for a real-time
+/// game whatever its excuse.
+pub const DEADLINE_CAP: Duration = Duration::from_secs(5);
+/// The deadline once every server is slow together is never shorter.
+pub const SLOW_DEADLINE_FLOOR: Duration = Duration::from_secs(1);
+/// The shortest hedge delay (see the module docs).
+pub const HEDGE_FLOOR: Duration = Duration::from_millis(2);
+/// How far above the network's RTO the hedge delay may go.
+pub const HEDGE_HEADROOM: Duration = Duration::from_millis(40);
+/// Slack over the network RTO before a health probe is called unanswered:
+/// a loaded two-core machine can hold a healthy process's task for tens of
+/// milliseconds.
+pub const PROBE_SLACK: Duration = Duration::from_millis(50);
+/// Answered calls remembered per server for the hedge delay.
+pub const WINDOW: usize = 128;
+/// Answers needed before the window's percentile is trusted.
+pub const MIN_SAMPLES: usize = 16;
+/// The percentile is recomputed after this many new samples (a sort of the
+/// window costs a few microseconds; calls come every few milliseconds).
+const RECOMPUTE_EVERY: usize = 8;
+
+/// One RFC 6298 estimator.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rtt {
+    srtt_us: f64,
+    rttvar_us: f64,
+    samples: u64,
+}
+
+impl Rtt {
+    pub fn observe(&mut self, sample: Duration) {
+        let r = sample.as_secs_f64() * 1e6;
+        if self.samples == 0 {
+            self.srtt_us = r;
+            self.rttvar_us = r / 2.0;
+        } else {
+            self.rttvar_us = 0.75 * self.rttvar_us + 0.25 * (self.srtt_us - r).abs();
+            self.srtt_us = 0.875 * self.srtt_us + 0.125 * r;
+        }
+        self.samples += 1;
+    }
+
+    /// The smoothed round trip; `None` before the first sample.
+    pub fn srtt(&self) -> Option<Duration> {
+        (self.samples > 0).then(|| micros(self.srtt_us))
+    }
+
+    /// The round trip's smoothed variation (zero before the first sample).
+    pub fn rttvar(&self) -> Duration {
+        micros(self.rttvar_us)
+    }
+
+    /// SRTT + 4·RTTVAR: a round trip longer than this is late.
+    pub fn rto(&self) -> Option<Duration> {
+        (self.samples > 0).then(|| micros(self.srtt_us + 4.0 * self.rttvar_us))
+    }
+
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+}
+
+fn micros(us: f64) -> Duration {
+    Duration::from_micros(us.max(0.0) as u64)
+}
+
+/// Everything the pool knows about one server's timing.
+#[derive(Clone, Debug, Default)]
+pub struct ServerTiming {
+    /// From health checks: the network.
+    pub net: Rtt,
+    /// From answered calls: the network and the server's work.
+    pub call: Rtt,
+    samples_us: Vec<u32>,
+    next: usize,
+    since_recompute: usize,
+    p95: Option<Duration>,
+}
+
+impl ServerTiming {
+    /// A health check on the warm connection answered after `rtt`.
+    pub fn record_probe(&mut self, rtt: Duration) {
+        self.net.observe(rtt);
+    }
+
+    /// A call attempt to this server answered after `rtt`.
+    pub fn record_call(&mut self, rtt: Duration) {
+        self.call.observe(rtt);
+        let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
+        if self.samples_us.len() < WINDOW {
+            self.samples_us.push(us);
+        } else {
+            self.samples_us[self.next] = us;
+            self.next = (self.next + 1) % WINDOW;
+        }
+        self.since_recompute += 1;
+        if self.samples_us.len() >= MIN_SAMPLES && self.since_recompute >= RECOMPUTE_EVERY {
+            self.since_recompute = 0;
+            let mut sorted = self.samples_us.clone();
+            sorted.sort_unstable();
+            let p95 = sorted[(sorted.len() * 95).div_ceil(100) - 1];
+            self.p95 = Some(Duration::from_micros(u64::from(p95)));
+        }
+    }
+
+    /// How long a call attempt to this server waits before it is late for
+    /// good (see the module docs).
+    pub fn deadline(&self) -> Duration {
+        let rto = self.call.rto().or(self.net.rto()).unwrap_or_default();
+        (rto + STALL_ALLOWANCE).clamp(DEADLINE_FLOOR, DEADLINE_CAP)
+    }
+
+    /// The deadline once every server has been slow together.
+    pub fn slow_deadline(&self) -> Duration {
+        (self.deadline() * 4).max(SLOW_DEADLINE_FLOOR)
+    }
+
+    /// After this long without an answer a call is late: it may be hedged,
+    /// and the server is probed.
+    pub fn hedge_delay(&self) -> Duration {
+        let cap = self.net.rto().unwrap_or_default() + HEDGE_HEADROOM;
+        let cap = cap.min(self.deadline());
+        match self.p95 {
+            Some(p95) => p95.clamp(HEDGE_FLOOR, cap.max(HEDGE_FLOOR)),
+            None => cap,
+        }
+    }
+
+    /// A health probe unanswered after this long means the server is hung.
+    pub fn probe_deadline(&self) -> Duration {
+        self.net.rto().unwrap_or_default() + PROBE_SLACK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_estimator_follows_rfc_6298() {
+        let mut rtt = Rtt::default();
+        assert_eq!(rtt.srtt(), None);
+        rtt.observe(ms(100));
+        assert_eq!(rtt.srtt(), Some(ms(100)));
+        assert_eq!(rtt.rttvar(), ms(50));
+        assert_eq!(rtt.rto(), Some(ms(300)));
+        rtt.observe(ms(200));
+        // RTTVAR = 3/4·50 + 1/4·100 = 62.5; SRTT = 7/8·100 + 1/8·200 = 112.5.
+        assert_eq!(rtt.rttvar(), Duration::from_micros(62_500));
+        assert_eq!(rtt.srtt(), Some(Duration::from_micros(112_500)));
+        // A steady link: the variation decays, SRTT converges.
+        for _ in 0..200 {
+            rtt.observe(ms(200));
+        }
+        assert!(rtt.srtt().unwrap().abs_diff(ms(200)) < ms(1));
+        assert!(rtt.rttvar() < ms(1));
+    }
+
+    /// What the loopback figures were measured with stays: a 150 ms
+    /// deadline, a hedge delay of at most ~40 ms.
+    #[test]
+    fn loopback_keeps_its_deadline_and_hedge_cap() {
+        let mut t = ServerTiming::default();
+        assert_eq!(t.deadline(), DEADLINE_FLOOR, "nothing known yet");
+        t.record_probe(Duration::from_micros(300));
+        for _ in 0..50 {
+            t.record_probe(Duration::from_micros(250));
+            t.record_call(ms(2));
+        }
+        assert_eq!(t.deadline(), DEADLINE_FLOOR);
+        assert_eq!(t.hedge_delay(), HEDGE_FLOOR, "a fast cluster: the floor");
+        // A tail of 60 ms in 10 % of the calls: capped near 40 ms.
+        for i in 0..WINDOW {
+            t.record_call(ms(if i % 10 == 0 { 60 } else { 2 }));
+        }
+        let cap = t.hedge_delay();
+        assert!(cap >= ms(40) && cap <= ms(42), "{cap:?}");
+        assert!(t.probe_deadline() <= ms(52), "{:?}", t.probe_deadline());
+    }
+
+    /// 100 ms one way (200 ms round trip, ±10 ms jitter): nothing that
+    /// arrives in the normal spread is late.
+    #[test]
+    fn a_far_server_is_not_late_when_it_answers_in_its_round_trip() {
+        let mut t = ServerTiming::default();
+        for i in 0..200u64 {
+            let jitter = (i * 7) % 21; // 0..=20 ms
+            t.record_probe(ms(190 + jitter));
+            t.record_call(ms(192 + jitter));
+        }
+        let longest = ms(212);
+        assert!(t.hedge_delay() >= ms(205), "{:?}", t.hedge_delay());
+        assert!(t.hedge_delay() <= t.deadline());
+        assert!(
+            t.deadline() > longest + STALL_ALLOWANCE,
+            "{:?}",
+            t.deadline()
+        );
+        assert!(t.deadline() < ms(450), "{:?}", t.deadline());
+        assert!(t.slow_deadline() >= 4 * t.deadline());
+        // A hung server is noticed within about one round trip more.
+        assert!(t.probe_deadline() > longest, "{:?}", t.probe_deadline());
+        assert!(t.probe_deadline() < ms(400), "{:?}", t.probe_deadline());
+    }
+
+    #[test]
+    fn before_enough_calls_the_hedge_waits_for_the_round_trip_and_headroom() {
+        let mut t = ServerTiming::default();
+        t.record_probe(ms(200));
+        // RTO = 200 + 4·100 = 600 ms, capped by the deadline (700 ms).
+        assert_eq!(t.hedge_delay(), ms(640));
+        assert_eq!(t.deadline(), ms(700));
+        for _ in 0..MIN_SAMPLES - 1 {
+            t.record_call(ms(201));
+            assert!(t.hedge_delay() > ms(201), "{:?}", t.hedge_delay());
+        }
+    }
+
+    #[test]
+    fn the_deadline_is_capped() {
+        let mut t = ServerTiming::default();
+        t.record_call(Duration::from_secs(30));
+        assert_eq!(t.deadline(), DEADLINE_CAP);
+    }
+}
