@@ -228,18 +228,14 @@ fn refuse(shared: &Shared, client: TcpStream) {
 /// side closes or the proxy is cut.
 fn forward(shared: Arc<Shared>, client: TcpStream) {
     let accepted = Instant::now();
-    if let Some(wan) = shared.wan {
-        // The client's SYN crosses the distance before the server sees it.
-        std::thread::sleep(wan.delay);
-    }
     let addresses = shared.upstream.lock().unwrap().clone();
     let upstream = addresses
         .iter()
         .find_map(|addr| TcpStream::connect_timeout(addr, UPSTREAM_CONNECT_TIMEOUT).ok());
     let Some(upstream) = upstream else {
         if let Some(wan) = shared.wan {
-            // The refusal (RST) comes back across it, a round trip after
-            // the client connected; a bare reset, as a refused SYN gets.
+            // A refusal (RST) crosses the distance both ways: the client
+            // hears of it a round trip after it connected.
             let back = (accepted + wan.rtt()).saturating_duration_since(Instant::now());
             std::thread::sleep(back);
             set_linger_zero(&client);
@@ -280,7 +276,7 @@ fn forward(shared: Arc<Shared>, client: TcpStream) {
     if let Some(wan) = shared.wan {
         // The delayed link makes its own handles.
         drop((upstream_writer, client_writer));
-        if let Err(err) = delay::run(shared.clone(), id, client, upstream, wan, accepted) {
+        if let Err(err) = delay::run(shared.clone(), id, client, upstream, wan) {
             eprintln!("proxy: cannot start a delayed link: {err}");
             unlink(&shared, id);
         }
@@ -603,16 +599,8 @@ mod tests {
         let proxy = TcpProxy::with_wan(Some(&upstream), wan("40ms")).unwrap();
         assert_eq!(proxy.wan(), Some(wan("40ms")));
         let mut client = connect(&proxy);
-        // The first exchange pays for the handshake too: 1.5 round trips
-        // before the server sees the bytes, half of one back.
-        let started = Instant::now();
-        assert_eq!(echo(&mut client, b"hello").unwrap(), b"hello");
-        let first = started.elapsed();
-        assert!(
-            first >= Duration::from_millis(160),
-            "first exchange {first:?}"
-        );
-        for _ in 0..3 {
+        // Every exchange, the first included, takes a round trip.
+        for _ in 0..4 {
             let started = Instant::now();
             assert_eq!(echo(&mut client, b"again").unwrap(), b"again");
             let rtt = started.elapsed();

@@ -13,12 +13,14 @@
 //! would over a real link, rather than hang. A write that fails (the
 //! destination is gone) is sent back as a reset the same way.
 //!
-//! The TCP handshake is not seen by a user-space proxy (the kernel
-//! completes it at once), so the proxy makes up for it: the upstream
-//! connection is opened one delay after the client's, a refusal reaches
-//! the client a round trip after it connected, and the client's first
-//! bytes reach the server no sooner than 1.5 round trips after it
-//! connected, as they would behind a SYN and a SYN-ACK.
+//! The TCP handshake is not delayed (the kernel completes it before the
+//! proxy sees the connection): a connection opens at once, a round trip
+//! sooner than over a real link, and its first exchange then takes a round
+//! trip, as it would once open. So each phase takes no longer than it
+//! would for real (a timeout on a connect or on a first call fires here
+//! only if it would there), and opening a connection costs one round trip
+//! less. A refused connection (no server behind the proxy) is reset a
+//! round trip after it opened, when a real `connect` would have failed.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -71,21 +73,17 @@ impl Drop for Link {
 }
 
 /// Pumps `client` ⇄ `upstream` with `wan`'s delays until both sides end;
-/// `accepted` is when the client connected. Returns once the threads are
-/// started (this thread runs one of them).
+/// returns once both sides have ended (this thread runs one of the four).
 pub(super) fn run(
     shared: Arc<Shared>,
     id: u64,
     client: TcpStream,
     upstream: TcpStream,
     wan: WanSpec,
-    accepted: Instant,
 ) -> std::io::Result<()> {
     let link = Arc::new(Link { shared, id });
     let (up_tx, up_rx) = channel::<Timed>();
     let (down_tx, down_rx) = channel::<Timed>();
-    // The client's first bytes wait for the handshake they skipped.
-    let handshake_done = accepted + wan.rtt() + wan.delay;
     let threads: [Job; 3] = [
         ("wan-up-read", {
             let (from, tx, link) = (client.try_clone()?, up_tx.clone(), link.clone());
@@ -93,7 +91,7 @@ pub(super) fn run(
         }),
         ("wan-up-write", {
             let (to, back, link) = (upstream.try_clone()?, down_tx.clone(), link.clone());
-            Box::new(move || write_side(up_rx, to, back, wan, handshake_done, link))
+            Box::new(move || write_side(up_rx, to, back, wan, link))
         }),
         ("wan-down-read", {
             let link = link.clone();
@@ -106,7 +104,7 @@ pub(super) fn run(
             .stack_size(THREAD_STACK)
             .spawn(body)?;
     }
-    write_side(down_rx, client, up_tx, wan, accepted, link);
+    write_side(down_rx, client, up_tx, wan, link);
     Ok(())
 }
 
@@ -132,21 +130,17 @@ fn read_side(mut from: TcpStream, queue: Sender<Timed>, wan: WanSpec, _link: Arc
     }
 }
 
-/// Writes each queued chunk to `to` at its release time (never before
-/// `not_before`, nor before the chunk ahead of it), then passes the end
-/// on. A failed write is sent `back` as a reset, one delay later.
+/// Writes each queued chunk to `to` at its release time (never before the
+/// chunk ahead of it), then passes the end on. A failed write is sent `back` as a reset, one delay later.
 fn write_side(
     queue: Receiver<Timed>,
     mut to: TcpStream,
     back: Sender<Timed>,
     wan: WanSpec,
-    not_before: Instant,
     link: Arc<Link>,
 ) {
     for Timed { release, chunk } in queue {
-        let wait = release
-            .max(not_before)
-            .saturating_duration_since(Instant::now());
+        let wait = release.saturating_duration_since(Instant::now());
         if !wait.is_zero() {
             std::thread::sleep(wait);
         }
