@@ -107,6 +107,11 @@ pub struct PoolConfig {
     /// Speak TLS to every server, verified as this configures (the CA);
     /// `None`: plaintext.
     pub tls: Option<ClientTlsConfig>,
+    /// Addresses to dial instead of the ones given (bootstrap or
+    /// registry), keyed by the given one, which still names the server
+    /// everywhere else: a client emulated at another distance reaches each
+    /// server through a delay proxy of its own. Empty: dial as given.
+    pub dial: HashMap<String, String>,
 }
 
 impl Default for PoolConfig {
@@ -119,6 +124,7 @@ impl Default for PoolConfig {
             connect_timeout: Duration::from_secs(2),
             health_timeout: Duration::from_millis(250),
             tls: None,
+            dial: HashMap::new(),
         }
     }
 }
@@ -1184,7 +1190,8 @@ fn endpoint(
     } else {
         "http"
     };
-    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}")).map_err(invalid)?;
+    let dial = config.dial.get(address).map_or(address, String::as_str);
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{dial}")).map_err(invalid)?;
     if let Some(tls) = &config.tls {
         endpoint = endpoint.tls_config(tls.clone()).map_err(invalid)?;
     }

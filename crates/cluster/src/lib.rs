@@ -8,7 +8,10 @@
 //! - [`local`]: `LocalCluster`, a database plus N game-server processes, and
 //!   the faults chaos runs inject into them.
 //! - [`proxy`]: `TcpProxy`, a TCP forwarder that can be cut, to partition
-//!   one server from the database.
+//!   one server from the database, or delay every byte, to put the game
+//!   servers at a distance from their clients.
+//! - [`wan`]: `WanSpec`/`WanMix`, the distance a delay proxy emulates
+//!   (`TcpProxy::with_wan`) between clients and game servers.
 //! - [`ready`]: the line a server prints when it serves, which launchers
 //!   wait for.
 //!
@@ -21,9 +24,11 @@ pub mod postgres;
 mod process;
 pub mod proxy;
 pub mod ready;
+pub mod wan;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{ClusterConfig, ClusterError, Database, LocalCluster, unlimited_unless_set};
 pub use postgres::{LocalPostgres, PgError, PgOptions};
 pub use proxy::TcpProxy;
 pub use ready::ReadyLine;
+pub use wan::{WanError, WanMix, WanSpec};

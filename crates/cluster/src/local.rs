@@ -24,9 +24,20 @@
 //!   on and off (every game call waits `--slow-mode-ms` first; see
 //!   `borbaman-server --help`).
 //!
+//! Distance: with [`ClusterConfig::wan`], every server slot gets a delay
+//! proxy ([`TcpProxy::with_wan`]) per link given, the server advertises the
+//! first one's address in the registry (`--advertise`), and
+//! [`LocalCluster::addresses`] names the proxies: every byte between a
+//! client and a server crosses the emulated distance. A slot's proxies
+//! stay when its server is replaced (they forward to the new one), as a
+//! server's public address outlives its process. A client at another of
+//! the distances dials the same servers through that link's proxies
+//! ([`LocalCluster::wan_routes`], for `PoolConfig::dial`).
+//!
 //! A server that dies by other hands (a crash, a `kill -9` from a shell) is
 //! started again by [`LocalCluster::revive_exited`], as a supervisor would.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -39,6 +50,7 @@ use crate::postgres::{LocalPostgres, PgError, PgOptions};
 use crate::process::{Spawner, signal, wait_or_kill};
 use crate::proxy::{self, TcpProxy};
 use crate::ready::ReadyLine;
+use crate::wan::WanSpec;
 
 /// Listen address of a new server: a free port on loopback.
 const ANY_PORT: &str = "127.0.0.1:0";
@@ -93,6 +105,11 @@ pub struct ClusterConfig {
     /// servers on the replicated database find the primary through Patroni
     /// and would go around the proxy.
     pub database_proxy: bool,
+    /// Put the servers at a distance from their clients: each server slot
+    /// gets a delay proxy per link here, and the registry hands out the
+    /// first link's proxy addresses. Empty (the default): clients reach
+    /// the servers directly.
+    pub wan: Vec<WanSpec>,
 }
 
 impl ClusterConfig {
@@ -108,6 +125,7 @@ impl ClusterConfig {
             server_args: Vec::new(),
             log_dir: None,
             database_proxy: false,
+            wan: Vec::new(),
         }
     }
 
@@ -173,6 +191,9 @@ pub struct LocalCluster {
     /// One per server slot when the database is proxied, else empty.
     /// Dropped after the servers are stopped.
     proxies: Vec<TcpProxy>,
+    /// With `ClusterConfig::wan`: by slot, a delay proxy per link in front
+    /// of that slot's server; else empty.
+    links: Vec<Vec<TcpProxy>>,
     program: PathBuf,
     program_args: Vec<String>,
     server_args: Vec<String>,
@@ -258,6 +279,19 @@ impl LocalCluster {
         } else {
             Vec::new()
         };
+        let links = (0..config.servers)
+            .map(|_| {
+                config
+                    .wan
+                    .iter()
+                    .map(|wan| TcpProxy::with_wan(None, *wan))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| ClusterError::Io {
+                context: "starting a delay proxy".into(),
+                source,
+            })?;
         let (program, program_args) = match config.server_command {
             Some(command) => command,
             None => {
@@ -274,6 +308,7 @@ impl LocalCluster {
             database_url,
             servers: Vec::new(),
             proxies,
+            links,
             program,
             program_args,
             server_args,
@@ -291,9 +326,10 @@ impl LocalCluster {
         let pending: Vec<_> = (0..config.servers)
             .map(|slot| cluster.spawn(ANY_PORT, slot))
             .collect::<Result<_, _>>()?;
-        for (child, log, index, ready) in pending {
+        for (slot, (child, log, index, ready)) in pending.into_iter().enumerate() {
             let server = cluster.await_ready(child, log, index, ready)?;
             cluster.servers.push(server);
+            cluster.follow(slot)?;
         }
         Ok(cluster)
     }
@@ -305,7 +341,7 @@ impl LocalCluster {
         let (child, log, index, ready) = self.spawn(ANY_PORT, i)?;
         let server = self.await_ready(child, log, index, ready)?;
         self.servers[i] = server;
-        Ok(())
+        self.follow(i)
     }
 
     /// SIGTERM (the server drains and leaves the registry), then starts it
@@ -317,7 +353,7 @@ impl LocalCluster {
         let (child, log, index, ready) = self.spawn(&address, i)?;
         let server = self.await_ready(child, log, index, ready)?;
         self.servers[i] = server;
-        Ok(())
+        self.follow(i)
     }
 
     /// Starts again every server that exited without being told to here (it
@@ -342,6 +378,7 @@ impl LocalCluster {
                 }
             };
             self.servers[i] = server;
+            self.follow(i)?;
             revived.push(i);
         }
         Ok(revived)
@@ -466,17 +503,53 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// `host:port` of every server slot, running or not.
+    /// `host:port` clients dial for every server slot, running or not:
+    /// the server's own, or, at a distance, its first delay proxy's (what
+    /// the registry hands out).
     pub fn addresses(&self) -> Vec<String> {
+        (0..self.servers.len())
+            .map(|i| self.advertised(i))
+            .collect()
+    }
+
+    /// [`Self::addresses`] of the running servers only.
+    pub fn running_addresses(&self) -> Vec<String> {
+        (0..self.servers.len())
+            .filter(|&i| self.servers[i].running)
+            .map(|i| self.advertised(i))
+            .collect()
+    }
+
+    /// `host:port` each server listens on, behind any delay proxy.
+    pub fn listen_addresses(&self) -> Vec<String> {
         self.servers.iter().map(|s| s.address.clone()).collect()
     }
 
-    /// `host:port` of the running servers only.
-    pub fn running_addresses(&self) -> Vec<String> {
-        self.servers
+    /// The distances emulated (`ClusterConfig::wan`); empty when none.
+    pub fn wan(&self) -> Vec<WanSpec> {
+        self.links
+            .first()
+            .map(|links| links.iter().filter_map(TcpProxy::wan).collect())
+            .unwrap_or_default()
+    }
+
+    /// How a client at distance `link` (an index into
+    /// `ClusterConfig::wan`) reaches every server: each advertised address
+    /// mapped to that link's proxy, for `PoolConfig::dial`. Empty for the
+    /// first link (the advertised one) and without distances.
+    pub fn wan_routes(&self, link: usize) -> HashMap<String, String> {
+        if link == 0 {
+            return HashMap::new();
+        }
+        self.links
             .iter()
-            .filter(|s| s.running)
-            .map(|s| s.address.clone())
+            .filter_map(|links| Some((links.first()?, links.get(link)?)))
+            .map(|(advertised, route)| {
+                (
+                    advertised.address().to_string(),
+                    route.address().to_string(),
+                )
+            })
             .collect()
     }
 
@@ -485,9 +558,16 @@ impl LocalCluster {
         self.servers.iter().map(|s| s.child.id()).collect()
     }
 
-    /// Index of the server at `address`.
+    /// Index of the server at `address`: its own, or any of its delay
+    /// proxies'.
     pub fn index_of(&self, address: &str) -> Option<usize> {
-        self.servers.iter().position(|s| s.address == address)
+        self.servers.iter().enumerate().position(|(i, s)| {
+            s.address == address
+                || self
+                    .links
+                    .get(i)
+                    .is_some_and(|links| links.iter().any(|l| l.address().to_string() == address))
+        })
     }
 
     pub fn is_running(&self, i: usize) -> bool {
@@ -539,6 +619,28 @@ impl LocalCluster {
         self.ha.as_mut().ok_or(ClusterError::NotReplicated)
     }
 
+    /// The address server slot `i` is advertised at.
+    fn advertised(&self, i: usize) -> String {
+        match self.links.get(i).and_then(|links| links.first()) {
+            Some(proxy) => proxy.address().to_string(),
+            None => self.servers[i].address.clone(),
+        }
+    }
+
+    /// Points slot `i`'s delay proxies at its (new) server.
+    fn follow(&self, i: usize) -> Result<(), ClusterError> {
+        let address = &self.servers[i].address;
+        for proxy in self.links.get(i).into_iter().flatten() {
+            proxy
+                .set_upstream(address)
+                .map_err(|source| ClusterError::Io {
+                    context: format!("pointing a delay proxy at {address}"),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
     fn server_mut(&mut self, i: usize) -> Result<&mut ServerProcess, ClusterError> {
         self.servers.get_mut(i).ok_or(ClusterError::NoSuchServer(i))
     }
@@ -587,6 +689,12 @@ impl LocalCluster {
         command
             .args(&self.program_args)
             .args(["--listen", listen, "--database-url", &database_url])
+            .args(
+                self.links
+                    .get(slot)
+                    .and_then(|links| links.first())
+                    .map(|proxy| format!("--advertise={}", proxy.address())),
+            )
             .args(&self.server_args)
             .args(unlimited_unless_set(&self.server_args))
             .env_remove("DATABASE_URL")

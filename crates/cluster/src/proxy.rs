@@ -23,6 +23,15 @@
 //! once (`TCP_NODELAY` on both legs). That adds two thread wake-ups to each
 //! database round trip, which is why the cluster proxies only when a run
 //! needs the fault.
+//!
+//! A proxy started with [`TcpProxy::with_wan`] emulates distance instead:
+//! every byte waits a one-way delay each way, with jitter and rare stalls
+//! as its [`WanSpec`] says (see [`delay`]). [`LocalCluster`](crate::LocalCluster)
+//! puts such proxies in front of its game servers when asked
+//! ([`wan`](crate::ClusterConfig::wan)); their upstream follows the server
+//! when it is replaced ([`TcpProxy::set_upstream`]).
+
+mod delay;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -31,7 +40,9 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::wan::WanSpec;
 
 /// Longest wait for the upstream to accept a forwarded connection.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,7 +59,10 @@ pub struct TcpProxy {
 }
 
 struct Shared {
-    upstream: Vec<SocketAddr>,
+    /// Where connections go; empty: they are refused (no server yet).
+    upstream: Mutex<Vec<SocketAddr>>,
+    /// The distance emulated, if any.
+    wan: Option<WanSpec>,
     state: Mutex<State>,
     /// Set on drop: the accept thread ends at its next connection.
     stopping: AtomicBool,
@@ -69,17 +83,38 @@ impl TcpProxy {
     /// Listens on a free port of 127.0.0.1 and forwards each connection to
     /// `upstream` (`host:port`, resolved once, now).
     pub fn start(upstream: &str) -> std::io::Result<TcpProxy> {
-        let resolved: Vec<SocketAddr> = upstream.to_socket_addrs()?.collect();
-        if resolved.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{upstream} resolves to no address"),
-            ));
-        }
+        TcpProxy::listen(resolve(upstream)?, None)
+    }
+
+    /// A proxy that emulates the distance `wan` between its clients and
+    /// `upstream` (`None`: no upstream yet, connections are refused until
+    /// [`TcpProxy::set_upstream`]).
+    pub fn with_wan(upstream: Option<&str>, wan: WanSpec) -> std::io::Result<TcpProxy> {
+        let upstream = match upstream {
+            Some(upstream) => resolve(upstream)?,
+            None => Vec::new(),
+        };
+        TcpProxy::listen(upstream, Some(wan))
+    }
+
+    /// Sends new connections to `upstream` from now on (a server replaced
+    /// on another port); open ones keep theirs.
+    pub fn set_upstream(&self, upstream: &str) -> std::io::Result<()> {
+        *self.shared.upstream.lock().unwrap() = resolve(upstream)?;
+        Ok(())
+    }
+
+    /// The distance this proxy emulates, if any.
+    pub fn wan(&self) -> Option<WanSpec> {
+        self.shared.wan
+    }
+
+    fn listen(upstream: Vec<SocketAddr>, wan: Option<WanSpec>) -> std::io::Result<TcpProxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let address = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            upstream: resolved,
+            upstream: Mutex::new(upstream),
+            wan,
             state: Mutex::new(State::default()),
             stopping: AtomicBool::new(false),
         });
@@ -148,6 +183,18 @@ impl Drop for TcpProxy {
     }
 }
 
+/// `upstream`'s addresses, resolved now; at least one.
+fn resolve(upstream: &str) -> std::io::Result<Vec<SocketAddr>> {
+    let resolved: Vec<SocketAddr> = upstream.to_socket_addrs()?.collect();
+    if resolved.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{upstream} resolves to no address"),
+        ));
+    }
+    Ok(resolved)
+}
+
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     for client in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
@@ -180,11 +227,20 @@ fn refuse(shared: &Shared, client: TcpStream) {
 /// Connects `client` to the upstream and pumps bytes both ways until one
 /// side closes or the proxy is cut.
 fn forward(shared: Arc<Shared>, client: TcpStream) {
-    let upstream = shared
-        .upstream
+    let accepted = Instant::now();
+    let addresses = shared.upstream.lock().unwrap().clone();
+    let upstream = addresses
         .iter()
         .find_map(|addr| TcpStream::connect_timeout(addr, UPSTREAM_CONNECT_TIMEOUT).ok());
     let Some(upstream) = upstream else {
+        if let Some(wan) = shared.wan {
+            // A refusal (RST) crosses the distance both ways: the client
+            // hears of it a round trip after it connected.
+            let back = (accepted + wan.rtt()).saturating_duration_since(Instant::now());
+            std::thread::sleep(back);
+            set_linger_zero(&client);
+            return;
+        }
         close(&client, true);
         return;
     };
@@ -217,6 +273,15 @@ fn forward(shared: Arc<Shared>, client: TcpStream) {
         state.links.insert(id, link);
         id
     };
+    if let Some(wan) = shared.wan {
+        // The delayed link makes its own handles.
+        drop((upstream_writer, client_writer));
+        if let Err(err) = delay::run(shared.clone(), id, client, upstream, wan) {
+            eprintln!("proxy: cannot start a delayed link: {err}");
+            unlink(&shared, id);
+        }
+        return;
+    }
     let back = {
         let shared = shared.clone();
         std::thread::Builder::new()
@@ -522,6 +587,108 @@ mod tests {
         drop(input);
         let _ = holder.kill();
         let _ = holder.wait();
+    }
+
+    fn wan(text: &str) -> WanSpec {
+        WanSpec::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_wan_proxy_delays_every_byte_each_way() {
+        let upstream = echo_server().to_string();
+        let proxy = TcpProxy::with_wan(Some(&upstream), wan("40ms")).unwrap();
+        assert_eq!(proxy.wan(), Some(wan("40ms")));
+        let mut client = connect(&proxy);
+        // Every exchange, the first included, takes a round trip.
+        for _ in 0..4 {
+            let started = Instant::now();
+            assert_eq!(echo(&mut client, b"again").unwrap(), b"again");
+            let rtt = started.elapsed();
+            assert!(rtt >= Duration::from_millis(80), "round trip {rtt:?}");
+            assert!(rtt < Duration::from_secs(2), "round trip {rtt:?}");
+        }
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        assert_eq!(echo(&mut client, &big).unwrap(), big);
+    }
+
+    #[test]
+    fn jitter_and_stalls_never_reorder_bytes() {
+        let upstream = echo_server().to_string();
+        let proxy = TcpProxy::with_wan(Some(&upstream), wan("10ms,10ms,stall=0.05")).unwrap();
+        let mut client = connect(&proxy);
+        let mut reader = client.try_clone().unwrap();
+        let expected: Vec<u8> = (0..200u32).flat_map(|i| i.to_be_bytes()).collect();
+        let sent = expected.clone();
+        let writer = std::thread::spawn(move || {
+            // Separate chunks, each with its own draw of the delay.
+            for word in sent.chunks(4) {
+                client.write_all(word).unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            client
+        });
+        let mut back = vec![0u8; expected.len()];
+        reader.read_exact(&mut back).unwrap();
+        assert!(back == expected, "the bytes came back out of order");
+        drop(writer.join().unwrap());
+    }
+
+    #[test]
+    fn a_reset_upstream_resets_the_client_one_delay_later() {
+        // An upstream that takes a request and dies with a reset, as a
+        // killed server's kernel answers.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = listener.local_addr().unwrap().to_string();
+        let (died_tx, died) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).unwrap();
+            set_linger_zero(&stream);
+            drop(stream);
+            died_tx.send(Instant::now()).unwrap();
+        });
+        let proxy = TcpProxy::with_wan(Some(&upstream), wan("50ms")).unwrap();
+        let mut client = connect(&proxy);
+        client.write_all(b"x").unwrap();
+        let mut byte = [0u8; 1];
+        let err = client.read(&mut byte).expect_err("the reset comes through");
+        let after = died.recv().unwrap().elapsed();
+        assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+        assert!(
+            after >= Duration::from_millis(45),
+            "reset seen {after:?} after it was sent"
+        );
+        wait_for("the reset link is forgotten", || {
+            proxy.open_connections() == 0
+        });
+    }
+
+    #[test]
+    fn a_refused_connection_is_reset_a_round_trip_later_and_follows_a_new_upstream() {
+        let gone = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let proxy = TcpProxy::with_wan(Some(&gone.to_string()), wan("30ms")).unwrap();
+        let mut client = connect(&proxy);
+        let started = Instant::now();
+        let mut byte = [0u8; 1];
+        let err = client.read(&mut byte).expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::ConnectionReset, "{err}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(55),
+            "{:?}",
+            started.elapsed()
+        );
+
+        proxy.set_upstream(&echo_server().to_string()).unwrap();
+        let mut client = connect(&proxy);
+        assert_eq!(echo(&mut client, b"found").unwrap(), b"found");
+
+        let unset = TcpProxy::with_wan(None, wan("1ms")).unwrap();
+        let mut client = connect(&unset);
+        assert!(echo(&mut client, b"x").is_err(), "no upstream: refused");
     }
 
     #[test]
