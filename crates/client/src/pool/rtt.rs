@@ -34,8 +34,9 @@
 //!   its answer could arrive, and a hung near one costs ≤ 40 ms). Before
 //!   [`MIN_SAMPLES`] answers it is that cap.
 //! - **probe deadline** (a health check sent when a call is late) = network
-//!   RTO + [`PROBE_SLACK`]: a server that cannot answer a health check
-//!   within its own round trip plus scheduling slack is hung, not far.
+//!   RTO + [`PROBE_SLACK`], at least [`PROBE_FLOOR`]: a server that cannot
+//!   answer a health check within its own round trip plus scheduling slack
+//!   is hung, not far.
 
 use std::time::Duration;
 
@@ -59,6 +60,10 @@ pub const HEDGE_HEADROOM: Duration = Duration::from_millis(40);
 /// a loaded two-core machine can hold a healthy process's task for tens of
 /// milliseconds.
 pub const PROBE_SLACK: Duration = Duration::from_millis(50);
+/// A probe is never given less: on loopback under load a healthy server
+/// can take tens of milliseconds to be scheduled, and a wrong "hung"
+/// drops its connection.
+pub const PROBE_FLOOR: Duration = Duration::from_millis(100);
 /// Answered calls remembered per server for the hedge delay.
 pub const WINDOW: usize = 128;
 /// Answers needed before the window's percentile is trusted.
@@ -176,7 +181,7 @@ impl ServerTiming {
 
     /// A health probe unanswered after this long means the server is hung.
     pub fn probe_deadline(&self) -> Duration {
-        self.net.rto().unwrap_or_default() + PROBE_SLACK
+        (self.net.rto().unwrap_or_default() + PROBE_SLACK).max(PROBE_FLOOR)
     }
 }
 
@@ -227,7 +232,7 @@ mod tests {
         }
         let cap = t.hedge_delay();
         assert!(cap >= ms(40) && cap <= ms(42), "{cap:?}");
-        assert!(t.probe_deadline() <= ms(52), "{:?}", t.probe_deadline());
+        assert_eq!(t.probe_deadline(), PROBE_FLOOR);
     }
 
     /// 100 ms one way (200 ms round trip, ±10 ms jitter): nothing that

@@ -1,0 +1,164 @@
+//! Distance is not death: real servers behind delay proxies 100 ms away
+//! (one way, ±10 ms of jitter), a pool with its default settings. A player
+//! who keeps calling never fails over; a killed server and a hung
+//! (SIGSTOPped) one are left and the call is answered elsewhere, its action
+//! applied once. The bounds are generous (two round trips and a second);
+//! how close to the round trip a failover lands is for `borbaman chaos
+//! --wan`, not for a test.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::WanSpec;
+use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use borbaman_proto::pb::Action;
+
+/// One way; the network round trip is twice this.
+const ONE_WAY: Duration = Duration::from_millis(100);
+/// Each chunk's delay is `ONE_WAY` ± this.
+const JITTER: Duration = Duration::from_millis(10);
+/// The shortest round trip the link allows.
+const SHORTEST_RTT: Duration = Duration::from_millis(180); // 2 × (ONE_WAY − JITTER)
+
+fn far_cluster() -> LocalCluster {
+    let config = ClusterConfig {
+        wan: vec![WanSpec {
+            jitter: JITTER,
+            ..WanSpec::delay(ONE_WAY)
+        }],
+        ..ClusterConfig::temporary(3).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+    };
+    LocalCluster::start(config, |_| {}).expect("start a local cluster at 100 ms")
+}
+
+/// What a failover may cost at most here: two round trips and a second.
+fn failover_bound() -> Duration {
+    4 * ONE_WAY + Duration::from_secs(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_100ms_away_never_fails_over() {
+    let cluster = far_cluster();
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .expect("connect through the delay proxies");
+    let mut players = common::seat_four(&pool, "far").await;
+    let player = &mut players[0];
+    let started = Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        let (_, info) = player.act(Action::Idle).await.expect("every call answered");
+        assert!(
+            !info.failed_over && info.attempts == 1,
+            "call {calls} at 100 ms one way failed over: {info:?}"
+        );
+        assert!(
+            info.rtt >= SHORTEST_RTT,
+            "every call crosses the distance: {info:?}"
+        );
+        calls += 1;
+    }
+    assert!(calls >= 8, "{calls} calls in 4 s");
+    let status = pool.status();
+    assert_eq!(status.failovers, 0, "{status:?}");
+    assert_eq!(status.live.len(), 3, "no server dropped: {status:?}");
+    assert!(!status.shared_stall, "{status:?}");
+    // The pool knows how far its servers are, and waits accordingly.
+    let current = status.current_rtt().expect("the current server's timing");
+    let srtt = current.srtt.expect("measured");
+    assert!(srtt >= SHORTEST_RTT && srtt < 4 * ONE_WAY, "{current:?}");
+    assert!(current.hedge_delay >= SHORTEST_RTT, "{current:?}");
+    assert!(current.deadline > current.hedge_delay, "{current:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_100ms_away_is_left_and_the_call_answered() {
+    let mut cluster = far_cluster();
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "farkill").await;
+    let player = &mut players[0];
+    for _ in 0..3 {
+        player.act(Action::Idle).await.unwrap();
+    }
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    common::blocking(|| cluster.kill(index)).unwrap();
+
+    let seq = player.next_seq();
+    let (reply, info) = player.act(Action::Bomb).await.expect("the call fails over");
+    assert_eq!(reply.seq, seq);
+    assert_ne!(info.server, victim, "{info:?}");
+    assert!(
+        info.rtt <= failover_bound(),
+        "a killed server at 100 ms must be left within {:?}: {info:?}",
+        failover_bound()
+    );
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(applied, (1..=seq as i64).collect::<Vec<_>>(), "each once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_100ms_away_is_left_and_the_call_answered() {
+    let mut cluster = far_cluster();
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "farhang").await;
+    let player = &mut players[0];
+    for _ in 0..3 {
+        player.act(Action::Idle).await.unwrap();
+    }
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    cluster.hang(index).unwrap();
+
+    let seq = player.next_seq();
+    let (reply, info) = player.act(Action::Bomb).await.expect("answered elsewhere");
+    assert_eq!(reply.seq, seq);
+    assert_ne!(info.server, victim, "{info:?}");
+    assert!(
+        info.rtt <= failover_bound(),
+        "a hung server at 100 ms must be left within {:?}: {info:?}",
+        failover_bound()
+    );
+    // The hung server is told from a far one: its probe goes unanswered
+    // and it is dropped, while the others stay.
+    let deadline = Instant::now() + failover_bound();
+    while pool.status().live.contains(&victim) {
+        assert!(
+            Instant::now() < deadline,
+            "the hung server was never dropped: {:?}",
+            pool.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pool.status().live.len(), 2, "{:?}", pool.status());
+
+    // Woken, the server runs the copy it was sent: a replay. Once the pool
+    // has it back (it answers health checks, so it has run again), the
+    // game goes on and every action is applied exactly once.
+    cluster.resume(index).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pool.status().live.contains(&victim) {
+        assert!(
+            Instant::now() < deadline,
+            "the woken server never came back: {:?}",
+            pool.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (next, _) = player.act(Action::Idle).await.expect("the game goes on");
+    assert_eq!(next.seq, seq + 1);
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(
+        applied,
+        (1..=seq as i64 + 1).collect::<Vec<_>>(),
+        "each applied once"
+    );
+}
