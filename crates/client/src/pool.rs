@@ -62,7 +62,9 @@ use tonic_health::pb::health_client::HealthClient;
 
 use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
-use decide::{AtDeadline, CallPlan, Copy, Fate, Late, Pause, Probe, at_deadline, should_hedge};
+use decide::{
+    AtDeadline, CallPlan, Copy, Fate, Late, Pause, Probe, at_deadline, probe_verdict, should_hedge,
+};
 pub use rtt::ServerTiming;
 
 /// How long a server that lost a hedge race is left out of its game's
@@ -654,7 +656,7 @@ impl ServerPool {
                     if hedge_at.is_some_and(|at| at <= now) {
                         // Late: probe the server, and hedge.
                         hedge_at = None;
-                        probe = Some(self.probe(server, timing.probe_deadline()));
+                        probe = Some(self.probe(server));
                         if let Some(second) = self.hedge_server(&server.address, &skip) {
                             attempt.hedges = 1;
                             let late_after = self.timing(&second.address).hedge_delay();
@@ -897,25 +899,50 @@ impl ServerPool {
             .record_probe(rtt);
     }
 
-    /// Health-checks a late call's server on its warm connection within
-    /// `timeout`, in a task of its own (its verdict counts even when the
-    /// call is answered first). No answer: the server is hung, and is
-    /// marked down. Returns whether it answered.
-    fn probe(&self, server: &Server, timeout: Duration) -> JoinHandle<bool> {
+    /// Health-checks a late call's server on its warm connection, and at
+    /// the same time one other live server, each within its probe deadline,
+    /// in a task of its own (its verdict counts even when the call is
+    /// answered first). [`probe_verdict`] decides; a hung server is marked
+    /// down. Returns false when it is hung.
+    fn probe(&self, server: &Server) -> JoinHandle<bool> {
         let pool = self.clone();
-        let server = server.clone();
+        let (late, other) = {
+            let state = self.shared.state.lock().unwrap();
+            let others: Vec<&Server> = state
+                .servers
+                .iter()
+                .filter(|s| s.address != server.address)
+                .collect();
+            let addresses: Vec<&str> = others.iter().map(|s| s.address.as_str()).collect();
+            let other = pick(&addresses, &HashSet::new(), &mut rand::rng()).map(|i| {
+                let other = others[i].clone();
+                let timeout = state.timing(&other.address).probe_deadline();
+                (other, timeout)
+            });
+            let timeout = state.timing(&server.address).probe_deadline();
+            ((server.clone(), timeout), other)
+        };
         tokio::spawn(async move {
-            match healthy(&server.channel, timeout).await {
-                Some(rtt) => {
-                    pool.record_probe(&server.address, rtt);
-                    true
+            let (server, timeout) = late;
+            let other_probe = async {
+                let (other, timeout) = other.as_ref()?;
+                let answer = healthy(&other.channel, timeout.to_owned()).await;
+                if let Some(rtt) = answer {
+                    pool.record_probe(&other.address, rtt);
                 }
-                None => {
-                    tracing::info!(server = server.address, "server hung: no answer to a probe");
-                    pool.mark_down(&server.address);
-                    false
-                }
+                Some(answer.is_some())
+            };
+            let (answer, other_answered) =
+                tokio::join!(healthy(&server.channel, timeout), other_probe);
+            if let Some(rtt) = answer {
+                pool.record_probe(&server.address, rtt);
             }
+            let verdict = probe_verdict(answer.is_some(), other_answered);
+            if verdict == Probe::Hung {
+                tracing::info!(server = server.address, "server hung: no answer to a probe");
+                pool.mark_down(&server.address);
+            }
+            verdict != Probe::Hung
         })
     }
 

@@ -11,9 +11,10 @@
 //!   which no database work delays) and, unless the pool is in a shared
 //!   stall, the database is known down, or the budget is spent, a copy goes
 //!   to another server.
-//! - A server that does not answer its probe in time is **hung**: it is
-//!   dropped and the call moves on at once (free of the budget: the call
-//!   never ran there). One that answers is alive, only **slow**.
+//! - A server that does not answer its probe in time while another server
+//!   does is **hung**: it is dropped and the call moves on at once (free of
+//!   the budget: the call never ran there). One that answers is alive,
+//!   only **slow**.
 //! - When the copy is late too, two servers are slow together: the cause is
 //!   shared (the database). The pool enters a **shared stall**: no more
 //!   hedges and no failovers into it, calls just wait (up to the slow
@@ -38,10 +39,25 @@ use super::rtt::ServerTiming;
 pub enum Probe {
     /// Not sent yet, or no verdict yet.
     Pending,
-    /// Answered in time: the server is alive.
+    /// Answered in time: the server is alive (or nothing could answer,
+    /// see [`probe_verdict`]).
     Alive,
     /// No answer in time: the server is hung.
     Hung,
+}
+
+/// The verdict of a late attempt's probe: its server `answered` or not,
+/// and another live server probed at the same time answered or not
+/// (`None`: there is no other). A server is hung when it alone is silent;
+/// when the other is silent too, the machine or the network between is
+/// slow for everyone, and dropping a server for it would only add a
+/// failover to a stall.
+pub fn probe_verdict(answered: bool, other_answered: Option<bool>) -> Probe {
+    match (answered, other_answered) {
+        (true, _) => Probe::Alive,
+        (false, Some(true) | None) => Probe::Hung,
+        (false, Some(false)) => Probe::Alive,
+    }
 }
 
 /// A hedged copy of the attempt, if one was sent.
@@ -305,6 +321,19 @@ mod tests {
             at_deadline(late(Probe::Pending, Copy::None)),
             AtDeadline::WaitForProbe,
             "a far server's deadline can come before its probe's"
+        );
+    }
+
+    #[test]
+    fn a_server_is_hung_when_it_alone_is_silent() {
+        assert_eq!(probe_verdict(true, Some(true)), Probe::Alive);
+        assert_eq!(probe_verdict(true, None), Probe::Alive);
+        assert_eq!(probe_verdict(false, Some(true)), Probe::Hung);
+        assert_eq!(probe_verdict(false, None), Probe::Hung, "none to compare");
+        assert_eq!(
+            probe_verdict(false, Some(false)),
+            Probe::Alive,
+            "everyone silent: the machine is slow, not this server"
         );
     }
 
