@@ -50,7 +50,7 @@ use crate::shutdown::Shutdown;
 use borbaman_cluster::HaError;
 use borbaman_cluster::local::{ClusterError, LocalCluster};
 
-use crate::args::{DbArg, DbKind};
+use crate::args::{DbArg, DbKind, DistanceArgs};
 
 /// Flags of `borbaman chaos`.
 #[derive(Clone, Debug, clap::Args)]
@@ -112,6 +112,8 @@ pub struct ChaosArgs {
     pub no_fsync: bool,
     #[command(flatten)]
     pub db: DbArg,
+    #[command(flatten)]
+    pub distance: DistanceArgs,
     /// Longest wait for a new primary after a database fault (`--db ha`).
     #[arg(long, default_value_t = 30)]
     pub promotion_timeout_s: u64,
@@ -230,6 +232,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         !args.no_fsync,
         &server_args,
         database_proxy,
+        args.distance.links(),
         &args.out.join("logs"),
     )?;
     let cluster = Arc::new(Mutex::new(cluster));
