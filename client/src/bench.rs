@@ -1,6 +1,6 @@
 //! `borbaman bench`: a measured run of headless clients against a cluster
-//! (a local one unless `--servers` is given); see [`crate::measure`] for
-//! what it writes.
+//! (a local one unless `--servers` is given, at a distance with `--wan` or
+//! `--wan-mix`); see [`crate::measure`] for what it writes.
 
 use std::path::PathBuf;
 

@@ -30,6 +30,11 @@
 //! - `db-switchover`: a planned switchover through Patroni's REST API;
 //! - `etcd-kill`: SIGKILL one etcd member (the primary should not move).
 //!
+//! With `--wan` or `--wan-mix` the servers sit behind delay proxies, at a
+//! distance from the clients (see docs/internet.md): a killed server's
+//! reset reaches its clients one delay later, and its replacement is
+//! found behind the same proxy address.
+//!
 //! Besides the bench outputs it writes `faults.csv` (time, kind, target,
 //! `promoted_ms`, `recovered_ms` — until every client had a good `Act`
 //! after the fault — and `restored_ms`),
