@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use borbaman_client::pool::PoolConfig;
+use borbaman_cluster::{WanMix, WanSpec};
 use tonic::transport::{Certificate, ClientTlsConfig};
 
 /// A `--servers` entry: `host:port`, as a server's ready line prints it.
@@ -88,6 +89,74 @@ pub struct DbArg {
     pub db: DbKind,
 }
 
+/// A `--wan` value: `DELAY[,JITTER][,stall=P]`.
+pub fn wan_spec(text: &str) -> Result<WanSpec, String> {
+    WanSpec::parse(text).map_err(|e| e.to_string())
+}
+
+/// A `--wan-mix` value: `D1,D2,…[,jitter=J][,stall=P]`.
+pub fn wan_mix(text: &str) -> Result<WanMix, String> {
+    WanMix::parse(text).map_err(|e| e.to_string())
+}
+
+/// `--wan` and `--wan-mix`: the local cluster's servers at a distance from
+/// the clients (bench and chaos).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct DistanceArgs {
+    /// Put the local cluster's servers at a distance: every byte between a
+    /// client and a server waits DELAY each way (a one-way delay: the
+    /// network's round trip is twice it), give or take JITTER (a duration,
+    /// or a share of the delay such as 10%), and with probability P a
+    /// chunk is held a further round trip + 200 ms, as a lost TCP segment
+    /// is. A bare number is milliseconds. E.g. `--wan 100ms` or `--wan
+    /// 100ms,10ms,stall=0.001`. The floors are measured through the same
+    /// delay proxies, whose addresses the registry hands out; see
+    /// docs/internet.md.
+    #[arg(
+        long,
+        value_name = "DELAY[,JITTER][,stall=P]",
+        value_parser = wan_spec,
+        conflicts_with = "wan_mix"
+    )]
+    pub wan: Option<WanSpec>,
+    /// Clients at several distances in one run: one-way delays (a bare
+    /// number is milliseconds), given to the clients in turn (client 0 the
+    /// first, client 1 the second, …), e.g. `--wan-mix 5,50,100,150`;
+    /// `jitter=J` (a duration or a share such as 10%) and `stall=P` apply
+    /// to each. Every figure is also reported per distance, beside the
+    /// network's own RTT at that distance.
+    #[arg(
+        long,
+        value_name = "D1,D2,…[,jitter=J][,stall=P]",
+        value_parser = wan_mix
+    )]
+    pub wan_mix: Option<WanMix>,
+}
+
+impl DistanceArgs {
+    /// The distances a local cluster puts its servers at
+    /// (`ClusterConfig::wan`): none, `--wan`'s, or `--wan-mix`'s.
+    pub fn links(&self) -> Vec<WanSpec> {
+        match (&self.wan, &self.wan_mix) {
+            (Some(wan), _) => vec![*wan],
+            (None, Some(mix)) => mix.links.clone(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// Refuses a distance with `--servers`: the proxies stand in front of
+    /// the servers a local cluster starts.
+    pub fn ensure_local(&self, local: bool) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            local || self.links().is_empty(),
+            "--wan and --wan-mix put the servers of a local cluster at a distance; with \
+             --servers the network between you and them is the real one (leave --servers \
+             out to emulate one)"
+        );
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +181,26 @@ mod tests {
         }
         let scheme = server_address("http://127.0.0.1:1").unwrap_err();
         assert!(scheme.contains("without a scheme"), "{scheme}");
+    }
+
+    #[test]
+    fn wan_flags_give_the_cluster_its_distances() {
+        let none = DistanceArgs::default();
+        assert!(none.links().is_empty());
+        assert!(none.ensure_local(false).is_ok());
+        let one = DistanceArgs {
+            wan: Some(wan_spec("100ms,10ms").unwrap()),
+            ..DistanceArgs::default()
+        };
+        assert_eq!(one.links(), [wan_spec("100ms,10ms").unwrap()]);
+        let err = one.ensure_local(false).unwrap_err().to_string();
+        assert!(err.contains("leave --servers out"), "{err}");
+        let mix = DistanceArgs {
+            wan_mix: Some(wan_mix("5,150").unwrap()),
+            ..DistanceArgs::default()
+        };
+        assert_eq!(mix.links().len(), 2);
+        assert!(wan_spec("far").unwrap_err().contains("not a duration"));
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! `borbaman bench`: a measured run of headless clients against a cluster
-//! (a local one unless `--servers` is given); see [`crate::measure`] for
-//! what it writes.
+//! (a local one unless `--servers` is given, at a distance with `--wan` or
+//! `--wan-mix`); see [`crate::measure`] for what it writes.
 
 use std::path::PathBuf;
 
 use std::sync::{Arc, Mutex};
 
-use crate::args::{DbArg, DbKind, ServersArg};
+use crate::args::{DbArg, DbKind, DistanceArgs, ServersArg};
 use crate::measure::plot::{self, SweepPoint};
 use crate::measure::{self, RunPlan, Target};
 
@@ -44,6 +44,8 @@ pub struct BenchArgs {
     pub database_url: Option<String>,
     #[command(flatten)]
     pub db: DbArg,
+    #[command(flatten)]
+    pub distance: DistanceArgs,
     /// A capacity sweep: one measured run per number of games (4 clients
     /// each, at --interval-ms), e.g. `1,2,4,8,16,32`, each written to
     /// `<out>/games-<n>/`; then `sweep.csv`, `sweep.json` and `sweep.svg`
@@ -72,6 +74,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     measure::init_tracing();
     let runtime = tokio::runtime::Runtime::new()?;
     let local = args.servers.servers.is_empty();
+    args.distance.ensure_local(local)?;
     if !local {
         anyhow::ensure!(
             args.db.db == DbKind::Single,
@@ -86,6 +89,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             !args.no_fsync,
             &args.server_args,
             false,
+            args.distance.links(),
             &args.out.join("logs"),
         )?))),
         false => None,

@@ -30,6 +30,11 @@
 //! - `db-switchover`: a planned switchover through Patroni's REST API;
 //! - `etcd-kill`: SIGKILL one etcd member (the primary should not move).
 //!
+//! With `--wan` or `--wan-mix` the servers sit behind delay proxies, at a
+//! distance from the clients (see docs/internet.md): a killed server's
+//! reset reaches its clients one delay later, and its replacement is
+//! found behind the same proxy address.
+//!
 //! Besides the bench outputs it writes `faults.csv` (time, kind, target,
 //! `promoted_ms`, `recovered_ms` — until every client had a good `Act`
 //! after the fault — and `restored_ms`),
@@ -50,7 +55,7 @@ use crate::shutdown::Shutdown;
 use borbaman_cluster::HaError;
 use borbaman_cluster::local::{ClusterError, LocalCluster};
 
-use crate::args::{DbArg, DbKind};
+use crate::args::{DbArg, DbKind, DistanceArgs};
 
 /// Flags of `borbaman chaos`.
 #[derive(Clone, Debug, clap::Args)]
@@ -112,6 +117,8 @@ pub struct ChaosArgs {
     pub no_fsync: bool,
     #[command(flatten)]
     pub db: DbArg,
+    #[command(flatten)]
+    pub distance: DistanceArgs,
     /// Longest wait for a new primary after a database fault (`--db ha`).
     #[arg(long, default_value_t = 30)]
     pub promotion_timeout_s: u64,
@@ -230,6 +237,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         !args.no_fsync,
         &server_args,
         database_proxy,
+        args.distance.links(),
         &args.out.join("logs"),
     )?;
     let cluster = Arc::new(Mutex::new(cluster));

@@ -1,8 +1,9 @@
 //! Players at a distance: a local cluster with `ClusterConfig::wan` puts a
 //! delay proxy in front of every server, the registry hands out the
 //! proxies' addresses, every byte really crosses the emulated distance, a
-//! bot game plays through it, and a client at another distance of a mix
-//! dials its own proxies. Timing is checked from below only (a delay
+//! bot game plays through it, a client at another distance of a mix
+//! dials its own proxies, and a server killed behind its proxy resets its
+//! clients' connections and is skipped by the floors. Timing is checked from below only (a delay
 //! proxy can make a call slower than the network, never faster), with
 //! loose upper bounds where a hang must be told from a delay.
 
@@ -12,6 +13,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
+use borbaman::measure::floors;
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_cluster::WanSpec;
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
@@ -126,7 +128,8 @@ async fn a_bot_game_plays_through_delay_proxies_the_registry_hands_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_of_a_mix_dials_its_own_distance_and_a_killed_server_is_not_a_hang() {
+async fn a_client_of_a_mix_dials_its_own_distance_and_a_killed_server_is_not_a_hang_nor_the_end_of_the_floors()
+ {
     let mut cluster = wan_cluster(&["5ms", "80ms"], &[]);
     let near = ServerPool::connect(&cluster.addresses(), far_pool())
         .await
@@ -176,6 +179,29 @@ async fn a_client_of_a_mix_dials_its_own_distance_and_a_killed_server_is_not_a_h
     .expect("a killed server's connection ends instead of hanging");
     assert!(failed.is_err(), "no answer from a killed server");
     assert!(started.elapsed() < Duration::from_secs(5));
+
+    // The idle floor of a run that has one dead server among its
+    // connections skips it, counts it, and measures on the others.
+    let channels: Vec<(String, Channel)> = cluster
+        .addresses()
+        .into_iter()
+        .map(|a| {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{a}"))
+                .unwrap()
+                .connect_lazy();
+            (a, channel)
+        })
+        .collect();
+    let floors = floors::measure_idle(&channels, None, 10)
+        .await
+        .expect("the floors are measured on the live servers");
+    assert_eq!(floors.ping_failed, 1, "the dead server is counted once");
+    assert_eq!(floors.ping_us.len(), 10);
+    assert!(
+        floors.ping_us.iter().all(|&us| us >= 10_000),
+        "pinged through the 5 ms proxies: {:?}",
+        floors.ping_us
+    );
 
     // Replaced, the server is found again at the same address.
     common::blocking(|| cluster.replace(index)).unwrap();

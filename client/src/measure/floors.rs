@@ -10,6 +10,12 @@
 //! prober running beside the workload during the measured window (one ping
 //! and one transaction per interval), whose figures go in `summary.json` as
 //! `floor_ping_us` and `floor_db_txn_us`.
+//!
+//! At a distance (`--wan`) the pings cross the same delay proxies as the
+//! clients' calls: the ping floor is then the network's own round trip.
+//! A ping to a server that has just died (a fault, or a server killed by
+//! hand behind `--servers`) is skipped and counted, never the end of the
+//! run: the floors are measured on the servers that answer.
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +59,9 @@ pub enum FloorError {
 pub struct FloorSamples {
     pub ping_us: Vec<u64>,
     pub db_txn_us: Vec<u64>,
+    /// Pings that failed or went unanswered (a dead or hung server), left
+    /// out of `ping_us`.
+    pub ping_failed: u64,
 }
 
 /// One bare `Game.Ping`, timed.
@@ -162,23 +171,38 @@ pub async fn txn_throughput(
 }
 
 /// Takes `samples` of each floor one after another, on an idle cluster.
+/// A server whose ping fails or goes unanswered within [`PROBE_TIMEOUT`]
+/// is left out (and counted in `ping_failed`); only when no server answers
+/// at all is it an error.
 pub async fn measure_idle(
     servers: &[(String, Channel)],
     db: Option<&mut DbFloor>,
     samples: usize,
 ) -> Result<FloorSamples, FloorError> {
-    if servers.is_empty() {
-        return Err(FloorError::NoServer);
-    }
     let mut out = FloorSamples::default();
-    // One untimed call each, so connection set-up is not measured.
+    // One untimed call each, so connection set-up is not measured; a
+    // server that fails it is not pinged again.
+    let mut answering = Vec::new();
+    let mut last_failure = None;
     for (server, channel) in servers {
-        ping_once(server, channel).await?;
+        match ping_within(server, channel).await {
+            Ok(_) => answering.push((server, channel)),
+            Err(e) => {
+                out.ping_failed += 1;
+                tracing::warn!("floor: {e}; measuring the floor on the other servers");
+                last_failure = Some(e);
+            }
+        }
+    }
+    if answering.is_empty() {
+        return Err(last_failure.unwrap_or(FloorError::NoServer));
     }
     for i in 0..samples {
-        let (server, channel) = &servers[i % servers.len()];
-        out.ping_us
-            .push(duration_us(ping_once(server, channel).await?));
+        let (server, channel) = answering[i % answering.len()];
+        match ping_within(server, channel).await {
+            Ok(rtt) => out.ping_us.push(duration_us(rtt)),
+            Err(_) => out.ping_failed += 1,
+        }
     }
     if let Some(db) = db {
         db.txn_once().await?;
@@ -187,6 +211,17 @@ pub async fn measure_idle(
         }
     }
     Ok(out)
+}
+
+/// [`ping_once`] within [`PROBE_TIMEOUT`]: a hung server is a failure too.
+async fn ping_within(server: &str, channel: &Channel) -> Result<Duration, FloorError> {
+    match timeout(PROBE_TIMEOUT, ping_once(server, channel)).await {
+        Ok(result) => result,
+        Err(_) => Err(FloorError::Ping {
+            server: server.to_string(),
+            status: tonic::Status::deadline_exceeded(format!("no answer within {PROBE_TIMEOUT:?}")),
+        }),
+    }
 }
 
 /// Measures both floors once per `interval` from `from` until `stop` turns
@@ -213,8 +248,9 @@ pub async fn probe(
         let servers = pool.live_channels();
         if !servers.is_empty() {
             let (server, channel) = &servers[i % servers.len()];
-            if let Ok(Ok(rtt)) = timeout(PROBE_TIMEOUT, ping_once(server, channel)).await {
-                out.ping_us.push(duration_us(rtt));
+            match ping_within(server, channel).await {
+                Ok(rtt) => out.ping_us.push(duration_us(rtt)),
+                Err(_) => out.ping_failed += 1,
             }
         }
         if let Some(db) = db.as_mut()

@@ -18,8 +18,11 @@
 //! - [`workload`]: the headless clients.
 //! - [`invariants`]: what must hold after every run.
 //! - [`faults`]: the kinds of fault and the record of each injected one.
+//! - [`distance`]: the figures of each emulated distance (`--wan`,
+//!   `--wan-mix`) against the network's own round trip.
 
 pub mod dbcost;
+pub mod distance;
 pub mod faults;
 pub mod floors;
 pub mod invariants;
@@ -28,6 +31,7 @@ pub mod record;
 pub mod report;
 pub mod workload;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -42,9 +46,11 @@ use tokio::task::JoinHandle;
 
 use crate::shutdown::{self, Shutdown};
 use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::WanSpec;
 use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
 
 use crate::args::DbKind;
+use distance::{DistanceReport, link_of_client};
 use faults::FaultEvent;
 use floors::DbFloor;
 use plot::{FaultMark, Reference};
@@ -58,17 +64,21 @@ use workload::{Progress, WorkloadConfig};
 /// `database_proxy` each server reaches the database through a proxy of its
 /// own, which a fault can cut ([`LocalCluster::partition_database`]).
 /// The servers' logs (and the replicated database's) are kept in
-/// `log_dir`, so a fault can be read about after the run.
+/// `log_dir`, so a fault can be read about after the run. With `wan`, the
+/// servers sit behind delay proxies at those distances
+/// (`ClusterConfig::wan`).
 pub fn start_cluster(
     servers: usize,
     db: DbKind,
     fsync: bool,
     server_args: &[String],
     database_proxy: bool,
+    wan: Vec<WanSpec>,
     log_dir: &Path,
 ) -> anyhow::Result<LocalCluster> {
     let config = ClusterConfig {
         fsync,
+        wan,
         log_dir: Some(log_dir.to_path_buf()),
         server_args: server_args.to_vec(),
         database_proxy,
@@ -141,6 +151,18 @@ pub struct Target {
     pub database_pids: Option<Arc<dyn Fn() -> Vec<u32> + Send + Sync>>,
     /// How the clients reach the servers (TLS or not).
     pub pool: PoolConfig,
+    /// The emulated distances (empty: none); client `c` is at
+    /// `wan[c % wan.len()]`.
+    pub wan: Vec<Distance>,
+}
+
+/// One emulated distance of a local cluster, and how a client at it dials
+/// the servers.
+#[derive(Clone, Debug)]
+pub struct Distance {
+    pub link: WanSpec,
+    /// For `PoolConfig::dial`: advertised address → this distance's proxy.
+    pub dial: HashMap<String, String>,
 }
 
 impl Target {
@@ -151,7 +173,18 @@ impl Target {
             final_database_url: None,
             database_pids: None,
             pool: PoolConfig::default(),
+            wan: Vec::new(),
         }
+    }
+
+    /// How the clients at distance `link` (`None`: the only one) reach
+    /// the servers.
+    pub fn pool_at(&self, link: Option<usize>) -> PoolConfig {
+        let mut pool = self.pool.clone();
+        if let Some(distance) = link.and_then(|l| self.wan.get(l)) {
+            pool.dial = distance.dial.clone();
+        }
+        pool
     }
 
     /// The servers and database of a local cluster.
@@ -175,6 +208,15 @@ impl Target {
                     .database_pids()
             })),
             pool: PoolConfig::default(),
+            wan: c
+                .wan()
+                .into_iter()
+                .enumerate()
+                .map(|(i, link)| Distance {
+                    link,
+                    dial: c.wan_routes(i),
+                })
+                .collect(),
         }
     }
 }
@@ -242,6 +284,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
             summary.recovery_after_commit_ms.p99,
         );
     }
+    for distance in &summary.distances {
+        println!("{}", distance.line());
+    }
     println!("report written to {}", out.display());
     for note in &summary.notes {
         println!("note: {note}");
@@ -273,11 +318,20 @@ pub async fn run_measured(
         .unwrap_or(0);
     let mut notes = Vec::new();
     let load_before = load_average();
-    // One pool for the floors, and one per client as every player has.
-    let pool = ServerPool::connect(&target.servers, target.pool.clone()).await?;
+    // One pool for the floors at each distance (through the same proxies
+    // as the clients there), and one per client as every player has.
+    let links: Vec<Option<usize>> = match target.wan.len() {
+        0 => vec![None],
+        n => (0..n).map(Some).collect(),
+    };
+    let mut floor_pools = Vec::new();
+    for &link in &links {
+        floor_pools.push(ServerPool::connect(&target.servers, target.pool_at(link)).await?);
+    }
     let mut pools = Vec::new();
-    for _ in 0..plan.workload.clients {
-        pools.push(ServerPool::connect(&target.servers, target.pool.clone()).await?);
+    for client in 0..plan.workload.clients {
+        let link = link_of_client(client, target.wan.len());
+        pools.push(ServerPool::connect(&target.servers, target.pool_at(link)).await?);
     }
 
     let mut db_floor = match &target.database_url {
@@ -295,23 +349,37 @@ pub async fn run_measured(
             None
         }
     };
-    let idle = floors::measure_idle(&pool.live_channels(), db_floor.as_mut(), plan.floor_samples)
-        .await
-        .context("measuring the floors")?;
+    let mut idle = Vec::new();
+    for (i, pool) in floor_pools.iter().enumerate() {
+        // The transaction floor once, with the first distance's pings.
+        let db = if i == 0 { db_floor.as_mut() } else { None };
+        idle.push(
+            floors::measure_idle(&pool.live_channels(), db, plan.floor_samples)
+                .await
+                .context("measuring the floors")?,
+        );
+    }
 
     let clock = RunClock::start();
     let (stopper, stop) = shutdown::channel();
     let recorder = Recorder::new();
     let progress = Arc::new(Progress::default());
-    // The prober measures the measured window only, beside the clients.
-    let prober = tokio::spawn(floors::probe(
-        pool.clone(),
-        db_floor,
-        clock.started() + plan.workload.warmup,
-        // A closed loop has no interval: probe at the game's 20 Hz.
-        plan.workload.interval.max(Duration::from_millis(50)),
-        stop.clone(),
-    ));
+    // The probers measure the measured window only, beside the clients:
+    // one per distance, the first with the transaction floor.
+    let mut db_floor = db_floor;
+    let probers: Vec<_> = floor_pools
+        .iter()
+        .map(|pool| {
+            tokio::spawn(floors::probe(
+                pool.clone(),
+                db_floor.take(),
+                clock.started() + plan.workload.warmup,
+                // A closed loop has no interval: probe at the game's 20 Hz.
+                plan.workload.interval.max(Duration::from_millis(50)),
+                stop.clone(),
+            ))
+        })
+        .collect();
     let injector = injector.map(|start| start(clock, stop.clone()));
     let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
@@ -346,7 +414,13 @@ pub async fn run_measured(
     if let Some(db) = cost_db {
         db.close().await;
     }
-    let (probed, db_floor) = prober.await?;
+    let mut probed = Vec::new();
+    let mut db_floor = None;
+    for prober in probers {
+        let (samples, db) = prober.await?;
+        probed.push(samples);
+        db_floor = db_floor.or(db);
+    }
     let mut faults = match injector {
         Some(task) => task.await?,
         None => Vec::new(),
@@ -396,12 +470,24 @@ pub async fn run_measured(
         None => None,
     };
 
+    // With several distances, the floors pool every distance's pings (the
+    // clients are spread over them evenly); each distance has its own below.
+    let all = |samples: &[floors::FloorSamples], of: fn(&floors::FloorSamples) -> &Vec<u64>| {
+        floor_stats(samples.iter().flat_map(|s| of(s).iter().copied()))
+    };
+    let ping_failed: u64 = probed.iter().chain(&idle).map(|s| s.ping_failed).sum();
+    if ping_failed > 0 {
+        notes.push(format!(
+            "{ping_failed} floor pings failed or went unanswered (a server down or hung) \
+             and are left out of the floors"
+        ));
+    }
     let mut summary = Summary {
         faults: faults.len() as u64,
-        floor_ping_us: floor_stats(probed.ping_us.iter().copied()),
-        floor_db_txn_us: floor_stats(probed.db_txn_us.iter().copied()),
-        floor_idle_ping_us: floor_stats(idle.ping_us.iter().copied()),
-        floor_idle_db_txn_us: floor_stats(idle.db_txn_us.iter().copied()),
+        floor_ping_us: all(&probed, |s| &s.ping_us),
+        floor_db_txn_us: all(&probed, |s| &s.db_txn_us),
+        floor_idle_ping_us: all(&idle, |s| &s.ping_us),
+        floor_idle_db_txn_us: all(&idle, |s| &s.db_txn_us),
         warmup_s: plan.workload.warmup.as_secs_f64(),
         duration_s: (plan.workload.total - plan.workload.warmup).as_secs_f64(),
         clients: plan.workload.clients,
@@ -447,6 +533,24 @@ pub async fn run_measured(
         &summary.floor_db_txn_us,
     );
     summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    summary.distances = target
+        .wan
+        .iter()
+        .zip(&probed)
+        .enumerate()
+        .map(|(i, (distance, samples))| {
+            let clients: Vec<u32> = (0..plan.workload.clients)
+                .filter(|&c| link_of_client(c, target.wan.len()) == Some(i))
+                .collect();
+            DistanceReport::new(
+                &distance.link,
+                &clients,
+                &records,
+                &samples.ping_us,
+                &summary.floor_db_txn_us,
+            )
+        })
+        .collect();
     if let (Some(before), Some(after)) = (cost_before, cost_after) {
         // Warm-up calls included: the readings bracket the whole workload.
         summary.database_cost = Some(dbcost::DatabaseCost::between(

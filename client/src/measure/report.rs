@@ -285,6 +285,9 @@ pub struct Summary {
     pub table_rows: Vec<TableRows>,
     /// Anything a reader should know (a floor that could not be measured…).
     pub notes: Vec<String>,
+    /// Each emulated distance (`--wan`, `--wan-mix`) and its clients'
+    /// figures beside the network's own RTT; empty on loopback.
+    pub distances: Vec<super::distance::DistanceReport>,
 }
 
 impl Summary {

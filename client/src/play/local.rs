@@ -44,7 +44,7 @@ pub(super) async fn start(
         server_args: Vec::new(),
         log_dir: Some(setup.log_dir.clone()),
         database_proxy: false,
-        wan: Vec::new(),
+        wan: setup.wan.into_iter().collect(),
     };
     let steps = view.clone();
     let slot = slot.clone();

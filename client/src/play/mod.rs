@@ -89,6 +89,16 @@ pub struct PlayArgs {
     /// created.
     #[arg(long, value_name = "NAME", value_parser = crate::args::map_name)]
     pub map: Option<String>,
+    /// Without --servers: play as if the local servers were far away.
+    /// Every byte between this terminal (and the bots) and the servers
+    /// waits DELAY each way, give or take JITTER (a duration, or a share
+    /// of the delay such as 10%), and with probability P a chunk is held a
+    /// further round trip + 200 ms, as a lost TCP segment is. A bare
+    /// number is milliseconds. E.g. `--wan 100ms` (a 200 ms round trip,
+    /// Europe to the US west coast) or `--wan 50ms,5ms,stall=0.001`; see
+    /// docs/internet.md.
+    #[arg(long, value_name = "DELAY[,JITTER][,stall=P]", value_parser = crate::args::wan_spec)]
+    pub wan: Option<borbaman_cluster::WanSpec>,
 }
 
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
@@ -96,6 +106,11 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         std::io::stdin().is_terminal() && std::io::stdout().is_terminal(),
         "borbaman play needs an interactive terminal; to run players without one, use `borbaman bot`"
+    );
+    anyhow::ensure!(
+        args.wan.is_none() || args.servers.servers.is_empty(),
+        "--wan puts the servers of the local cluster at a distance; with --servers the \
+         network between you and them is the real one (leave --servers out to emulate one)"
     );
     let name = match args.name {
         Some(name) => name,
@@ -133,6 +148,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         pool: args.servers.pool_config()?,
         servers: args.servers.servers,
         db: args.db.db,
+        wan: args.wan,
         map: args.map.unwrap_or_default(),
         data_dir,
         log_dir,
@@ -270,6 +286,8 @@ struct Setup {
     /// How to reach `servers` (TLS or not); a local cluster is plaintext.
     pool: PoolConfig,
     db: DbKind,
+    /// The distance the local cluster's servers are put at, if any.
+    wan: Option<borbaman_cluster::WanSpec>,
     /// The arena asked for (empty: any).
     map: String,
     data_dir: PathBuf,
