@@ -1,0 +1,398 @@
+//! Admission control: a bound on the game calls this server runs against
+//! the database at once, with priorities, so that past its capacity the
+//! cluster serves fewer games well instead of every game badly.
+//!
+//! Every game call takes a [`Permit`] before it reaches the store and
+//! gives it back when it is done. A call of a given [`Priority`] enters
+//! only while fewer calls than its class's share of the bound
+//! ([`AdmissionLimits::bound`]) are in flight: the calls of players already
+//! seated (`Act`, `Leave`, `GetState`) may fill the whole bound, joins a
+//! quarter of it, spectators (`WatchState`, `ListGames`, `GetReplay`,
+//! `Rankings`) an eighth. So as the database slows down and calls pile up,
+//! spectators are turned away first, then new players, and the running
+//! games keep the database to themselves.
+//!
+//! A call that does not enter at once waits in line, briefly (CoDel's
+//! lesson: a queue is for bursts, not for standing load): up to
+//! [`AdmissionLimits::queue_timeout`], and joins up to
+//! [`AdmissionLimits::join_queue_timeout`], since one join costs several
+//! round trips under the single `lobby` row's lock and many at once only
+//! wait for each other there. A call still not admitted then is refused
+//! before it touches the database, with `RESOURCE_EXHAUSTED`, the reason
+//! `server-full` and a pushback ([`pushback`]): the time after which the
+//! client tries again, longer for the classes that can wait, and spread
+//! at random so that refused clients do not come back together.
+//!
+//! The bound is static (`--max-db-concurrency`, 16 by default: the
+//! server's database connections, so no admitted call waits for a
+//! connection and times out there; see `docs/scaling.md` for the
+//! measurements behind it); 0 switches admission control off.
+//! [`Admission::stats`] counts what was admitted, queued and refused.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// How important a call is when the server is full; the most important
+/// first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// A seated player's call: `Act`, `Leave`, `GetState`.
+    Play,
+    /// `Join`: a player asking for a seat.
+    Join,
+    /// Spectators and lists: `WatchState`, `ListGames`, `GetReplay`,
+    /// `Rankings`.
+    Spectate,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 3] = [Priority::Play, Priority::Join, Priority::Spectate];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Priority::Play => "play",
+            Priority::Join => "join",
+            Priority::Spectate => "spectate",
+        }
+    }
+
+    const fn index(self) -> usize {
+        match self {
+            Priority::Play => 0,
+            Priority::Join => 1,
+            Priority::Spectate => 2,
+        }
+    }
+}
+
+/// The server's admission limits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdmissionLimits {
+    /// Calls in flight at once, all classes together; `None`: no bound
+    /// (admission control off).
+    pub max_in_flight: Option<usize>,
+    /// Longest wait in line of a seated player's call or a spectator's.
+    pub queue_timeout: Duration,
+    /// Longest wait in line of a join.
+    pub join_queue_timeout: Duration,
+}
+
+impl AdmissionLimits {
+    /// Admission control off.
+    pub const NONE: AdmissionLimits = AdmissionLimits {
+        max_in_flight: None,
+        queue_timeout: Duration::ZERO,
+        join_queue_timeout: Duration::ZERO,
+    };
+
+    /// The most calls in flight at which a call of `priority` still
+    /// enters (it enters while fewer are): the whole bound for players,
+    /// a quarter for joins, an eighth for spectators, at least one each.
+    pub fn bound(&self, priority: Priority) -> usize {
+        let Some(max) = self.max_in_flight else {
+            return usize::MAX;
+        };
+        let share = match priority {
+            Priority::Play => max,
+            Priority::Join => max.div_ceil(4),
+            Priority::Spectate => max.div_ceil(8),
+        };
+        share.max(1)
+    }
+
+    /// Whether a call of `priority` enters with `in_flight` calls in flight.
+    pub fn admits(&self, priority: Priority, in_flight: usize) -> bool {
+        in_flight < self.bound(priority)
+    }
+
+    /// How long a call of `priority` may wait in line.
+    pub fn queue_timeout(&self, priority: Priority) -> Duration {
+        match priority {
+            Priority::Join => self.join_queue_timeout,
+            Priority::Play | Priority::Spectate => self.queue_timeout,
+        }
+    }
+}
+
+/// The pushback sent with a refusal: how long the refused client waits
+/// before it tries again. A seated player's next tick comes soon anyway; a
+/// joiner or a spectator can wait longer, and is spread over half to one
+/// and a half times its class's base by `spread`, a number in `[0, 1)`,
+/// so that the clients refused by one burst do not come back as one.
+pub fn pushback(priority: Priority, spread: f64) -> Duration {
+    let base = match priority {
+        Priority::Play => Duration::from_millis(50),
+        Priority::Join => Duration::from_millis(1000),
+        Priority::Spectate => Duration::from_millis(2000),
+    };
+    base.mul_f64(0.5 + spread.clamp(0.0, 1.0))
+}
+
+/// What admission control did, since the server started; per class,
+/// indexed like [`Priority::ALL`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdmissionStats {
+    /// Calls in flight now.
+    pub in_flight: u64,
+    /// Calls admitted (at once or after waiting in line).
+    pub admitted: [u64; 3],
+    /// Calls that waited in line before they were admitted or refused.
+    pub queued: [u64; 3],
+    /// Calls refused with `server-full`.
+    pub refused: [u64; 3],
+}
+
+impl AdmissionStats {
+    pub fn admitted(&self, priority: Priority) -> u64 {
+        self.admitted[priority.index()]
+    }
+
+    pub fn queued(&self, priority: Priority) -> u64 {
+        self.queued[priority.index()]
+    }
+
+    pub fn refused(&self, priority: Priority) -> u64 {
+        self.refused[priority.index()]
+    }
+}
+
+/// A call that was not admitted: refuse it with this pushback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub priority: Priority,
+    pub pushback: Duration,
+}
+
+/// The admission control of one server; cheap to clone, shared by its
+/// services.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    limits: AdmissionLimits,
+    /// Calls in flight. A std mutex: held for a comparison and an
+    /// increment, never across an await.
+    in_flight: Mutex<usize>,
+    /// Woken whenever a permit is given back, for the calls in line.
+    freed: Notify,
+    admitted: [AtomicU64; 3],
+    queued: [AtomicU64; 3],
+    refused: [AtomicU64; 3],
+}
+
+/// A call's place among the calls in flight; given back when dropped.
+#[derive(Debug)]
+pub struct Permit {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        {
+            let mut in_flight = self.shared.lock();
+            *in_flight = in_flight.saturating_sub(1);
+        }
+        self.shared.freed.notify_waiters();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        // Only counts behind it: a panic elsewhere leaves it consistent.
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a place if `priority` is admitted now.
+    fn try_enter(self: &Arc<Self>, priority: Priority) -> Option<Permit> {
+        let mut in_flight = self.lock();
+        if !self.limits.admits(priority, *in_flight) {
+            return None;
+        }
+        *in_flight += 1;
+        Some(Permit {
+            shared: self.clone(),
+        })
+    }
+}
+
+impl Admission {
+    pub fn new(limits: AdmissionLimits) -> Admission {
+        Admission {
+            shared: Arc::new(Shared {
+                limits,
+                in_flight: Mutex::new(0),
+                freed: Notify::new(),
+                admitted: Default::default(),
+                queued: Default::default(),
+                refused: Default::default(),
+            }),
+        }
+    }
+
+    pub fn limits(&self) -> AdmissionLimits {
+        self.shared.limits
+    }
+
+    /// Admits a call of `priority`, at once or after waiting in line up
+    /// to its class's queue timeout; refuses it otherwise.
+    pub async fn admit(&self, priority: Priority) -> Result<Permit, Refused> {
+        let shared = &self.shared;
+        let class = priority.index();
+        if let Some(permit) = shared.try_enter(priority) {
+            shared.admitted[class].fetch_add(1, Ordering::Relaxed);
+            return Ok(permit);
+        }
+        shared.queued[class].fetch_add(1, Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + shared.limits.queue_timeout(priority);
+        loop {
+            // Registered before the second look, so a permit given back in
+            // between still wakes this call.
+            let freed = shared.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(permit) = shared.try_enter(priority) {
+                shared.admitted[class].fetch_add(1, Ordering::Relaxed);
+                return Ok(permit);
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                shared.refused[class].fetch_add(1, Ordering::Relaxed);
+                return Err(Refused {
+                    priority,
+                    pushback: pushback(priority, rand::random::<f64>()),
+                });
+            }
+        }
+    }
+
+    /// What admission control did so far (for logs and metrics).
+    pub fn stats(&self) -> AdmissionStats {
+        let load =
+            |counters: &[AtomicU64; 3]| counters.each_ref().map(|c| c.load(Ordering::Relaxed));
+        AdmissionStats {
+            in_flight: *self.shared.lock() as u64,
+            admitted: load(&self.shared.admitted),
+            queued: load(&self.shared.queued),
+            refused: load(&self.shared.refused),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max: usize) -> AdmissionLimits {
+        AdmissionLimits {
+            max_in_flight: Some(max),
+            queue_timeout: Duration::from_millis(20),
+            join_queue_timeout: Duration::from_millis(40),
+        }
+    }
+
+    #[test]
+    fn spectators_go_first_then_joins_and_players_last() {
+        let l = limits(16);
+        assert_eq!(l.bound(Priority::Play), 16);
+        assert_eq!(l.bound(Priority::Join), 4);
+        assert_eq!(l.bound(Priority::Spectate), 2);
+        for in_flight in 0..32 {
+            // Whatever admits a less important call admits a more
+            // important one.
+            if l.admits(Priority::Spectate, in_flight) {
+                assert!(l.admits(Priority::Join, in_flight), "{in_flight}");
+            }
+            if l.admits(Priority::Join, in_flight) {
+                assert!(l.admits(Priority::Play, in_flight), "{in_flight}");
+            }
+        }
+        assert!(l.admits(Priority::Play, 15) && !l.admits(Priority::Play, 16));
+        assert!(l.admits(Priority::Join, 3) && !l.admits(Priority::Join, 4));
+        assert!(!l.admits(Priority::Spectate, 2));
+    }
+
+    #[test]
+    fn a_small_bound_still_admits_one_of_each_on_an_idle_server() {
+        let l = limits(2);
+        for p in Priority::ALL {
+            assert!(l.admits(p, 0), "{p:?}");
+        }
+        assert!(l.admits(Priority::Play, 1));
+        assert!(!l.admits(Priority::Join, 1));
+        assert!(!l.admits(Priority::Spectate, 1));
+    }
+
+    #[test]
+    fn without_a_bound_everything_enters() {
+        let l = AdmissionLimits::NONE;
+        for p in Priority::ALL {
+            assert!(l.admits(p, 1_000_000));
+        }
+    }
+
+    #[test]
+    fn pushback_is_longer_for_what_can_wait_and_spread() {
+        let lo = |p| pushback(p, 0.0);
+        let hi = |p| pushback(p, 0.999);
+        assert_eq!(lo(Priority::Join), Duration::from_millis(500));
+        assert!(hi(Priority::Join) < Duration::from_millis(1500));
+        assert!(hi(Priority::Play) < lo(Priority::Join));
+        assert!(lo(Priority::Spectate) >= lo(Priority::Join));
+        // Out-of-range spreads are clamped, never negative.
+        assert_eq!(pushback(Priority::Join, -3.0), Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn past_the_bound_calls_wait_then_are_refused() {
+        let admission = Admission::new(limits(2));
+        let a = admission.admit(Priority::Play).await.expect("first");
+        // A join enters only on an idle server (bound 1 of 2).
+        let refused = admission.admit(Priority::Join).await.unwrap_err();
+        assert_eq!(refused.priority, Priority::Join);
+        assert!(refused.pushback >= Duration::from_millis(500));
+        let b = admission.admit(Priority::Play).await.expect("second");
+        let refused = admission.admit(Priority::Play).await.unwrap_err();
+        assert!(refused.pushback <= Duration::from_millis(75));
+        let stats = admission.stats();
+        assert_eq!(stats.in_flight, 2);
+        assert_eq!(stats.admitted(Priority::Play), 2);
+        assert_eq!(stats.refused(Priority::Play), 1);
+        assert_eq!(stats.refused(Priority::Join), 1);
+        assert_eq!(stats.queued(Priority::Join), 1);
+        drop((a, b));
+        assert_eq!(admission.stats().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_in_line_enters_when_a_place_is_given_back() {
+        let admission = Admission::new(AdmissionLimits {
+            queue_timeout: Duration::from_secs(10),
+            ..limits(1)
+        });
+        let held = admission.admit(Priority::Play).await.unwrap();
+        let waiting = {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit(Priority::Play).await.map(drop) })
+        };
+        // Wait until the call is in line, then give the place back.
+        while admission.stats().queued(Priority::Play) == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the call in line was never admitted")
+            .unwrap()
+            .expect("admitted, not refused");
+        let stats = admission.stats();
+        assert_eq!(stats.admitted(Priority::Play), 2);
+        assert_eq!(stats.refused(Priority::Play), 0);
+        assert_eq!(stats.in_flight, 0);
+    }
+}
