@@ -138,6 +138,8 @@ pub fn pushback(priority: Priority, spread: f64) -> Duration {
 pub struct AdmissionStats {
     /// Calls in flight now.
     pub in_flight: u64,
+    /// Calls waiting in line now, per class.
+    pub waiting: [u64; 3],
     /// Calls admitted (at once or after waiting in line).
     pub admitted: [u64; 3],
     /// Calls that waited in line before they were admitted or refused.
@@ -177,14 +179,31 @@ pub struct Admission {
 #[derive(Debug)]
 struct Shared {
     limits: AdmissionLimits,
-    /// Calls in flight. A std mutex: held for a comparison and an
-    /// increment, never across an await.
-    in_flight: Mutex<usize>,
-    /// Woken whenever a permit is given back, for the calls in line.
-    freed: Notify,
+    /// Calls in flight and in line. A std mutex: held for a few
+    /// comparisons, never across an await.
+    counts: Mutex<Counts>,
+    /// Per class, woken one at a time as places are given back.
+    freed: [Notify; 3],
     admitted: [AtomicU64; 3],
     queued: [AtomicU64; 3],
     refused: [AtomicU64; 3],
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    in_flight: usize,
+    /// Calls waiting in line, per class.
+    waiting: [usize; 3],
+}
+
+impl Counts {
+    /// The class whose call in line gets the place just given back: the
+    /// most important that waits and may enter now, if any.
+    fn next_in_line(&self, limits: &AdmissionLimits) -> Option<Priority> {
+        Priority::ALL
+            .into_iter()
+            .find(|&p| self.waiting[p.index()] > 0 && limits.admits(p, self.in_flight))
+    }
 }
 
 /// A call's place among the calls in flight; given back when dropped.
@@ -195,30 +214,58 @@ pub struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        {
-            let mut in_flight = self.shared.lock();
-            *in_flight = in_flight.saturating_sub(1);
+        let next = {
+            let mut counts = self.shared.lock();
+            counts.in_flight = counts.in_flight.saturating_sub(1);
+            counts.next_in_line(&self.shared.limits)
+        };
+        // One place, one call woken: not every call in line, which would
+        // spin a crowd of refused joins on every reply of a busy server.
+        if let Some(class) = next {
+            self.shared.freed[class.index()].notify_one();
         }
-        self.shared.freed.notify_waiters();
     }
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
-        // Only counts behind it: a panic elsewhere leaves it consistent.
-        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Only counts behind it: a panic elsewhere leaves them consistent.
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a place if `priority` is admitted now.
-    fn try_enter(self: &Arc<Self>, priority: Priority) -> Option<Permit> {
-        let mut in_flight = self.lock();
-        if !self.limits.admits(priority, *in_flight) {
-            return None;
+    /// Takes a place if `priority` is admitted now (leaving its line if
+    /// `line` says it is in it); else joins its class's line once.
+    fn try_enter(self: &Arc<Self>, priority: Priority, line: &mut bool) -> Option<Permit> {
+        let mut counts = self.lock();
+        if self.limits.admits(priority, counts.in_flight) {
+            counts.in_flight += 1;
+            if std::mem::take(line) {
+                counts.waiting[priority.index()] -= 1;
+            }
+            return Some(Permit {
+                shared: self.clone(),
+            });
         }
-        *in_flight += 1;
-        Some(Permit {
-            shared: self.clone(),
-        })
+        if !*line {
+            counts.waiting[priority.index()] += 1;
+            *line = true;
+        }
+        None
+    }
+}
+
+/// A call's place in its class's line, while it has one.
+struct Line<'a> {
+    shared: &'a Shared,
+    priority: Priority,
+    in_line: bool,
+}
+
+impl Drop for Line<'_> {
+    fn drop(&mut self) {
+        if self.in_line {
+            self.shared.lock().waiting[self.priority.index()] -= 1;
+        }
     }
 }
 
@@ -227,8 +274,8 @@ impl Admission {
         Admission {
             shared: Arc::new(Shared {
                 limits,
-                in_flight: Mutex::new(0),
-                freed: Notify::new(),
+                counts: Mutex::new(Counts::default()),
+                freed: Default::default(),
                 admitted: Default::default(),
                 queued: Default::default(),
                 refused: Default::default(),
@@ -245,23 +292,31 @@ impl Admission {
     pub async fn admit(&self, priority: Priority) -> Result<Permit, Refused> {
         let shared = &self.shared;
         let class = priority.index();
-        if let Some(permit) = shared.try_enter(priority) {
+        // Leaves the line however this call ends: a caller that gives up
+        // (a deadline, a hedge answered elsewhere) drops this future.
+        let mut line = Line {
+            shared,
+            priority,
+            in_line: false,
+        };
+        if let Some(permit) = shared.try_enter(priority, &mut line.in_line) {
             shared.admitted[class].fetch_add(1, Ordering::Relaxed);
             return Ok(permit);
         }
         shared.queued[class].fetch_add(1, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + shared.limits.queue_timeout(priority);
         loop {
-            // Registered before the second look, so a permit given back in
+            // Registered before the next look, so a place given back in
             // between still wakes this call.
-            let freed = shared.freed.notified();
+            let freed = shared.freed[class].notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(permit) = shared.try_enter(priority) {
+            if let Some(permit) = shared.try_enter(priority, &mut line.in_line) {
                 shared.admitted[class].fetch_add(1, Ordering::Relaxed);
                 return Ok(permit);
             }
             if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                drop(line);
                 shared.refused[class].fetch_add(1, Ordering::Relaxed);
                 return Err(Refused {
                     priority,
@@ -275,8 +330,10 @@ impl Admission {
     pub fn stats(&self) -> AdmissionStats {
         let load =
             |counters: &[AtomicU64; 3]| counters.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let counts = self.shared.lock();
         AdmissionStats {
-            in_flight: *self.shared.lock() as u64,
+            in_flight: counts.in_flight as u64,
+            waiting: counts.waiting.map(|n| n as u64),
             admitted: load(&self.shared.admitted),
             queued: load(&self.shared.queued),
             refused: load(&self.shared.refused),
@@ -393,6 +450,73 @@ mod tests {
         let stats = admission.stats();
         assert_eq!(stats.admitted(Priority::Play), 2);
         assert_eq!(stats.refused(Priority::Play), 0);
-        assert_eq!(stats.in_flight, 0);
+        assert_eq!((stats.in_flight, stats.waiting), (0, [0; 3]));
+    }
+
+    #[tokio::test]
+    async fn a_place_given_back_goes_to_the_most_important_call_in_line() {
+        let admission = Admission::new(AdmissionLimits {
+            queue_timeout: Duration::from_secs(10),
+            join_queue_timeout: Duration::from_secs(10),
+            ..limits(1)
+        });
+        let held = admission.admit(Priority::Play).await.unwrap();
+        let spawn = |p| {
+            let admission = admission.clone();
+            tokio::spawn(async move { admission.admit(p).await })
+        };
+        let join = spawn(Priority::Join);
+        while admission.stats().waiting != [0, 1, 0] {
+            tokio::task::yield_now().await;
+        }
+        let play = spawn(Priority::Play);
+        while admission.stats().waiting != [1, 1, 0] {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        let play = tokio::time::timeout(Duration::from_secs(5), play)
+            .await
+            .expect("the player in line was never admitted")
+            .unwrap()
+            .expect("admitted");
+        assert!(!join.is_finished(), "the join waits while the player plays");
+        drop(play);
+        tokio::time::timeout(Duration::from_secs(5), join)
+            .await
+            .expect("the join in line was never admitted")
+            .unwrap()
+            .expect("admitted");
+        assert_eq!(admission.stats().waiting, [0; 3]);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_gives_up_in_line_leaves_it() {
+        let admission = Admission::new(AdmissionLimits {
+            queue_timeout: Duration::from_secs(10),
+            ..limits(1)
+        });
+        let _held = admission.admit(Priority::Play).await.unwrap();
+        let waiting = admission.admit(Priority::Play);
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), waiting).await;
+        assert!(gave_up.is_err());
+        assert_eq!(admission.stats().waiting, [0; 3]);
+    }
+
+    #[test]
+    fn the_place_goes_to_a_class_that_may_enter() {
+        let l = limits(16);
+        let counts = |in_flight, waiting| Counts { in_flight, waiting };
+        assert_eq!(counts(15, [1, 1, 1]).next_in_line(&l), Some(Priority::Play));
+        assert_eq!(
+            counts(15, [0, 1, 1]).next_in_line(&l),
+            None,
+            "joins wait for 3"
+        );
+        assert_eq!(counts(3, [0, 1, 1]).next_in_line(&l), Some(Priority::Join));
+        assert_eq!(
+            counts(1, [0, 0, 1]).next_in_line(&l),
+            Some(Priority::Spectate)
+        );
+        assert_eq!(counts(0, [0; 3]).next_in_line(&l), None);
     }
 }
