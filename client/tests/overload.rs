@@ -2,10 +2,10 @@
 //! game already running, answers every one of a storm of joins at once
 //! (seated, or refused `server-full` with a pushback), and loses nothing.
 //!
-//! The server admits two calls at once (`--max-db-concurrency 2`: a seated
-//! player's call may take either place, a join only an idle server's); its
-//! players' calls may wait in line for a second, its joins 100 ms. Rate
-//! limits are off, so every refusal here is admission control's.
+//! The server admits eight places at once (`--max-db-concurrency 8`): the
+//! running game's calls share one, joins may take two. Its players' calls
+//! may wait in line for a second, its joins 100 ms. Rate limits are off, so
+//! every refusal here is admission control's.
 
 mod common;
 
@@ -38,7 +38,7 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
         1,
         &[
             "--max-db-concurrency",
-            "2",
+            "8",
             "--admission-queue-ms",
             "1000",
             "--join-queue-ms",
@@ -143,6 +143,10 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
             }
         }
     }
+    eprintln!(
+        "{} joins seated, {refused} refused server-full",
+        seated.len()
+    );
     assert!(
         refused > 0,
         "no join was refused server-full: the storm never passed the bound ({} seated)",

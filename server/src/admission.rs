@@ -3,9 +3,12 @@
 //! cluster serves fewer games well instead of every game badly.
 //!
 //! Every game call takes a [`Permit`] before it reaches the store and
-//! gives it back when it is done. A call of a given [`Priority`] enters
-//! only while fewer calls than its class's share of the bound
-//! ([`AdmissionLimits::bound`]) are in flight: the calls of players already
+//! gives it back when it is done. The calls on one game share one place:
+//! they take turns at the game's gate in the store and reach the database
+//! one at a time, so a game is one unit of database work however many of
+//! its players' calls wait for it. A call of a given [`Priority`] enters
+//! only while fewer places than its class's share of the bound
+//! ([`AdmissionLimits::bound`]) are taken: the calls of players already
 //! seated (`Act`, `Leave`, `GetState`) may fill the whole bound, joins a
 //! quarter of it, spectators (`WatchState`, `ListGames`, `GetReplay`,
 //! `Rankings`) an eighth. So as the database slows down and calls pile up,
@@ -29,6 +32,7 @@
 //! measurements behind it); 0 switches admission control off.
 //! [`Admission::stats`] counts what was admitted, queued and refused.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -191,9 +195,12 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Counts {
+    /// Places taken: one per game with calls in flight, one per other call.
     in_flight: usize,
     /// Calls waiting in line, per class.
     waiting: [usize; 3],
+    /// Calls in flight per game, for the games holding a place.
+    games: HashMap<u64, usize>,
 }
 
 impl Counts {
@@ -206,16 +213,27 @@ impl Counts {
     }
 }
 
-/// A call's place among the calls in flight; given back when dropped.
+/// A call's place among the calls in flight (or its share of its game's
+/// place); given back when dropped.
 #[derive(Debug)]
 pub struct Permit {
     shared: Arc<Shared>,
+    game: Option<u64>,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
         let next = {
             let mut counts = self.shared.lock();
+            if let Some(game) = self.game {
+                let calls = counts.games.entry(game).or_insert(1);
+                *calls -= 1;
+                if *calls > 0 {
+                    // The game keeps its place for its other calls.
+                    return;
+                }
+                counts.games.remove(&game);
+            }
             counts.in_flight = counts.in_flight.saturating_sub(1);
             counts.next_in_line(&self.shared.limits)
         };
@@ -233,17 +251,38 @@ impl Shared {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a place if `priority` is admitted now (leaving its line if
-    /// `line` says it is in it); else joins its class's line once.
-    fn try_enter(self: &Arc<Self>, priority: Priority, line: &mut bool) -> Option<Permit> {
-        let mut counts = self.lock();
-        if self.limits.admits(priority, counts.in_flight) {
-            counts.in_flight += 1;
+    /// Takes a place if `priority` is admitted now, or shares the place
+    /// of `game` if it holds one (leaving its line if `line` says it is in
+    /// it); else joins its class's line once.
+    fn try_enter(
+        self: &Arc<Self>,
+        priority: Priority,
+        game: Option<u64>,
+        line: &mut bool,
+    ) -> Option<Permit> {
+        let mut guard = self.lock();
+        let counts = &mut *guard;
+        let enters = match game.and_then(|g| counts.games.get_mut(&g)) {
+            Some(calls) => {
+                *calls += 1;
+                true
+            }
+            None if self.limits.admits(priority, counts.in_flight) => {
+                counts.in_flight += 1;
+                if let Some(game) = game {
+                    counts.games.insert(game, 1);
+                }
+                true
+            }
+            None => false,
+        };
+        if enters {
             if std::mem::take(line) {
                 counts.waiting[priority.index()] -= 1;
             }
             return Some(Permit {
                 shared: self.clone(),
+                game,
             });
         }
         if !*line {
@@ -288,8 +327,12 @@ impl Admission {
     }
 
     /// Admits a call of `priority`, at once or after waiting in line up
-    /// to its class's queue timeout; refuses it otherwise.
-    pub async fn admit(&self, priority: Priority) -> Result<Permit, Refused> {
+    /// to its class's queue timeout; refuses it otherwise. A call on
+    /// `game` shares the place of the game's calls already in flight:
+    /// they take turns at the game's gate in the store, one at a time in
+    /// the database, so a game is one unit of database work however many
+    /// of its players' calls wait for it.
+    pub async fn admit(&self, priority: Priority, game: Option<u64>) -> Result<Permit, Refused> {
         let shared = &self.shared;
         let class = priority.index();
         // Leaves the line however this call ends: a caller that gives up
@@ -299,7 +342,7 @@ impl Admission {
             priority,
             in_line: false,
         };
-        if let Some(permit) = shared.try_enter(priority, &mut line.in_line) {
+        if let Some(permit) = shared.try_enter(priority, game, &mut line.in_line) {
             shared.admitted[class].fetch_add(1, Ordering::Relaxed);
             return Ok(permit);
         }
@@ -311,7 +354,7 @@ impl Admission {
             let freed = shared.freed[class].notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(permit) = shared.try_enter(priority, &mut line.in_line) {
+            if let Some(permit) = shared.try_enter(priority, game, &mut line.in_line) {
                 shared.admitted[class].fetch_add(1, Ordering::Relaxed);
                 return Ok(permit);
             }
@@ -408,13 +451,13 @@ mod tests {
     #[tokio::test]
     async fn past_the_bound_calls_wait_then_are_refused() {
         let admission = Admission::new(limits(2));
-        let a = admission.admit(Priority::Play).await.expect("first");
+        let a = admission.admit(Priority::Play, None).await.expect("first");
         // A join enters only on an idle server (bound 1 of 2).
-        let refused = admission.admit(Priority::Join).await.unwrap_err();
+        let refused = admission.admit(Priority::Join, None).await.unwrap_err();
         assert_eq!(refused.priority, Priority::Join);
         assert!(refused.pushback >= Duration::from_millis(500));
-        let b = admission.admit(Priority::Play).await.expect("second");
-        let refused = admission.admit(Priority::Play).await.unwrap_err();
+        let b = admission.admit(Priority::Play, None).await.expect("second");
+        let refused = admission.admit(Priority::Play, None).await.unwrap_err();
         assert!(refused.pushback <= Duration::from_millis(75));
         let stats = admission.stats();
         assert_eq!(stats.in_flight, 2);
@@ -432,10 +475,10 @@ mod tests {
             queue_timeout: Duration::from_secs(10),
             ..limits(1)
         });
-        let held = admission.admit(Priority::Play).await.unwrap();
+        let held = admission.admit(Priority::Play, None).await.unwrap();
         let waiting = {
             let admission = admission.clone();
-            tokio::spawn(async move { admission.admit(Priority::Play).await.map(drop) })
+            tokio::spawn(async move { admission.admit(Priority::Play, None).await.map(drop) })
         };
         // Wait until the call is in line, then give the place back.
         while admission.stats().queued(Priority::Play) == 0 {
@@ -460,10 +503,10 @@ mod tests {
             join_queue_timeout: Duration::from_secs(10),
             ..limits(1)
         });
-        let held = admission.admit(Priority::Play).await.unwrap();
+        let held = admission.admit(Priority::Play, None).await.unwrap();
         let spawn = |p| {
             let admission = admission.clone();
-            tokio::spawn(async move { admission.admit(p).await })
+            tokio::spawn(async move { admission.admit(p, None).await })
         };
         let join = spawn(Priority::Join);
         while admission.stats().waiting != [0, 1, 0] {
@@ -490,13 +533,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_calls_of_one_game_share_its_place() {
+        let admission = Admission::new(limits(2));
+        let a = admission.admit(Priority::Play, Some(7)).await.unwrap();
+        let b = admission.admit(Priority::Play, Some(7)).await.unwrap();
+        let c = admission.admit(Priority::Play, Some(7)).await.unwrap();
+        assert_eq!(admission.stats().in_flight, 1, "one game, one place");
+        let other = admission.admit(Priority::Play, Some(8)).await.unwrap();
+        assert_eq!(admission.stats().in_flight, 2);
+        // Full: a third game is refused, game 7's next call is not.
+        assert!(admission.admit(Priority::Play, Some(9)).await.is_err());
+        let d = admission.admit(Priority::Play, Some(7)).await.unwrap();
+        drop((a, b, c));
+        assert_eq!(admission.stats().in_flight, 2, "game 7 still has a call");
+        drop(d);
+        assert_eq!(admission.stats().in_flight, 1);
+        drop(other);
+        assert_eq!(admission.stats().in_flight, 0);
+        assert!(admission.shared.lock().games.is_empty());
+    }
+
+    #[tokio::test]
     async fn a_call_that_gives_up_in_line_leaves_it() {
         let admission = Admission::new(AdmissionLimits {
             queue_timeout: Duration::from_secs(10),
             ..limits(1)
         });
-        let _held = admission.admit(Priority::Play).await.unwrap();
-        let waiting = admission.admit(Priority::Play);
+        let _held = admission.admit(Priority::Play, None).await.unwrap();
+        let waiting = admission.admit(Priority::Play, None);
         let gave_up = tokio::time::timeout(Duration::from_millis(20), waiting).await;
         assert!(gave_up.is_err());
         assert_eq!(admission.stats().waiting, [0; 3]);
@@ -505,7 +569,11 @@ mod tests {
     #[test]
     fn the_place_goes_to_a_class_that_may_enter() {
         let l = limits(16);
-        let counts = |in_flight, waiting| Counts { in_flight, waiting };
+        let counts = |in_flight, waiting| Counts {
+            in_flight,
+            waiting,
+            games: HashMap::new(),
+        };
         assert_eq!(counts(15, [1, 1, 1]).next_in_line(&l), Some(Priority::Play));
         assert_eq!(
             counts(15, [0, 1, 1]).next_in_line(&l),

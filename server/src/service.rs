@@ -61,10 +61,10 @@ impl GameService {
 
     /// Slow mode's wait (fault injection), then a place among the calls in
     /// flight, or a refusal with `server-full` before the database is asked.
-    async fn enter(&self, priority: Priority) -> Result<Permit, Status> {
+    async fn enter(&self, priority: Priority, game: Option<u64>) -> Result<Permit, Status> {
         self.slow.pause().await;
         self.admission
-            .admit(priority)
+            .admit(priority, game)
             .await
             .map_err(|refused| Status::from(Error::from(refused)))
     }
@@ -217,7 +217,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::ListGamesRequest>,
     ) -> Result<Response<pb::ListGamesReply>, Status> {
-        let _permit = self.enter(Priority::Spectate).await?;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.list_games(req.into_inner()).await?))
     }
 
@@ -225,7 +225,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::WatchStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
-        let _permit = self.enter(Priority::Spectate).await?;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.watch_state(req.into_inner()).await?))
     }
 
@@ -233,18 +233,20 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::ReplayRequest>,
     ) -> Result<Response<pb::ReplayReply>, Status> {
-        let _permit = self.enter(Priority::Spectate).await?;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.get_replay(req.into_inner()).await?))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
-        let _permit = self.enter(Priority::Join).await?;
+        let _permit = self.enter(Priority::Join, None).await?;
         let peer = req.remote_addr().map(|a| a.ip());
         Ok(Response::new(self.join(req.into_inner(), peer).await?))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
-        let _permit = self.enter(Priority::Play).await?;
+        let _permit = self
+            .enter(Priority::Play, Some(req.get_ref().game_id))
+            .await?;
         Ok(Response::new(self.act(req.into_inner()).await?))
     }
 
@@ -252,7 +254,9 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
-        let _permit = self.enter(Priority::Play).await?;
+        let _permit = self
+            .enter(Priority::Play, Some(req.get_ref().game_id))
+            .await?;
         Ok(Response::new(self.get_state(req.into_inner()).await?))
     }
 
@@ -260,7 +264,9 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::LeaveRequest>,
     ) -> Result<Response<pb::LeaveReply>, Status> {
-        let _permit = self.enter(Priority::Play).await?;
+        let _permit = self
+            .enter(Priority::Play, Some(req.get_ref().game_id))
+            .await?;
         Ok(Response::new(self.leave(req.into_inner()).await?))
     }
 
@@ -268,7 +274,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::RankingsRequest>,
     ) -> Result<Response<pb::RankingsReply>, Status> {
-        let _permit = self.enter(Priority::Spectate).await?;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.rankings(req.into_inner()).await?))
     }
 
