@@ -50,7 +50,10 @@ pub struct BenchArgs {
     /// each, at --interval-ms), e.g. `1,2,4,8,16,32`, each written to
     /// `<out>/games-<n>/`; then `sweep.csv`, `sweep.json` and `sweep.svg`
     /// in --out, with the largest number of games whose RTT p99 stays
-    /// within 3× the floor's. --clients and --games are ignored.
+    /// within 3× the floor's, and each point's goodput (answered calls/s)
+    /// against the sweep's peak: past capacity the servers refuse joins
+    /// (server-full) and the goodput should hold, not collapse.
+    /// --clients and --games are ignored.
     #[arg(long, value_delimiter = ',')]
     pub sweep_games: Vec<u32>,
     /// Servers in the local cluster.
@@ -132,7 +135,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 struct SweepRow {
     games: u32,
     clients: u32,
+    /// Calls per second the clients would make if every call were answered
+    /// at once (4 per game, one per interval each).
+    offered_per_s: f64,
     throughput_per_s: f64,
+    /// Answered calls per second.
+    goodput_per_s: f64,
+    /// `goodput_per_s` over the highest of the sweep.
+    goodput_to_peak: f64,
+    refusals: u64,
+    /// RTT p99 of the joins refused server-full.
+    refused_join_p99_us: u64,
+    act_p99_to_floor: f64,
     rtt_p50_us: u64,
     rtt_p99_us: u64,
     rtt_max_us: u64,
@@ -142,6 +156,14 @@ struct SweepRow {
     hedge_rate: f64,
     errors: u64,
     load_average_1m: f64,
+}
+
+/// Calls per second `clients` make at one call per `interval_ms` each.
+fn offered_per_s(clients: u32, interval_ms: u64) -> f64 {
+    match interval_ms {
+        0 => 0.0,
+        ms => f64::from(clients) * 1000.0 / ms as f64,
+    }
 }
 
 /// Runs the sweep's points one after another on the same cluster.
@@ -173,7 +195,13 @@ fn sweep(
         rows.push(SweepRow {
             games,
             clients: games * 4,
+            offered_per_s: offered_per_s(games * 4, args.interval_ms),
             throughput_per_s: summary.throughput_per_s,
+            goodput_per_s: summary.goodput_per_s,
+            goodput_to_peak: 0.0,
+            refusals: summary.refusals,
+            refused_join_p99_us: summary.refused_join_rtt_us.p99,
+            act_p99_to_floor: summary.ratios.act_p99_to_floor,
             rtt_p50_us: summary.rtt_us.p50,
             rtt_p99_us: summary.rtt_us.p99,
             rtt_max_us: summary.rtt_us.max,
@@ -184,6 +212,10 @@ fn sweep(
             errors: summary.errors,
             load_average_1m: summary.load_average_1m[1],
         });
+    }
+    let peak = rows.iter().map(|r| r.goodput_per_s).fold(0.0, f64::max);
+    for row in &mut rows {
+        row.goodput_to_peak = measure::report::ratio(row.goodput_per_s, peak);
     }
     let held = rows
         .iter()
@@ -199,6 +231,7 @@ fn sweep(
         "points": rows,
         "interval_ms": args.interval_ms,
         "largest_games_with_p99_within_3x_floor": held,
+        "peak_goodput_per_s": peak,
     });
     std::fs::write(
         args.out.join("sweep.json"),
@@ -214,24 +247,50 @@ fn sweep(
         })
         .collect();
     plot::write_sweep_svg(&args.out.join("sweep.svg"), &points)?;
-    println!("games  clients  calls/s  RTT p50/p99 µs  floor p50/p99 µs  p99/floor  hedges");
+    println!(
+        "games  clients  offered/s  goodput/s  of peak  refused  errors  RTT p50/p99 µs  \
+         floor p50/p99 µs  p99/floor  act p99/floor  hedges"
+    );
     for r in &rows {
         println!(
-            "{:>5}  {:>7}  {:>7.0}  {:>6}/{:<7}  {:>6}/{:<8}  {:>9.2}  {:>5.1}%",
+            "{:>5}  {:>7}  {:>9.0}  {:>9.0}  {:>6.0}%  {:>7}  {:>6}  {:>6}/{:<7}  {:>6}/{:<8}  \
+             {:>9.2}  {:>13.2}  {:>5.1}%",
             r.games,
             r.clients,
-            r.throughput_per_s,
+            r.offered_per_s,
+            r.goodput_per_s,
+            r.goodput_to_peak * 100.0,
+            r.refusals,
+            r.errors,
             r.rtt_p50_us,
             r.rtt_p99_us,
             r.floor_p50_us,
             r.floor_p99_us,
             r.p99_to_floor,
+            r.act_p99_to_floor,
             r.hedge_rate * 100.0
         );
     }
+    println!("peak goodput: {peak:.0} answered calls/s");
     match held {
         Some(games) => println!("largest number of 20 Hz games with RTT p99 ≤ 3× floor: {games}"),
         None => println!("no point kept RTT p99 within 3× the floor"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offered_load_is_one_call_per_interval_per_client() {
+        assert_eq!(offered_per_s(4, 50), 80.0);
+        assert_eq!(offered_per_s(256, 50), 5120.0);
+        assert_eq!(
+            offered_per_s(16, 0),
+            0.0,
+            "a closed loop offers no fixed load"
+        );
+    }
 }

@@ -188,21 +188,39 @@ pub async fn play_games(
             .as_ref()
             .and_then(SavedSession::token)
             .unwrap_or_else(new_token);
-        let mut session =
-            match GameSession::join_map(&pool, &options.name, token, &options.map).await {
-                Ok((session, _)) => session,
-                Err(e) => {
-                    tracing::warn!(bot = options.name, error = %e, "join failed");
-                    if let (Some(dir), Some(_), PoolError::Status(_)) = (sessions, &saved, &e) {
-                        // The servers refuse the saved session: start afresh.
-                        dir.clear(&options.name);
+        let mut session = match GameSession::join_map(&pool, &options.name, token, &options.map)
+            .await
+        {
+            Ok((session, _)) => session,
+            Err(e) => {
+                let wait = match driver::refusal(&e) {
+                    // Full, not refusing this bot: keep its session and
+                    // come back when the server said.
+                    Some(refused) => {
+                        tracing::info!(
+                            bot = options.name,
+                            reason = %refused.reason,
+                            "servers full; trying again in {} ms",
+                            refused.wait().as_millis()
+                        );
+                        refused.wait()
                     }
-                    if stop.sleep(Duration::from_millis(500)).await {
-                        return;
+                    None => {
+                        tracing::warn!(bot = options.name, error = %e, "join failed");
+                        if let (Some(dir), Some(_), PoolError::Status(_)) = (sessions, &saved, &e) {
+                            // The servers refuse the saved session: start
+                            // afresh.
+                            dir.clear(&options.name);
+                        }
+                        Duration::from_millis(500)
                     }
-                    continue;
+                };
+                if stop.sleep(wait).await {
+                    return;
                 }
-            };
+                continue;
+            }
+        };
         if let Some(dir) = sessions {
             let saved = SavedSession {
                 name: options.name.clone(),
@@ -280,8 +298,19 @@ async fn play_one(
                 return None;
             }
             Err(e) => {
-                tracing::debug!(error = %e, "call failed");
-                if stop.sleep(Duration::from_millis(200)).await {
+                // A refusal for load says how long to wait; another failure
+                // (the pool already failed over) gets a short pause.
+                let wait = match driver::refusal(&e) {
+                    Some(refused) => {
+                        tracing::debug!(reason = %refused.reason, "call refused");
+                        refused.wait()
+                    }
+                    None => {
+                        tracing::debug!(error = %e, "call failed");
+                        Duration::from_millis(200)
+                    }
+                };
+                if stop.sleep(wait).await {
                     return None;
                 }
             }

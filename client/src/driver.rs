@@ -7,11 +7,15 @@
 //! connected), a lobby gets a poll or, when [`GameSession::lobby_idle_due`],
 //! an idle act that keeps the seat, and a finished game ends the session.
 //! When a call fails, [`must_rejoin`] says whether the session is gone (join
-//! again) or the call merely failed (try again next tick).
+//! again) or the call merely failed (try again next tick), and [`refusal`]
+//! whether a server turned it away for load (`server-full`) or a rate
+//! limit, and how long to wait before the next try ([`Refusal::wait`]).
+
+use std::time::Duration;
 
 use borbaman_client::pool::PoolError;
 use borbaman_client::session::{self, GameSession};
-use borbaman_proto::pb;
+use borbaman_proto::{Reason, pb, reason};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -60,11 +64,86 @@ pub fn must_rejoin(error: &PoolError) -> bool {
         || matches!(error, PoolError::Status(s) if s.code() == tonic::Code::NotFound)
 }
 
+/// A server refused a call for load or a rate limit: not an error, the
+/// call may be sent again after [`Refusal::wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// [`Reason::ServerFull`] or [`Reason::RateLimited`].
+    pub reason: Reason,
+    /// The server's pushback (`grpc-retry-pushback-ms`), if it sent one.
+    pub pushback: Option<Duration>,
+}
+
+/// The longest wait a pushback can impose: a server asking for more is
+/// broken or hostile, and a player would rather see a retry.
+pub const MAX_PUSHBACK: Duration = Duration::from_secs(10);
+/// The wait after a refusal that came without a pushback.
+pub const DEFAULT_REFUSAL_WAIT: Duration = Duration::from_secs(1);
+
+impl Refusal {
+    /// How long to wait before the next try: the server's pushback,
+    /// capped at [`MAX_PUSHBACK`], or [`DEFAULT_REFUSAL_WAIT`].
+    pub fn wait(&self) -> Duration {
+        self.pushback
+            .map_or(DEFAULT_REFUSAL_WAIT, |p| p.min(MAX_PUSHBACK))
+    }
+}
+
+/// The refusal `error` is, if it is one: `RESOURCE_EXHAUSTED` with the
+/// reason `server-full` or `rate-limited`.
+pub fn refusal(error: &PoolError) -> Option<Refusal> {
+    let status = error.status()?;
+    if status.code() != tonic::Code::ResourceExhausted {
+        return None;
+    }
+    let reason =
+        Reason::of(status).filter(|r| matches!(r, Reason::ServerFull | Reason::RateLimited))?;
+    Some(Refusal {
+        reason,
+        pushback: reason::retry_pushback(status),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use borbaman_proto::Reason;
     use tonic::Code;
+
+    #[test]
+    fn a_refusal_says_when_to_try_again() {
+        let full = |ms| {
+            PoolError::Status(reason::with_retry_pushback(
+                Reason::ServerFull.status(Code::ResourceExhausted, "server full"),
+                Duration::from_millis(ms),
+            ))
+        };
+        let r = refusal(&full(750)).expect("server-full is a refusal");
+        assert_eq!(r.reason, Reason::ServerFull);
+        assert_eq!(r.wait(), Duration::from_millis(750));
+        assert_eq!(refusal(&full(3_600_000)).unwrap().wait(), MAX_PUSHBACK);
+        let limited =
+            PoolError::Status(Reason::RateLimited.status(Code::ResourceExhausted, "slow"));
+        let r = refusal(&limited).expect("a rate limit is a refusal");
+        assert_eq!(
+            (r.reason, r.wait()),
+            (Reason::RateLimited, DEFAULT_REFUSAL_WAIT)
+        );
+        // Not refusals: a plain RESOURCE_EXHAUSTED (a message too large), a
+        // database that is down, a session that is gone.
+        assert_eq!(
+            refusal(&PoolError::Status(tonic::Status::resource_exhausted(
+                "too big"
+            ))),
+            None
+        );
+        assert_eq!(
+            refusal(&PoolError::Status(
+                Reason::DatabaseUnavailable.status(Code::Unavailable, "down")
+            )),
+            None
+        );
+        assert!(!must_rejoin(&full(10)), "a full server keeps the seat");
+    }
 
     #[test]
     fn only_a_lost_session_means_joining_again() {

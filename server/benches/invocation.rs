@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use borbaman_cluster::{LocalPostgres, PgOptions};
 use borbaman_game::{Action, Dir};
 use borbaman_proto::pb;
+use borbaman_server::admission::AdmissionLimits;
 use borbaman_server::incoming::ConnectionLimits;
 use borbaman_server::limits::CallLimits;
 use borbaman_server::server::{self, ServerConfig};
@@ -229,6 +230,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         startup_timeout: Duration::from_secs(10),
         slow: Default::default(),
         call_limits: CallLimits::NONE,
+        admission: AdmissionLimits::NONE,
         connection_limits: ConnectionLimits::NONE,
         tls: None,
         retention: RetentionOptions::new(Duration::from_secs(3 * 86_400)),

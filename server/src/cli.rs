@@ -13,6 +13,7 @@ use std::time::Duration;
 use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
+use crate::admission::AdmissionLimits;
 use crate::incoming::{self, ConnectionLimits};
 use crate::limits::CallLimits;
 use crate::patroni::Member;
@@ -117,6 +118,24 @@ pub struct ServerArgs {
     /// RESOURCE_EXHAUSTED. 0: no limit.
     #[arg(long, default_value_t = 60)]
     pub max_joins_per_ip_per_min: u32,
+    /// Admission control: game calls this server runs against the
+    /// database at once, the calls on one game counting as one (they take
+    /// turns at the game's gate anyway). Past it, a seated player's call waits in line up
+    /// to --admission-queue-ms and a join up to --join-queue-ms, then is
+    /// refused with RESOURCE_EXHAUSTED, reason server-full and a retry
+    /// pushback, before it reaches the database. Joins may use a quarter
+    /// of the bound and spectators an eighth, so running games are served
+    /// first. At most --db-connections is useful; 0: no bound.
+    #[arg(long, default_value_t = 16)]
+    pub max_db_concurrency: usize,
+    /// How long a seated player's call (or a spectator's) waits for a
+    /// place within --max-db-concurrency before it is refused.
+    #[arg(long, default_value_t = 50)]
+    pub admission_queue_ms: u64,
+    /// How long a join waits for a place within --max-db-concurrency
+    /// before it is refused (the client is told when to try again).
+    #[arg(long, default_value_t = 250)]
+    pub join_queue_ms: u64,
     /// Connections open at once from one peer address; more are closed as
     /// soon as they are accepted. 0: no limit.
     #[arg(long, default_value_t = 64)]
@@ -176,6 +195,11 @@ impl ServerArgs {
             call_limits: CallLimits {
                 acts_per_s: nonzero(self.max_acts_per_s),
                 joins_per_ip_per_min: nonzero(self.max_joins_per_ip_per_min),
+            },
+            admission: AdmissionLimits {
+                max_in_flight: nonzero(self.max_db_concurrency),
+                queue_timeout: Duration::from_millis(self.admission_queue_ms),
+                join_queue_timeout: Duration::from_millis(self.join_queue_ms),
             },
             connection_limits: ConnectionLimits {
                 per_ip: nonzero(self.max_connections_per_ip),

@@ -4,8 +4,13 @@
 //! Validation, the store and the service return [`Error`]; tonic sees only
 //! the [`tonic::Status`] built by `impl From<Error> for Status`.
 
+use std::time::Duration;
+
 use borbaman_proto::Reason;
+use borbaman_proto::reason::with_retry_pushback;
 use tonic::{Code, Status};
+
+use crate::admission::{Priority, Refused};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +38,10 @@ pub enum Error {
     /// The caller went over a rate limit; nothing was done.
     #[error("{0}")]
     RateLimited(String),
+    /// Admission control turned the call away before it reached the
+    /// database (see [`crate::admission`]); try again after `pushback`.
+    #[error("{message}")]
+    ServerFull { message: String, pushback: Duration },
     /// The database cannot be reached or did not answer in time.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -144,6 +153,23 @@ impl From<sqlx::Error> for Error {
     }
 }
 
+impl From<Refused> for Error {
+    fn from(refused: Refused) -> Self {
+        let what = match refused.priority {
+            Priority::Play => "game calls",
+            Priority::Join => "new players",
+            Priority::Spectate => "spectators",
+        };
+        Error::ServerFull {
+            message: format!(
+                "server full: it admits no more {what} now; try again in {} ms",
+                refused.pushback.as_millis()
+            ),
+            pushback: refused.pushback,
+        }
+    }
+}
+
 impl From<borbaman_game::DecodeError> for Error {
     fn from(err: borbaman_game::DecodeError) -> Self {
         Error::Corrupt(err.to_string())
@@ -159,6 +185,7 @@ impl From<Error> for Status {
             Error::SeatGivenAway(_) => (Code::PermissionDenied, Some(Reason::SeatGivenAway)),
             Error::FailedPrecondition(_) => (Code::FailedPrecondition, None),
             Error::RateLimited(_) => (Code::ResourceExhausted, Some(Reason::RateLimited)),
+            Error::ServerFull { .. } => (Code::ResourceExhausted, Some(Reason::ServerFull)),
             Error::NameTaken(_) => (Code::AlreadyExists, Some(Reason::NameTaken)),
             Error::Unavailable(_) | Error::Transient(_) | Error::ConnectionLost(_) => {
                 (Code::Unavailable, Some(Reason::DatabaseUnavailable))
@@ -168,6 +195,10 @@ impl From<Error> for Status {
         if code == Code::Internal {
             tracing::error!(error = %err, "call failed");
         }
+        let pushback = match &err {
+            Error::ServerFull { pushback, .. } => Some(*pushback),
+            _ => None,
+        };
         let message = match err {
             // Retries ran out: for the client it is the same as unreachable.
             Error::Transient(m) | Error::ConnectionLost(m) => {
@@ -175,9 +206,13 @@ impl From<Error> for Status {
             }
             other => other.to_string(),
         };
-        match reason {
+        let status = match reason {
             Some(reason) => reason.status(code, message),
             None => Status::new(code, message),
+        };
+        match pushback {
+            Some(after) => with_retry_pushback(status, after),
+            None => status,
         }
     }
 }
@@ -234,6 +269,27 @@ mod tests {
         assert_eq!(limited.code(), Code::ResourceExhausted);
         assert_eq!(Reason::of(&limited), Some(Reason::RateLimited));
         assert_eq!(reason(Error::InvalidArgument("database".into())), None);
+    }
+
+    #[test]
+    fn a_refusal_for_load_is_server_full_with_a_pushback() {
+        let status = Status::from(Error::from(Refused {
+            priority: Priority::Join,
+            pushback: Duration::from_millis(820),
+        }));
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert_eq!(Reason::of(&status), Some(Reason::ServerFull));
+        assert_eq!(
+            borbaman_proto::reason::retry_pushback(&status),
+            Some(Duration::from_millis(820))
+        );
+        assert!(
+            status.message().contains("try again in 820 ms"),
+            "{status:?}"
+        );
+        // A rate limit is not a server that is full.
+        let limited = Status::from(Error::RateLimited("slow down".into()));
+        assert_eq!(borbaman_proto::reason::retry_pushback(&limited), None);
     }
 
     #[test]

@@ -14,12 +14,15 @@
 //! - [`patroni`]: asking Patroni's REST API which member is the primary.
 //! - [`server`]: assembles a server; health and graceful shutdown.
 //! - [`incoming`]: the accept loop: connection limits and back-off.
+//! - [`admission`]: admission control: a bound on calls in flight to the
+//!   database, with priorities; refusals say `server-full`.
 //! - [`limits`]: call rate limits (acts per session, joins per address).
 //! - [`slow`]: slow mode, a fault-injection hook (SIGUSR1/SIGUSR2).
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
 //! - [`token`]: session tokens.
 
+pub mod admission;
 pub mod cli;
 pub mod error;
 pub mod incoming;

@@ -28,6 +28,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
+use crate::admission::{Admission, AdmissionLimits, Priority};
 use crate::incoming::{self, ConnectionLimits};
 use crate::limits::{CallLimiter, CallLimits};
 use crate::registry::{self, Registration, RegistryService};
@@ -55,6 +56,9 @@ pub struct ServerConfig {
     /// default.
     pub slow: Arc<SlowMode>,
     pub call_limits: CallLimits,
+    /// The bound on calls in flight to the database (see
+    /// [`crate::admission`]).
+    pub admission: AdmissionLimits,
     pub connection_limits: ConnectionLimits,
     /// Serve TLS with this certificate and key; `None`: plaintext.
     pub tls: Option<TlsFiles>,
@@ -86,6 +90,8 @@ impl TlsFiles {
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub server_id: Arc<str>,
+    /// The server's admission control, for its counts ([`Admission::stats`]).
+    pub admission: Admission,
     stop: watch::Sender<bool>,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -161,11 +167,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .await;
     health.set_service_status("", ServingStatus::Serving).await;
 
+    let admission = Admission::new(config.admission);
+    let admission_stats = admission.clone();
     let game = pb::game_server::GameServer::new(GameService::new(
         store.clone(),
         server_id.clone(),
         config.slow.clone(),
         Arc::new(CallLimiter::new(config.call_limits)),
+        admission.clone(),
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
     let health_service = health_service.max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -202,13 +211,21 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             .await
             .context("gRPC server failed")?;
         store.close().await;
-        tracing::info!(cas_retries = store.cas_retries(), "stopped");
+        let admitted = admission.stats();
+        tracing::info!(
+            cas_retries = store.cas_retries(),
+            refused_play = admitted.refused(Priority::Play),
+            refused_joins = admitted.refused(Priority::Join),
+            refused_spectators = admitted.refused(Priority::Spectate),
+            "stopped"
+        );
         Ok(())
     });
     tracing::info!(%addr, id = %server_id, "ready");
     Ok(RunningServer {
         addr,
         server_id,
+        admission: admission_stats,
         stop,
         task,
     })

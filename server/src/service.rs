@@ -10,6 +10,7 @@ use std::sync::Arc;
 use borbaman_proto::pb;
 use tonic::{Request, Response, Status};
 
+use crate::admission::{Admission, Permit, Priority};
 use crate::error::Error;
 use crate::limits::CallLimiter;
 use crate::slow::SlowMode;
@@ -37,6 +38,8 @@ pub struct GameService {
     /// network floor, which stays a measure of the network).
     slow: Arc<SlowMode>,
     limiter: Arc<CallLimiter>,
+    /// Bounds the calls in flight to the database (see [`crate::admission`]).
+    admission: Admission,
 }
 
 impl GameService {
@@ -45,13 +48,25 @@ impl GameService {
         server_id: Arc<str>,
         slow: Arc<SlowMode>,
         limiter: Arc<CallLimiter>,
+        admission: Admission,
     ) -> Self {
         GameService {
             store,
             server_id,
             slow,
             limiter,
+            admission,
         }
+    }
+
+    /// Slow mode's wait (fault injection), then a place among the calls in
+    /// flight, or a refusal with `server-full` before the database is asked.
+    async fn enter(&self, priority: Priority, game: Option<u64>) -> Result<Permit, Status> {
+        self.slow.pause().await;
+        self.admission
+            .admit(priority, game)
+            .await
+            .map_err(|refused| Status::from(Error::from(refused)))
     }
 
     async fn join(
@@ -202,7 +217,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::ListGamesRequest>,
     ) -> Result<Response<pb::ListGamesReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.list_games(req.into_inner()).await?))
     }
 
@@ -210,7 +225,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::WatchStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.watch_state(req.into_inner()).await?))
     }
 
@@ -218,18 +233,20 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::ReplayRequest>,
     ) -> Result<Response<pb::ReplayReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.get_replay(req.into_inner()).await?))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self.enter(Priority::Join, None).await?;
         let peer = req.remote_addr().map(|a| a.ip());
         Ok(Response::new(self.join(req.into_inner(), peer).await?))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self
+            .enter(Priority::Play, Some(req.get_ref().game_id))
+            .await?;
         Ok(Response::new(self.act(req.into_inner()).await?))
     }
 
@@ -237,7 +254,9 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self
+            .enter(Priority::Play, Some(req.get_ref().game_id))
+            .await?;
         Ok(Response::new(self.get_state(req.into_inner()).await?))
     }
 
@@ -245,7 +264,9 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::LeaveRequest>,
     ) -> Result<Response<pb::LeaveReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self
+            .enter(Priority::Play, Some(req.get_ref().game_id))
+            .await?;
         Ok(Response::new(self.leave(req.into_inner()).await?))
     }
 
@@ -253,7 +274,7 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::RankingsRequest>,
     ) -> Result<Response<pb::RankingsReply>, Status> {
-        self.slow.pause().await;
+        let _permit = self.enter(Priority::Spectate, None).await?;
         Ok(Response::new(self.rankings(req.into_inner()).await?))
     }
 

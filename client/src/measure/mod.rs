@@ -225,8 +225,46 @@ impl Target {
 /// returns the faults it injected.
 pub type Injector = Box<dyn FnOnce(RunClock, Shutdown) -> JoinHandle<Vec<FaultEvent>> + Send>;
 
-/// Prints the headline figures and fails, naming them, if invariants broke.
+/// The most errors a closed-loop run may have, as a share of its calls,
+/// for its goodput to stand as a capacity figure.
+pub const MAX_CLOSED_LOOP_ERROR_SHARE: f64 = 0.01;
+
+/// Why a run's figures do not stand, if they do not: a closed loop
+/// (`interval_ms` 0) measures capacity, and one whose calls failed more
+/// than [`MAX_CLOSED_LOOP_ERROR_SHARE`] measured its failures instead.
+/// Refusals are not errors: they are the servers shedding load, and the
+/// goodput already leaves them out.
+pub fn too_many_errors(summary: &Summary) -> Option<String> {
+    let share = summary.errors as f64 / summary.invocations.max(1) as f64;
+    (summary.interval_ms == 0 && share > MAX_CLOSED_LOOP_ERROR_SHARE).then(|| {
+        format!(
+            "{} of {} calls ({:.1} %) failed with errors (more than {} %): this closed loop              measured failures, not capacity; see errors_by_status in summary.json",
+            summary.errors,
+            summary.invocations,
+            share * 100.0,
+            MAX_CLOSED_LOOP_ERROR_SHARE * 100.0
+        )
+    })
+}
+
+/// Prints the headline figures and fails, naming them, if invariants broke
+/// or a closed loop had too many errors.
 pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
+    println!(
+        "goodput {:.1} answered calls/s of {:.1} calls/s sent; {} refused ({}), {} errors ({})",
+        summary.goodput_per_s,
+        summary.throughput_per_s,
+        summary.refusals,
+        counts(&summary.refusals_by_reason),
+        summary.errors,
+        counts(&summary.errors_by_status),
+    );
+    if summary.floor_txn_throughput_per_s > 0.0 {
+        println!(
+            "closed loop: goodput {:.0}/s against the same-run bare-transaction floor              {:.0}/s: {}×",
+            summary.goodput_per_s, summary.floor_txn_throughput_per_s, summary.throughput_to_floor
+        );
+    }
     println!(
         "{} invocations, {} errors; RTT p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs; \
          jitter max {} µs; floors p50: ping {} µs, transaction {} µs (act p50 {}× floor, p99 {}×); \
@@ -299,7 +337,21 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         let failed = invariants.failed();
         anyhow::ensure!(failed.is_empty(), "invariant failed: {}", failed.join("; "));
     }
+    if let Some(why) = too_many_errors(summary) {
+        anyhow::bail!(why);
+    }
     Ok(())
+}
+
+/// `a 3, b 1`, or `none`.
+fn counts(by: &std::collections::BTreeMap<String, u64>) -> String {
+    if by.is_empty() {
+        return "none".into();
+    }
+    by.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One measured run against `target`: floors on the idle cluster, then the
@@ -523,8 +575,9 @@ pub async fn run_measured(
     );
     if let Some(floor) = capacity_floor {
         summary.floor_txn_throughput_per_s = (floor * 100.0).round() / 100.0;
+        // Capacity is what was answered: refusals and errors are not.
         summary.throughput_to_floor =
-            (summary.throughput_per_s / floor.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
+            (summary.goodput_per_s / floor.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
     }
     summary.ratios = FloorRatios::new(
         &summary.rtt_us,
@@ -659,8 +712,9 @@ fn progress_bar(
             });
             bar.set_position(elapsed.as_secs().min(total.as_secs()));
             bar.set_message(format!(
-                "{} calls, {} errors, {} failovers, {} games finished",
+                "{} calls, {} refused, {} errors, {} failovers, {} games finished",
                 progress.calls.load(Ordering::Relaxed),
+                progress.refusals.load(Ordering::Relaxed),
                 progress.errors.load(Ordering::Relaxed),
                 progress.failovers.load(Ordering::Relaxed),
                 progress.sessions_finished.load(Ordering::Relaxed) / 4,
@@ -732,5 +786,39 @@ async fn count_rows(db: PgPool, clock: RunClock, mut stop: Shutdown) -> Vec<repo
         if stopping {
             return samples;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_loop_with_more_than_one_percent_errors_does_not_stand() {
+        let run = |interval_ms, invocations, errors, refusals| Summary {
+            interval_ms,
+            invocations,
+            errors,
+            refusals,
+            ..Summary::default()
+        };
+        assert_eq!(
+            too_many_errors(&run(0, 1000, 10, 0)),
+            None,
+            "1 % is allowed"
+        );
+        let why = too_many_errors(&run(0, 1000, 11, 0)).expect("1.1 % is not");
+        assert!(why.contains("11 of 1000"), "{why}");
+        assert_eq!(
+            too_many_errors(&run(0, 1000, 0, 900)),
+            None,
+            "refusals are load shed, not errors"
+        );
+        assert_eq!(
+            too_many_errors(&run(50, 1000, 500, 0)),
+            None,
+            "a paced run reports its errors but is not a capacity figure"
+        );
+        assert_eq!(too_many_errors(&run(0, 0, 0, 0)), None);
     }
 }

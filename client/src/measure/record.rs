@@ -60,7 +60,9 @@ pub struct Invocation {
     /// What the last failed attempt of a call that succeeded on a retry
     /// ended with, as the pool saw it (empty when no attempt failed).
     pub failure: String,
-    /// `ok`, or the error the call ended with.
+    /// `ok`; `refused:<reason>` when a server turned the call away for
+    /// load or a rate limit (`refused:server-full`), which is not an
+    /// error; else the error the call ended with.
     pub status: String,
     /// State version in the reply (0 when there was none).
     pub version: u64,
@@ -73,6 +75,17 @@ pub struct Invocation {
 impl Invocation {
     pub fn is_ok(&self) -> bool {
         self.status == STATUS_OK
+    }
+
+    /// The reason a server refused the call with, if it did
+    /// (`server-full`, `rate-limited`).
+    pub fn refusal(&self) -> Option<&str> {
+        self.status.strip_prefix(REFUSED_PREFIX)
+    }
+
+    /// Neither answered nor refused: the call failed.
+    pub fn is_error(&self) -> bool {
+        !self.is_ok() && self.refusal().is_none()
     }
 
     /// End of the call, since the start of the run.
@@ -101,6 +114,10 @@ impl Invocation {
 
 /// The `status` of a call that succeeded.
 pub const STATUS_OK: &str = "ok";
+
+/// The start of the `status` of a call a server refused: `refused:` and the
+/// reason it gave.
+pub const REFUSED_PREFIX: &str = "refused:";
 
 /// The clock of a run: converts [`Instant`]s to microseconds since its start.
 #[derive(Clone, Copy, Debug)]
@@ -242,7 +259,12 @@ pub(crate) mod tests {
         let mut error = act(2, 10, 20);
         error.status = "unavailable: no live server".into();
         error.warmup = true;
-        let records = vec![act(1, 0, 100), failed, error];
+        let mut refused = act(2, 30, 5);
+        refused.status = "refused:server-full".into();
+        assert_eq!(refused.refusal(), Some("server-full"));
+        assert!(!refused.is_ok() && !refused.is_error());
+        assert!(error.is_error() && error.refusal().is_none());
+        let records = vec![act(1, 0, 100), failed, error, refused];
         write_csv(&path, &records).unwrap();
         let back: Vec<Invocation> = read_csv(&path).unwrap();
         assert_eq!(back, records);

@@ -21,7 +21,11 @@
 //!   attempt to the start of the attempt that answered) and the *retry*
 //!   (that attempt);
 //! - tick lateness is how late a client started a call after it was due: the
-//!   client's own scheduling delay, which is in no RTT.
+//!   client's own scheduling delay, which is in no RTT;
+//! - goodput is the calls answered with a result per second; a *refusal* (a
+//!   server turned the call away with a reason: `server-full`,
+//!   `rate-limited`) and an *error* (anything else that was not an answer)
+//!   are counted apart, and neither is capacity.
 
 use std::collections::BTreeMap;
 
@@ -81,7 +85,13 @@ pub struct TimeBreakdown {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measurements {
     pub invocations: u64,
+    /// Calls that neither were answered nor refused.
     pub errors: u64,
+    /// Calls a server refused (admission control, rate limits), by reason.
+    pub refusals: u64,
+    pub refusals_by_reason: BTreeMap<String, u64>,
+    /// RTT of the joins refused `server-full`: how soon a player is told.
+    pub refused_join_rtt_us: RttStats,
     pub warmup_invocations: u64,
     pub rtt_us: RttStats,
     /// RTT of `Act` calls only: the calls the game makes on every tick.
@@ -98,11 +108,13 @@ pub struct Measurements {
     pub hedges_won: u64,
     pub tick_late_us: FloorStats,
     pub time_breakdown: TimeBreakdown,
-    /// Invocations per second over the measured span.
+    /// Invocations per second over the measured span, answered or not.
     pub throughput_per_s: f64,
+    /// Answered calls per second over the measured span: the capacity.
+    pub goodput_per_s: f64,
     /// Invocations per server address (load balancing at a glance).
     pub per_server: BTreeMap<String, u64>,
-    /// Errors by status text.
+    /// Errors by status (the gRPC code, or what the pool gave up on).
     pub errors_by_status: BTreeMap<String, u64>,
 }
 
@@ -193,7 +205,15 @@ pub struct TableRows {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Summary {
     pub invocations: u64,
+    /// Calls that were neither answered nor refused.
     pub errors: u64,
+    /// Answered calls per second: what the cluster did, refusals and
+    /// errors left out.
+    pub goodput_per_s: f64,
+    /// Calls a server refused with a reason (`server-full`, `rate-limited`),
+    /// counted apart from errors.
+    pub refusals: u64,
+    pub refusals_by_reason: BTreeMap<String, u64>,
     pub rtt_us: RttStats,
     pub jitter_us: JitterStats,
     pub faults: u64,
@@ -202,7 +222,7 @@ pub struct Summary {
     /// Closed-loop runs (`--interval-ms 0`): bare transactions of a game
     /// call's shape committed per second by as many connections as there
     /// are clients, on the same database, for the same time, right after
-    /// the workload; and `throughput_per_s` over it.
+    /// the workload; and `goodput_per_s` (answered calls only) over it.
     pub floor_txn_throughput_per_s: f64,
     pub throughput_to_floor: f64,
     /// Copies of a call sent to a second server because the first was slow
@@ -224,6 +244,8 @@ pub struct Summary {
     pub invariants_ok: bool,
     pub invariants: Option<super::invariants::InvariantReport>,
     pub act_rtt_us: RttStats,
+    /// RTT of the joins refused `server-full`.
+    pub refused_join_rtt_us: RttStats,
     pub ratios: FloorRatios,
     pub tail: Tail,
     /// What each call of the workload cost the database (the floor
@@ -295,6 +317,10 @@ impl Summary {
     pub fn with_measurements(mut self, m: Measurements) -> Summary {
         self.invocations = m.invocations;
         self.errors = m.errors;
+        self.refusals = m.refusals;
+        self.refusals_by_reason = m.refusals_by_reason;
+        self.refused_join_rtt_us = m.refused_join_rtt_us;
+        self.goodput_per_s = m.goodput_per_s;
         self.warmup_invocations = m.warmup_invocations;
         self.rtt_us = m.rtt_us;
         self.act_rtt_us = m.act_rtt_us;
@@ -480,16 +506,37 @@ pub fn measure(records: &[Invocation]) -> Measurements {
     };
     let mut per_server = BTreeMap::new();
     let mut errors_by_status = BTreeMap::new();
+    let mut refusals_by_reason = BTreeMap::new();
     for r in &measured {
         *per_server.entry(r.server.clone()).or_default() += 1;
-        if !r.is_ok() {
+        if let Some(reason) = r.refusal() {
+            *refusals_by_reason.entry(reason.to_string()).or_default() += 1;
+        } else if !r.is_ok() {
             *errors_by_status.entry(r.status.clone()).or_default() += 1;
         }
     }
+    let per_s = |calls: usize| {
+        if span_us == 0 {
+            0.0
+        } else {
+            round2(calls as f64 * 1e6 / span_us as f64)
+        }
+    };
 
     Measurements {
         invocations: measured.len() as u64,
-        errors: measured.iter().filter(|r| !r.is_ok()).count() as u64,
+        errors: measured.iter().filter(|r| r.is_error()).count() as u64,
+        refusals: refusals_by_reason.values().sum(),
+        refusals_by_reason,
+        refused_join_rtt_us: rtt_stats(
+            measured
+                .iter()
+                .filter(|r| {
+                    r.call == super::record::CallKind::Join
+                        && r.refusal() == Some(borbaman_proto::Reason::ServerFull.as_str())
+                })
+                .map(|r| r.rtt_us),
+        ),
         warmup_invocations: (records.len() - measured.len()) as u64,
         rtt_us: rtt_stats(ok().map(effective_rtt_us)),
         act_rtt_us: rtt_stats(
@@ -514,11 +561,8 @@ pub fn measure(records: &[Invocation]) -> Measurements {
         failover_retry_ms,
         tick_late_us: floor_stats(measured.iter().map(|r| r.tick_late_us)),
         time_breakdown: time_breakdown(records),
-        throughput_per_s: if span_us == 0 {
-            0.0
-        } else {
-            round2(measured.len() as f64 * 1e6 / span_us as f64)
-        },
+        throughput_per_s: per_s(measured.len()),
+        goodput_per_s: per_s(ok().count()),
         per_server,
         errors_by_status,
     }
@@ -677,6 +721,34 @@ mod tests {
         assert_eq!(m.failover_notice_ms.samples, 1);
         assert_eq!(m.failover_notice_ms.max, 1.0);
         assert_eq!(m.failover_retry_ms.max, 2.0);
+    }
+
+    #[test]
+    fn goodput_counts_answered_calls_and_refusals_are_not_errors() {
+        // Four calls over 100 ms (the last ends at 100 ms): one answered
+        // act, one join refused server-full, one act rate-limited, one act
+        // failed.
+        let mut refused = act(1, 0, 4_000);
+        refused.call = super::super::record::CallKind::Join;
+        refused.status = "refused:server-full".into();
+        let mut limited = act(2, 10_000, 100);
+        limited.status = "refused:rate-limited".into();
+        let mut failed = act(3, 20_000, 80_000);
+        failed.status = "Unavailable".into();
+        let records = vec![act(0, 0, 100), refused, limited, failed];
+        let m = measure(&records);
+        assert_eq!(m.invocations, 4);
+        assert_eq!(m.throughput_per_s, 40.0);
+        assert_eq!(m.goodput_per_s, 10.0, "only the answered call counts");
+        assert_eq!(m.errors, 1);
+        assert_eq!(m.errors_by_status.len(), 1);
+        assert_eq!(m.errors_by_status["Unavailable"], 1);
+        assert_eq!(m.refusals, 2);
+        assert_eq!(m.refusals_by_reason["server-full"], 1);
+        assert_eq!(m.refusals_by_reason["rate-limited"], 1);
+        assert_eq!(m.refused_join_rtt_us.max, 4_000);
+        assert_eq!(m.refused_join_rtt_us.samples, 1);
+        assert_eq!(m.rtt_us.samples, 1, "latency is of answered calls only");
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //! in a lobby that is still filling a poll (`GetState`), acting idle once a
 //! second to keep its seat; when its game ends (or its session is lost) it
 //! joins the next one at once, so the load stays steady for the whole run.
-//! At the end every client leaves its game.
+//! A call a server refuses (`server-full`, `rate-limited`) is recorded as a
+//! refusal, not an error, and the client waits the server's pushback before
+//! its next call, as a player would. At the end every client leaves its
+//! game.
 //!
 //! Each client records every call ([`Recorder`]) and keeps the proof the
 //! invariant checker needs: every session token it used, every `(token,
@@ -21,7 +24,9 @@ use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
 use borbaman_client::session::{GameSession, new_identity, new_token};
 use borbaman_proto::pb;
 
-use super::record::{CallKind, Invocation, Recorder, RunClock, STATUS_OK, duration_us};
+use super::record::{
+    CallKind, Invocation, REFUSED_PREFIX, Recorder, RunClock, STATUS_OK, duration_us,
+};
 use crate::driver::{self, Driver, Step};
 use crate::shutdown::Shutdown;
 
@@ -76,6 +81,8 @@ pub struct ClientLog {
 pub struct Progress {
     pub calls: AtomicU64,
     pub errors: AtomicU64,
+    /// Calls a server refused (`server-full`, `rate-limited`).
+    pub refusals: AtomicU64,
     pub failovers: AtomicU64,
     /// Sessions that saw their game finish (four per finished game).
     pub sessions_finished: AtomicU64,
@@ -116,6 +123,7 @@ pub async fn run(
                 ..ClientLog::default()
             },
             tick_late_us: 0,
+            pause: None,
         };
         tasks.spawn(client_run.run());
     }
@@ -137,6 +145,8 @@ struct ClientRun {
     log: ClientLog,
     /// How late the current tick fired.
     tick_late_us: u64,
+    /// The wait a server's refusal asked for, before the next call.
+    pause: Option<Duration>,
 }
 
 impl ClientRun {
@@ -156,6 +166,14 @@ impl ClientRun {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut session: Option<GameSession> = None;
         loop {
+            if let Some(pause) = self.pause.take() {
+                // A refused call: wait as the server asked, then carry on
+                // at the next tick (the missed ones are skipped).
+                let left = deadline.saturating_duration_since(Instant::now());
+                if self.stop.sleep(pause.min(left)).await {
+                    break;
+                }
+            }
             // The previous call, if any, ended here.
             let idle_from = Instant::now();
             if closed_loop {
@@ -366,7 +384,7 @@ impl ClientRun {
     }
 
     fn record_error(
-        &self,
+        &mut self,
         call: CallKind,
         game: u64,
         seat: u32,
@@ -376,8 +394,18 @@ impl ClientRun {
     ) {
         let start_us = self.clock.us(started);
         self.progress.calls.fetch_add(1, Ordering::Relaxed);
-        self.progress.errors.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(client = self.client, ?call, seq, "call failed: {error}");
+        let refusal = driver::refusal(error);
+        match refusal {
+            Some(refusal) => {
+                self.progress.refusals.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(client = self.client, ?call, seq, "call refused: {error}");
+                self.pause = Some(refusal.wait());
+            }
+            None => {
+                self.progress.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(client = self.client, ?call, seq, "call failed: {error}");
+            }
+        }
         self.recorder.push(Invocation {
             start_us,
             client: self.client,
@@ -395,7 +423,10 @@ impl ClientRun {
             first_failure_us: None,
             last_attempt_us: None,
             failure: error.to_string(),
-            status: status_text(error),
+            status: match refusal {
+                Some(refusal) => format!("{REFUSED_PREFIX}{}", refusal.reason),
+                None => status_text(error),
+            },
             version: 0,
             replayed: false,
             warmup: start_us < duration_us(self.config.warmup),

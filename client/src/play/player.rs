@@ -13,9 +13,10 @@ use borbaman_proto::pb::{self, Phase};
 use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, watch};
 
+use crate::driver;
 use crate::shutdown::Shutdown;
 use crate::ui::input::Command;
-use crate::ui::{NetStats, View, out_of_game};
+use crate::ui::{NetStats, SERVERS_FULL, View, out_of_game, servers_full_line};
 
 /// How often the state is polled while nothing is being sent.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -144,6 +145,15 @@ impl Player {
                         v.state = state;
                     });
                     return Some(session);
+                }
+                Err(e) if driver::refusal(&e).is_some() => {
+                    // Full, not refusing this player: the saved session
+                    // stays, and the join is tried again when the server
+                    // said.
+                    let wait = driver::refusal(&e).map_or(Duration::ZERO, |r| r.wait());
+                    if self.wait_while_full(wait).await {
+                        return None;
+                    }
                 }
                 Err(PoolError::Status(status)) if saved.is_some() => {
                     // The saved session is not usable any more: start afresh.
@@ -377,6 +387,30 @@ impl Player {
     fn record_error(&mut self, error: &PoolError) {
         let message = error.to_string();
         self.view.send_modify(|v| v.net.last_error = Some(message));
+    }
+
+    /// Shows "servers full — trying again in N s", counting down, for
+    /// `wait`; true if the player quit meanwhile.
+    async fn wait_while_full(&mut self, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            self.view.send_modify(|v| {
+                v.progress.retain(|line| !line.starts_with(SERVERS_FULL));
+                if !left.is_zero() {
+                    v.progress.push(servers_full_line(left));
+                }
+            });
+            if left.is_zero() {
+                return false;
+            }
+            // Redrawn every second, on the second.
+            let step =
+                left - Duration::from_secs((left.as_secs_f64().ceil() as u64).saturating_sub(1));
+            if self.wait_or_quit(step.min(left)).await {
+                return true;
+            }
+        }
     }
 
     /// Sleeps; true if the player quit meanwhile.

@@ -125,6 +125,17 @@ impl ColorMode {
     }
 }
 
+/// The start of the line the start-up screen shows while the servers are
+/// full.
+pub const SERVERS_FULL: &str = "servers full";
+
+/// "servers full — trying again in N s", N the whole seconds left, rounded
+/// up (never "in 0 s" while there is a wait left).
+pub fn servers_full_line(left: std::time::Duration) -> String {
+    let secs = left.as_secs_f64().ceil().max(1.0) as u64;
+    format!("{SERVERS_FULL} — trying again in {secs} s")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +166,20 @@ mod tests {
         let mut unseated = running.clone();
         unseated.players[0].seated = false;
         assert!(!out_of_game(&unseated, 0), "left the game");
+    }
+
+    #[test]
+    fn servers_full_counts_whole_seconds_up() {
+        use std::time::Duration;
+        assert_eq!(
+            servers_full_line(Duration::from_millis(2300)),
+            "servers full — trying again in 3 s"
+        );
+        assert_eq!(
+            servers_full_line(Duration::from_secs(2)),
+            "servers full — trying again in 2 s"
+        );
+        assert!(servers_full_line(Duration::from_millis(1)).ends_with("in 1 s"));
+        assert!(servers_full_line(Duration::from_millis(1)).starts_with(SERVERS_FULL));
     }
 }
