@@ -15,6 +15,9 @@
 //! - [`server`]: assembles a server; health and graceful shutdown.
 //! - [`incoming`]: the accept loop: connection limits and back-off.
 //! - [`limits`]: call rate limits (acts per session, joins per address).
+//! - [`metrics`]: Prometheus metrics and the per-call wrapper that counts.
+//! - [`status`]: the `Status` gRPC service behind `borbaman status`.
+//! - [`health`]: the game service's health, from database writes.
 //! - [`slow`]: slow mode, a fault-injection hook (SIGUSR1/SIGUSR2).
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
@@ -22,13 +25,16 @@
 
 pub mod cli;
 pub mod error;
+pub mod health;
 pub mod incoming;
 pub mod limits;
+pub mod metrics;
 pub mod patroni;
 pub mod registry;
 pub mod server;
 pub mod service;
 pub mod slow;
+pub mod status;
 pub mod store;
 pub mod token;
 pub mod wire;

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::limits::CallLimiter;
+use crate::metrics::calls::note_game;
 use crate::slow::SlowMode;
 use crate::store::{ActCall, Identity, LeaveCall, Store};
 use crate::token;
@@ -211,6 +212,7 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::WatchStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
         self.slow.pause().await;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.watch_state(req.into_inner()).await?))
     }
 
@@ -219,17 +221,21 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::ReplayRequest>,
     ) -> Result<Response<pb::ReplayReply>, Status> {
         self.slow.pause().await;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.get_replay(req.into_inner()).await?))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         self.slow.pause().await;
         let peer = req.remote_addr().map(|a| a.ip());
-        Ok(Response::new(self.join(req.into_inner(), peer).await?))
+        let reply = self.join(req.into_inner(), peer).await?;
+        note_game(reply.game_id);
+        Ok(Response::new(reply))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
         self.slow.pause().await;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.act(req.into_inner()).await?))
     }
 
@@ -238,6 +244,7 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
         self.slow.pause().await;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.get_state(req.into_inner()).await?))
     }
 
@@ -246,6 +253,7 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::LeaveRequest>,
     ) -> Result<Response<pb::LeaveReply>, Status> {
         self.slow.pause().await;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.leave(req.into_inner()).await?))
     }
 
