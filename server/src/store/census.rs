@@ -1,10 +1,12 @@
 //! SQL of the census: how many games wait and run, and how many players
 //! sit in them, for the metrics and `borbaman status`.
 //!
-//! One short read, made only when someone asks (a scrape, a status call),
-//! never on a game call's path. A game or a player counts while it was
-//! written in the last [`ACTIVE_S`] seconds, so lobbies and games that
-//! every client left do not count forever.
+//! One read, made only when someone asks (a scrape, a status call; at
+//! most once a second per server), never on a game call's path. It scans
+//! the waiting and running games (no index covers the running ones). A
+//! seat counts while its player wrote in the last [`ACTIVE_S`] seconds, and
+//! a game while one of its seats does, so lobbies and games that every
+//! client left do not count forever.
 
 use super::Store;
 use crate::error::Error;
@@ -20,12 +22,16 @@ pub struct Census {
     pub players_seated: i64,
 }
 
+/// A game counts while any seat was active lately (`active_at` holds each
+/// seat's last write); its seated players are those seats.
 const CENSUS: &str = "\
 SELECT count(*) FILTER (WHERE phase = 1), count(*) FILTER (WHERE phase = 2), \
- (SELECT count(*) FROM sessions s JOIN games sg ON sg.id = s.game_id \
-  WHERE s.in_game AND sg.phase IN (1, 2) \
-  AND s.last_active_at > now() - $1 * interval '1 second') \
-FROM games WHERE phase IN (1, 2) AND updated_at > now() - $1 * interval '1 second'";
+ coalesce(sum(active), 0)::bigint \
+FROM (SELECT phase, \
+       (SELECT count(*) FROM unnest(active_at) AS a \
+        WHERE a > now() - $1 * interval '1 second') AS active \
+      FROM games WHERE phase IN (1, 2)) AS live \
+WHERE active > 0";
 
 impl Store {
     /// Counts the active games and seated players.
