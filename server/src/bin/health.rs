@@ -25,6 +25,10 @@ struct Cli {
     /// empty name is the process itself.
     #[arg(long, default_value = "borbaman.v1.Game")]
     service: String,
+    /// Speak TLS, trusting the CA in this PEM file (for servers run with
+    /// --tls-cert); the certificate must name the address dialled.
+    #[arg(long, value_name = "PEM")]
+    tls_ca: Option<std::path::PathBuf>,
     /// How long to wait for the answer, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     timeout_ms: u64,
@@ -38,10 +42,21 @@ fn main() -> ExitCode {
         .expect("a Tokio runtime");
     let timeout = Duration::from_millis(cli.timeout_ms);
     let answer = runtime.block_on(async {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", cli.address))
-            .map_err(|e| format!("bad address {}: {e}", cli.address))?
-            .connect_timeout(timeout)
-            .timeout(timeout);
+        let scheme = if cli.tls_ca.is_some() { "https" } else { "http" };
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", cli.address))
+                .map_err(|e| format!("bad address {}: {e}", cli.address))?
+                .connect_timeout(timeout)
+                .timeout(timeout);
+        if let Some(ca) = &cli.tls_ca {
+            let pem = std::fs::read(ca)
+                .map_err(|e| format!("cannot read the TLS CA {}: {e}", ca.display()))?;
+            let tls = tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| format!("TLS for {}: {e}", cli.address))?;
+        }
         let channel = endpoint
             .connect()
             .await
