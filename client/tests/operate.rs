@@ -72,6 +72,9 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// An instant vector: each series' labels and value.
+type Samples = Vec<(serde_json::Value, f64)>;
+
 /// A Prometheus process, killed by PID when dropped.
 struct Prometheus {
     child: Child,
@@ -135,7 +138,7 @@ impl Prometheus {
     }
 
     /// The instant vector `query` evaluates to: (labels, value) pairs.
-    fn query(&self, query: &str) -> Vec<(serde_json::Value, f64)> {
+    fn query(&self, query: &str) -> Samples {
         let body = http_get(
             &self.addr,
             &format!("/api/v1/query?query={}", encode(query)),
@@ -162,7 +165,7 @@ impl Prometheus {
         instances: &[String],
         ok: impl Fn(f64) -> bool,
         within: Duration,
-    ) -> Result<Vec<(serde_json::Value, f64)>, Vec<(serde_json::Value, f64)>> {
+    ) -> Result<Samples, Samples> {
         let deadline = Instant::now() + within;
         loop {
             let result = self.query(query);
@@ -397,4 +400,52 @@ async fn status_shows_three_servers_then_a_killed_one_gone() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_gets_the_calls_server_timing_back() {
+    let cluster = common::cluster(1);
+    let addr = cluster.addresses()[0].clone();
+    let mut game = borbaman_proto::pb::game_client::GameClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let join = |name: &str| borbaman_proto::pb::JoinRequest {
+        name: name.into(),
+        ..Default::default()
+    };
+    let mut asked = tonic::Request::new(join("timed"));
+    asked
+        .metadata_mut()
+        .insert("borbaman-timing", "1".parse().unwrap());
+    let reply = game.join(asked).await.unwrap();
+    let timing = reply
+        .metadata()
+        .get("borbaman-timing")
+        .expect("the timing comes back when asked for")
+        .to_str()
+        .unwrap()
+        .to_string();
+    // gate=…;db=…;cas=…, and a join spends time in the database.
+    let fields: Vec<(&str, f64)> = timing
+        .split(';')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            (k, v.parse::<f64>().expect("a number"))
+        })
+        .collect();
+    assert_eq!(
+        fields.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        ["gate", "db", "cas"],
+        "{timing}"
+    );
+    assert!(
+        fields[1].1 > 0.0,
+        "a join spends time in the database: {timing}"
+    );
+
+    let plain = game.join(join("untimed")).await.unwrap();
+    assert!(
+        plain.metadata().get("borbaman-timing").is_none(),
+        "nothing is added unless asked for"
+    );
 }

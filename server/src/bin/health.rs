@@ -42,7 +42,11 @@ fn main() -> ExitCode {
         .expect("a Tokio runtime");
     let timeout = Duration::from_millis(cli.timeout_ms);
     let answer = runtime.block_on(async {
-        let scheme = if cli.tls_ca.is_some() { "https" } else { "http" };
+        let scheme = if cli.tls_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let mut endpoint =
             tonic::transport::Endpoint::from_shared(format!("{scheme}://{}", cli.address))
                 .map_err(|e| format!("bad address {}: {e}", cli.address))?
