@@ -16,6 +16,7 @@
 //! - [`chaos`]: `borbaman chaos`, fault-injection runs.
 //! - [`measure`]: the measurement engine both drive.
 //! - [`watch`]: `borbaman watch`, a live game seen without a seat.
+//! - [`status`]: `borbaman status`, the cluster's servers on one screen.
 //! - [`replay`]: `borbaman replay --verify`, finished games re-simulated
 //!   and compared with their stored state.
 
@@ -29,5 +30,6 @@ pub mod measure;
 pub mod play;
 pub mod replay;
 pub mod shutdown;
+pub mod status;
 pub mod ui;
 pub mod watch;

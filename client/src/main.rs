@@ -37,6 +37,10 @@ enum Command {
     /// re-simulates every finished game from its seed and log and compares
     /// it with its stored final state, byte for byte.
     Replay(borbaman::replay::ReplayArgs),
+    /// The cluster on one screen: each live server's uptime, calls/s,
+    /// p99 and database member, the games waiting and running, and the
+    /// refusals of the last minute (--json for machines).
+    Status(borbaman::status::StatusArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,5 +53,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => borbaman::bench::run(args),
         Command::Chaos(args) => borbaman::chaos::run(args),
         Command::Replay(args) => borbaman::replay::run(args),
+        Command::Status(args) => borbaman::status::run(args),
     }
 }

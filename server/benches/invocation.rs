@@ -234,6 +234,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         connection_limits: ConnectionLimits::NONE,
         tls: None,
         retention: RetentionOptions::new(Duration::from_secs(3 * 86_400)),
+        metrics_listen: None,
     })
     .await
     .unwrap();

@@ -165,6 +165,27 @@ pub struct ServerArgs {
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks a
+    /// free port, named in the ready line). Off by default: the metrics
+    /// show the server's load and its database's address, which strangers
+    /// need not see; give an address only your Prometheus reaches (e.g.
+    /// 127.0.0.1:9464, or an internal network's).
+    #[arg(long, value_name = "ADDR", env = "BORBAMAN_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Format of the log on stderr: text for people, or json (one object
+    /// per line) for a log collector. Each call logs one event at debug
+    /// level (method, game, duration, outcome):
+    /// RUST_LOG=info,borbaman_server::calls=debug shows them.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "BORBAMAN_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+/// How the server writes its log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 impl ServerArgs {
@@ -213,6 +234,7 @@ impl ServerArgs {
                 .zip(self.tls_key.clone())
                 .map(|(cert, key)| TlsFiles { cert, key }),
             retention: RetentionOptions::new(self.retention),
+            metrics_listen: self.metrics_listen,
         }
     }
 }
@@ -225,12 +247,14 @@ fn nonzero<T: Default + PartialEq>(n: T) -> Option<T> {
 /// Runs a server until SIGTERM or Ctrl-C, then drains and returns. SIGUSR1
 /// and SIGUSR2 switch slow mode on and off (see [`crate::slow`]).
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .try_init();
+        .with_env_filter(filter);
+    let _ = match args.log_format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().flatten_event(true).try_init(),
+    };
     match incoming::raise_open_files_limit() {
         Ok(limit) => tracing::info!(open_files = limit, "open files limit"),
         Err(err) => tracing::warn!(error = %err, "cannot raise the open files limit"),
@@ -249,6 +273,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
             let ready = ReadyLine {
                 address: running.addr.to_string(),
                 id: running.server_id.to_string(),
+                metrics: running.metrics_addr.map(|a| a.to_string()),
             };
             writeln!(out, "{ready}")?;
             out.flush()?;
@@ -358,6 +383,19 @@ mod tests {
         assert_eq!(follow.members.len(), 3);
         assert_eq!(follow.interval, Duration::from_millis(150));
         assert_eq!(follow.request_timeout, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn metrics_and_json_logs_are_off_unless_asked() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.metrics_listen, None);
+        assert_eq!(args.log_format, LogFormat::Text);
+        let args = parse(&["--metrics-listen", "127.0.0.1:9464", "--log-format", "json"]).unwrap();
+        assert_eq!(
+            args.config().metrics_listen,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        assert_eq!(args.log_format, LogFormat::Json);
     }
 
     #[test]

@@ -25,6 +25,8 @@ use tokio::time::Sleep;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use crate::metrics::{Metrics, Refusal};
+
 /// Limits on the connections a server accepts; `None` means unlimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -55,6 +57,8 @@ struct Open {
 struct Admission {
     limits: ConnectionLimits,
     open: Mutex<Open>,
+    /// Counts connections open and refused, if given.
+    metrics: Option<Metrics>,
 }
 
 impl Admission {
@@ -64,7 +68,13 @@ impl Admission {
         if self.limits.total.is_some_and(|max| open.total >= max)
             || self.limits.per_ip.is_some_and(|max| of_ip >= max)
         {
+            if let Some(m) = &self.metrics {
+                m.refused(Refusal::Connection);
+            }
             return None;
+        }
+        if let Some(m) = &self.metrics {
+            m.connection_opened();
         }
         open.total += 1;
         *open.per_ip.entry(ip).or_default() += 1;
@@ -90,6 +100,9 @@ impl Drop for Slot {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         open.total -= 1;
+        if let Some(m) = &self.admission.metrics {
+            m.connection_closed();
+        }
         if let Some(n) = open.per_ip.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
@@ -177,10 +190,20 @@ pub type Incoming = ReceiverStream<io::Result<Connection>>;
 /// Accepts on `listener` in a task of its own, which ends when the
 /// returned stream is dropped.
 pub fn accept(listener: TcpListener, limits: ConnectionLimits) -> Incoming {
+    accept_counted(listener, limits, None)
+}
+
+/// [`accept`], counting the connections open and refused in `metrics`.
+pub fn accept_counted(
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    metrics: Option<Metrics>,
+) -> Incoming {
     let (tx, rx) = mpsc::channel(16);
     let admission = Arc::new(Admission {
         limits,
         open: Mutex::default(),
+        metrics,
     });
     tokio::spawn(async move {
         let mut backoff = BACKOFF_MIN;
@@ -280,6 +303,7 @@ mod tests {
                 first_bytes_timeout: None,
             },
             open: Mutex::default(),
+            metrics: None,
         });
         let a = IpAddr::from([10, 0, 0, 1]);
         let b = IpAddr::from([10, 0, 0, 2]);

@@ -17,6 +17,9 @@
 //! - [`admission`]: admission control: a bound on calls in flight to the
 //!   database, with priorities; refusals say `server-full`.
 //! - [`limits`]: call rate limits (acts per session, joins per address).
+//! - [`metrics`]: Prometheus metrics and the per-call wrapper that counts.
+//! - [`status`]: the `Status` gRPC service behind `borbaman status`.
+//! - [`health`]: the game service's health, from database writes.
 //! - [`slow`]: slow mode, a fault-injection hook (SIGUSR1/SIGUSR2).
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
@@ -25,13 +28,16 @@
 pub mod admission;
 pub mod cli;
 pub mod error;
+pub mod health;
 pub mod incoming;
 pub mod limits;
+pub mod metrics;
 pub mod patroni;
 pub mod registry;
 pub mod server;
 pub mod service;
 pub mod slow;
+pub mod status;
 pub mod store;
 pub mod token;
 pub mod wire;

@@ -13,6 +13,7 @@ use borbaman_proto::pb;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
+use crate::health::DatabaseHealth;
 use crate::store::Store;
 
 /// This server's identity in the registry.
@@ -24,10 +25,13 @@ pub struct Registration {
 
 /// Heartbeats until `shutdown` turns true. Failures are logged and retried
 /// at the next beat: a database outage must not stop the server.
+/// Each outcome goes to `health` (the game service's health, see
+/// [`crate::health`]).
 pub async fn heartbeat_task(
     store: Store,
     me: Registration,
     every: Duration,
+    health: Arc<DatabaseHealth>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut ticker = tokio::time::interval(every);
@@ -38,7 +42,9 @@ pub async fn heartbeat_task(
             _ = ticker.tick() => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        match store.heartbeat(&me.server_id, &me.address).await {
+        let beat = store.heartbeat(&me.server_id, &me.address).await;
+        health.beat(beat.is_ok());
+        match beat {
             Ok(()) if failing => {
                 tracing::info!("heartbeat recovered");
                 failing = false;

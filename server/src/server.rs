@@ -29,11 +29,15 @@ use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
 use crate::admission::{Admission, AdmissionLimits, Priority};
+use crate::health::{self, DatabaseHealth};
 use crate::incoming::{self, ConnectionLimits};
 use crate::limits::{CallLimiter, CallLimits};
+use crate::metrics::calls::{self, Observed};
+use crate::metrics::{self, Metrics};
 use crate::registry::{self, Registration, RegistryService};
 use crate::service::GameService;
 use crate::slow::SlowMode;
+use crate::status::{self, CensusCache, StatusService, Window};
 use crate::store::retention::RetentionOptions;
 use crate::store::{Store, StoreOptions};
 
@@ -64,6 +68,8 @@ pub struct ServerConfig {
     pub tls: Option<TlsFiles>,
     /// How long finished games are kept (see [`crate::store::retention`]).
     pub retention: RetentionOptions,
+    /// Serve Prometheus' `/metrics` here; `None`: not at all.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// PEM files of a server's certificate chain and private key.
@@ -89,6 +95,8 @@ impl TlsFiles {
 #[derive(Debug)]
 pub struct RunningServer {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
     pub server_id: Arc<str>,
     /// The server's admission control, for its counts ([`Admission::stats`]).
     pub admission: Admission,
@@ -126,7 +134,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         ),
         None => {}
     }
-    let store = Store::connect(&config.database_url, &config.store)?;
+    let metrics = Metrics::new();
+    let store = Store::connect(&config.database_url, &config.store)?.with_metrics(metrics.clone());
     let deadline = tokio::time::Instant::now() + config.startup_timeout;
     retry_until(deadline, "applying migrations", || store.migrate()).await?;
     retry_until(deadline, "opening database connections", || store.warm_up()).await?;
@@ -150,12 +159,38 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     .await?;
 
     let (stop, stopped) = watch::channel(false);
+    let db_health = Arc::new(DatabaseHealth::new(metrics.clone()));
     let heartbeat = tokio::spawn(registry::heartbeat_task(
         store.clone(),
         me.clone(),
         config.heartbeat,
+        db_health.clone(),
         stopped.clone(),
     ));
+    follow_database_member(&store, &config.database_url, stopped.clone());
+    let census = Arc::new(CensusCache::new(store.clone()));
+    let window = Arc::new(Window::default());
+    tokio::spawn(status::window_task(
+        metrics.clone(),
+        window.clone(),
+        stopped.clone(),
+    ));
+    let metrics_addr = match config.metrics_listen {
+        Some(listen) => {
+            let listener = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot listen for /metrics on {listen}"))?;
+            let addr = listener.local_addr()?;
+            tokio::spawn(metrics::http::serve(
+                listener,
+                census.clone(),
+                stopped.clone(),
+            ));
+            tracing::info!(%addr, "serving /metrics");
+            Some(addr)
+        }
+        None => None,
+    };
     tokio::spawn(
         store
             .clone()
@@ -166,9 +201,24 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .set_serving::<pb::game_server::GameServer<GameService>>()
         .await;
     health.set_service_status("", ServingStatus::Serving).await;
+    tokio::spawn(health::report_task(
+        health.clone(),
+        db_health.subscribe(),
+        stopped.clone(),
+    ));
 
     let admission = Admission::new(config.admission);
     let admission_stats = admission.clone();
+    let status = Observed::new(
+        pb::status_server::StatusServer::new(StatusService::new(
+            server_id.clone(),
+            me.address.clone(),
+            census,
+            window,
+        )),
+        metrics.clone(),
+        calls::STATUS_METHODS,
+    );
     let game = pb::game_server::GameServer::new(GameService::new(
         store.clone(),
         server_id.clone(),
@@ -183,7 +233,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.server_ttl,
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
-    let incoming = incoming::accept(listener, config.connection_limits);
+    let game = Observed::new(game, metrics.clone(), calls::GAME_METHODS);
+    let health_service = Observed::new(health_service, metrics.clone(), calls::HEALTH_METHODS);
+    let registry = Observed::new(registry, metrics.clone(), calls::REGISTRY_METHODS);
+    let incoming =
+        incoming::accept_counted(listener, config.connection_limits, Some(metrics.clone()));
 
     let drain_store = store.clone();
     let mut stopping = stopped;
@@ -207,6 +261,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             .add_service(health_service)
             .add_service(game)
             .add_service(registry)
+            .add_service(status)
             .serve_with_incoming_shutdown(incoming, on_shutdown)
             .await
             .context("gRPC server failed")?;
@@ -224,11 +279,35 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     tracing::info!(%addr, id = %server_id, "ready");
     Ok(RunningServer {
         addr,
+        metrics_addr,
         server_id,
         admission: admission_stats,
         stop,
         task,
     })
+}
+
+/// Keeps the metrics' database member current: the primary Patroni names
+/// when following it, else the database URL's host and port.
+fn follow_database_member(store: &Store, url: &str, mut stop: watch::Receiver<bool>) {
+    let metrics = store.metrics().clone();
+    let Some(mut primary) = store.watch_primary() else {
+        if let Ok(opts) = url.parse::<sqlx::postgres::PgConnectOptions>() {
+            metrics.database_member(&format!("{}:{}", opts.get_host(), opts.get_port()));
+        }
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            if let Some(p) = primary.borrow_and_update().clone() {
+                metrics.database_member(&p.address.to_string());
+            }
+            tokio::select! {
+                changed = primary.changed() => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    });
 }
 
 /// Runs `op` until it succeeds or `deadline` passes (the database may still

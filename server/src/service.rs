@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 use crate::admission::{Admission, Permit, Priority};
 use crate::error::Error;
 use crate::limits::CallLimiter;
+use crate::metrics::calls::note_game;
 use crate::slow::SlowMode;
 use crate::store::{ActCall, Identity, LeaveCall, Store};
 use crate::token;
@@ -226,6 +227,7 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::WatchStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
         let _permit = self.enter(Priority::Spectate, None).await?;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.watch_state(req.into_inner()).await?))
     }
 
@@ -234,19 +236,23 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::ReplayRequest>,
     ) -> Result<Response<pb::ReplayReply>, Status> {
         let _permit = self.enter(Priority::Spectate, None).await?;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.get_replay(req.into_inner()).await?))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
         let _permit = self.enter(Priority::Join, None).await?;
         let peer = req.remote_addr().map(|a| a.ip());
-        Ok(Response::new(self.join(req.into_inner(), peer).await?))
+        let reply = self.join(req.into_inner(), peer).await?;
+        note_game(reply.game_id);
+        Ok(Response::new(reply))
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
         let _permit = self
             .enter(Priority::Play, Some(req.get_ref().game_id))
             .await?;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.act(req.into_inner()).await?))
     }
 
@@ -257,6 +263,7 @@ impl pb::game_server::Game for GameService {
         let _permit = self
             .enter(Priority::Play, Some(req.get_ref().game_id))
             .await?;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.get_state(req.into_inner()).await?))
     }
 
@@ -267,6 +274,7 @@ impl pb::game_server::Game for GameService {
         let _permit = self
             .enter(Priority::Play, Some(req.get_ref().game_id))
             .await?;
+        note_game(req.get_ref().game_id);
         Ok(Response::new(self.leave(req.into_inner()).await?))
     }
 

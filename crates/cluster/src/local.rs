@@ -6,7 +6,9 @@
 //! ([`LocalPostgres`]) in a given data directory or a throwaway one. Servers
 //! are processes of this very binary (`borbaman server …`, via
 //! `current_exe()`) or of a given binary, on OS-chosen ports; each one's
-//! readiness is its single stdout line, a [`ReadyLine`]. Their logs go to files in the log directory, never to the
+//! readiness is its single stdout line, a [`ReadyLine`]. Their logs go to
+//! files in the log directory (`server-N.log`, one JSON object per line
+//! unless the server arguments choose `--log-format`), never to the
 //! terminal (the UI owns it). Everything started here is stopped by PID when
 //! the cluster is dropped, and, should this process be killed outright, the
 //! servers get SIGTERM from the kernel (`PR_SET_PDEATHSIG`) and exit too.
@@ -178,6 +180,8 @@ pub enum ClusterError {
 struct ServerProcess {
     child: Child,
     address: String,
+    /// `host:port` of its `/metrics`, when started with `--metrics-listen`.
+    metrics: Option<String>,
     /// `false` once killed, terminated or exited.
     running: bool,
 }
@@ -553,6 +557,15 @@ impl LocalCluster {
             .collect()
     }
 
+    /// `host:port` of each running server's `/metrics` (servers started
+    /// with `--metrics-listen`), by server index.
+    pub fn metrics_addresses(&self) -> Vec<Option<String>> {
+        self.servers
+            .iter()
+            .map(|s| s.metrics.clone().filter(|_| s.running))
+            .collect()
+    }
+
     /// Process ids, by server index.
     pub fn pids(&self) -> Vec<u32> {
         self.servers.iter().map(|s| s.child.id()).collect()
@@ -697,6 +710,7 @@ impl LocalCluster {
             )
             .args(&self.server_args)
             .args(unlimited_unless_set(&self.server_args))
+            .args(json_logs_unless_set(&self.server_args))
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -760,9 +774,12 @@ impl LocalCluster {
             }
         };
         match ReadyLine::parse(&line) {
-            Some(ReadyLine { address, .. }) => Ok(ServerProcess {
+            Some(ReadyLine {
+                address, metrics, ..
+            }) => Ok(ServerProcess {
                 child,
                 address,
+                metrics,
                 running: true,
             }),
             None => Err(fail(&mut child, format!("unexpected first line {line:?}"))),
@@ -785,6 +802,15 @@ impl Drop for LocalCluster {
         }
         // `postgres` and `ha` drop after this: they stop the database.
     }
+}
+
+/// `--log-format=json` unless `args` chooses a format: logs in a cluster's
+/// log directory are read by machines more often than by people.
+fn json_logs_unless_set(args: &[String]) -> Option<&'static str> {
+    let set = args
+        .iter()
+        .any(|a| a == "--log-format" || a.starts_with("--log-format="));
+    (!set).then_some("--log-format=json")
 }
 
 /// The server flags that lift the rate and connection limits, less those

@@ -1,5 +1,6 @@
 //! The line a server prints on stdout once it serves:
-//! `borbaman-server listening on <addr> id=<id>`. Launchers (the local
+//! `borbaman-server listening on <addr> id=<id>`, and ` metrics=<addr>`
+//! when it serves `/metrics`. Launchers (the local
 //! cluster, tests) wait for it. Written by [`ReadyLine`]'s `Display` and read
 //! by [`ReadyLine::parse`], nowhere else.
 
@@ -14,6 +15,8 @@ pub struct ReadyLine {
     pub address: String,
     /// Its registry id.
     pub id: String,
+    /// `host:port` of its `/metrics`, if it serves them.
+    pub metrics: Option<String>,
 }
 
 impl ReadyLine {
@@ -22,17 +25,29 @@ impl ReadyLine {
         let rest = line.trim().strip_prefix(PREFIX)?;
         let mut parts = rest.split_whitespace();
         let address = parts.next()?.to_string();
-        let id = parts
-            .find_map(|p| p.strip_prefix("id="))
-            .unwrap_or_default()
-            .to_string();
-        Some(ReadyLine { address, id })
+        let (mut id, mut metrics) = (String::new(), None);
+        for part in parts {
+            if let Some(v) = part.strip_prefix("id=") {
+                id = v.to_string();
+            } else if let Some(v) = part.strip_prefix("metrics=") {
+                metrics = Some(v.to_string());
+            }
+        }
+        Some(ReadyLine {
+            address,
+            id,
+            metrics,
+        })
     }
 }
 
 impl fmt::Display for ReadyLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PREFIX}{} id={}", self.address, self.id)
+        write!(f, "{PREFIX}{} id={}", self.address, self.id)?;
+        if let Some(metrics) = &self.metrics {
+            write!(f, " metrics={metrics}")?;
+        }
+        Ok(())
     }
 }
 
@@ -45,8 +60,17 @@ mod tests {
         let line = ReadyLine {
             address: "127.0.0.1:4242".into(),
             id: "abc-1".into(),
+            metrics: None,
         };
-        assert_eq!(ReadyLine::parse(&format!("{line}\n")), Some(line));
+        assert_eq!(ReadyLine::parse(&format!("{line}\n")), Some(line.clone()));
+        let with_metrics = ReadyLine {
+            metrics: Some("127.0.0.1:9464".into()),
+            ..line
+        };
+        assert_eq!(
+            ReadyLine::parse(&with_metrics.to_string()),
+            Some(with_metrics)
+        );
         assert_eq!(ReadyLine::parse("some log line"), None);
     }
 }

@@ -12,11 +12,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use crate::metrics::{self, Metrics};
 
 /// The gates of the games written through this server right now.
 #[derive(Debug, Default)]
 pub(crate) struct Gates {
     games: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
+    /// Where the waits are counted, if anywhere.
+    metrics: Option<Metrics>,
 }
 
 /// Held while a call writes its game; the next call on the game through
@@ -32,10 +37,25 @@ impl Gates {
     /// served).
     pub(crate) async fn enter(&self, game_id: u64) -> Gate<'_> {
         let gate = self.map().entry(game_id).or_default().clone();
+        let asked = Instant::now();
+        let held = gate.lock_owned().await;
+        if let Some(m) = &self.metrics {
+            let waited = asked.elapsed();
+            m.gate_waited(waited);
+            metrics::calls::note_gate_wait(waited);
+        }
         Gate {
             gates: self,
             game_id,
-            held: Some(gate.lock_owned().await),
+            held: Some(held),
+        }
+    }
+
+    /// Gates whose waits are counted in `metrics`.
+    pub(crate) fn observed(metrics: Metrics) -> Gates {
+        Gates {
+            games: Mutex::default(),
+            metrics: Some(metrics),
         }
     }
 

@@ -38,6 +38,7 @@
 //!   server at a time.
 
 pub mod audit;
+mod census;
 pub mod follow;
 mod gates;
 pub mod play;
@@ -63,8 +64,10 @@ use tokio::time::Instant;
 use borbaman_game::{ROUND_TICKS, TICK_MS};
 
 use crate::error::Error;
+use crate::metrics::{self, Metrics};
 use follow::{Follower, Shared};
 
+pub use census::Census;
 pub use follow::{FollowOptions, Primary};
 pub use play::{ActCall, Acted, Identity, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
 pub use servers::LiveServer;
@@ -173,6 +176,8 @@ pub struct Store {
     cas_retries: Arc<AtomicU64>,
     /// Calls writing one game through this server take turns.
     gates: Arc<gates::Gates>,
+    /// Where database latency, CAS retries and gate waits are counted.
+    metrics: Metrics,
 }
 
 impl Store {
@@ -253,7 +258,21 @@ impl Store {
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
             gates: Arc::default(),
+            metrics: Metrics::new(),
         })
+    }
+
+    /// Counts this store's database latency, CAS retries, gate waits and
+    /// retention deletes in `metrics`. Call before cloning the store.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Store {
+        self.gates = Arc::new(gates::Gates::observed(metrics.clone()));
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics this store counts into.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The primary Patroni named and the pool now targets; `None` before
@@ -350,6 +369,8 @@ impl Store {
     /// before it to be worth doing again.
     async fn lost(&self, retry: u32) -> Result<bool, Error> {
         self.cas_retries.fetch_add(1, Ordering::Relaxed);
+        self.metrics.cas_retry();
+        metrics::calls::note_cas_retry();
         tracing::debug!(retry, "compare-and-set lost to another call; reading again");
         if retry >= MAX_CAS_ATTEMPTS {
             return Err(Error::Transient(format!(
@@ -362,7 +383,9 @@ impl Store {
     /// A connection from the pool for one attempt of a call (see
     /// [`Lease`]).
     async fn lease(&self) -> Result<Lease, Error> {
+        let asked = Instant::now();
         let conn = self.pool.acquire().await.map_err(Error::from_acquire)?;
+        self.metrics.db_acquired(asked.elapsed());
         Ok(Lease {
             conn: Some(conn),
             acquired_at: Instant::now(),
@@ -382,7 +405,13 @@ impl Store {
         let mut backoff = FIRST_BACKOFF;
         let mut attempts = 1;
         loop {
-            match tokio::time::timeout_at(deadline, op()).await {
+            let attempt = Instant::now();
+            let outcome = tokio::time::timeout_at(deadline, op()).await;
+            let elapsed = attempt.elapsed();
+            self.metrics
+                .db_attempt(elapsed, matches!(outcome, Ok(Ok(_))));
+            metrics::calls::note_db(elapsed);
+            match outcome {
                 Err(_elapsed) => return Err(self.timed_out()),
                 Ok(Ok(value)) => return Ok(value),
                 Ok(Err(err)) if err.is_transient() && attempts < MAX_ATTEMPTS => {

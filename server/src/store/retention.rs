@@ -77,6 +77,18 @@ impl Deleted {
     fn any(&self) -> bool {
         *self != Deleted::default()
     }
+
+    /// The rows by kind, as the metrics label them.
+    fn by_kind(&self) -> [(&'static str, i64); 6] {
+        [
+            ("finished_games", self.finished_games),
+            ("abandoned_games", self.abandoned_games),
+            ("sessions", self.sessions),
+            ("seats", self.seats),
+            ("actions", self.actions),
+            ("seat_log", self.seat_log),
+        ]
+    }
 }
 
 /// Deletes the games `$1` selects (locked, skipping games a call holds),
@@ -174,7 +186,12 @@ impl Store {
             let Some(conn) = holder.as_mut() else {
                 continue;
             };
-            match self.retention_pass(conn, &opts, &shutdown).await {
+            let pass = self.retention_pass(conn, &opts, &shutdown).await;
+            match &pass {
+                Ok(deleted) => self.metrics().retention_deleted(&deleted.by_kind()),
+                Err(_) => self.metrics().retention_failed(),
+            }
+            match pass {
                 Ok(deleted) if deleted.any() => tracing::info!(
                     finished_games = deleted.finished_games,
                     abandoned_games = deleted.abandoned_games,

@@ -1,0 +1,451 @@
+//! Operating a cluster: a real Prometheus scrapes every server while bots
+//! play, `promtool` accepts each server's `/metrics`, the game service's
+//! health follows the database, and `borbaman status` sees a killed server
+//! go.
+//!
+//! The Prometheus test needs Debian's `prometheus` package (prometheus and
+//! promtool), which scripts/test and .ci/run install; without it the test
+//! says so and passes as skipped.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use borbaman::bot::{BotTeam, spawn_bots};
+use borbaman_client::pool::PoolConfig;
+use tokio::sync::mpsc;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// A plain HTTP/1.0 GET of `path` on `addr`: the body, or why not.
+fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("read {addr}{path}: {e}"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP head from {addr}{path}"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        return Err(format!(
+            "{addr}{path}: {}",
+            head.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(body.to_string())
+}
+
+/// `text` percent-encoded for a query string.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn on_path(binary: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(binary))
+            .find(|p| p.is_file())
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// An instant vector: each series' labels and value.
+type Samples = Vec<(serde_json::Value, f64)>;
+
+/// A Prometheus process, killed by PID when dropped.
+struct Prometheus {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `targets` every second, with the
+    /// project's rules loaded; returns once it is ready.
+    fn start(binary: &Path, targets: &[String]) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/rules.yml");
+        let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+        let config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: borbaman\n    static_configs:\n      - targets: [{}]\n",
+            rules.display(),
+            targets.join(", ")
+        );
+        let config_path = dir.path().join("prometheus.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus");
+        let prometheus = Prometheus {
+            child,
+            addr,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(&prometheus.addr, "/-/ready").is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus never became ready; its log: {}",
+                std::fs::read_to_string(prometheus._dir.path().join("prometheus.log"))
+                    .unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        prometheus
+    }
+
+    /// The instant vector `query` evaluates to: (labels, value) pairs.
+    fn query(&self, query: &str) -> Samples {
+        let body = http_get(
+            &self.addr,
+            &format!("/api/v1/query?query={}", encode(query)),
+        )
+        .unwrap_or_else(|e| panic!("query {query}: {e}"));
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["status"], "success", "{body}");
+        json["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let value = r["value"][1].as_str().unwrap().parse::<f64>().unwrap();
+                (r["metric"].clone(), value)
+            })
+            .collect()
+    }
+
+    /// Waits until `query` returns one series per instance of `instances`,
+    /// each satisfying `ok`; the last answer if it never does.
+    fn wait_per_instance(
+        &self,
+        query: &str,
+        instances: &[String],
+        ok: impl Fn(f64) -> bool,
+        within: Duration,
+    ) -> Result<Samples, Samples> {
+        let deadline = Instant::now() + within;
+        loop {
+            let result = self.query(query);
+            let all = instances.iter().all(|i| {
+                result
+                    .iter()
+                    .any(|(labels, v)| labels["instance"] == i.as_str() && ok(*v))
+            });
+            if all {
+                return Ok(result);
+            }
+            if Instant::now() > deadline {
+                return Err(result);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_calls_and_latency_of_every_server_during_a_bot_game() {
+    let (Some(prometheus), Some(promtool)) = (on_path("prometheus"), on_path("promtool")) else {
+        eprintln!(
+            "SKIPPED: Debian's prometheus package (prometheus, promtool) is not installed; \
+             scripts/test installs it"
+        );
+        return;
+    };
+    let cluster = common::cluster_with(3, &["--round-ms=3000", "--metrics-listen=127.0.0.1:0"]);
+    let targets: Vec<String> = cluster
+        .metrics_addresses()
+        .into_iter()
+        .map(|a| a.expect("every server serves /metrics"))
+        .collect();
+    let prom = common::blocking(|| Prometheus::start(&prometheus, &targets));
+
+    // A short bot game: 4 bots, one game.
+    let (_stopper, stop) = borbaman::shutdown::channel();
+    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
+    let bots = spawn_bots(
+        &cluster.addresses(),
+        PoolConfig::default(),
+        &BotTeam {
+            games: Some(1),
+            ..BotTeam::new(4)
+        },
+        stop,
+        outcome_tx,
+    )
+    .await
+    .unwrap();
+    for _ in 0..4 {
+        tokio::time::timeout(Duration::from_secs(90), outcomes.recv())
+            .await
+            .expect("the bots finish their game")
+            .expect("bots report before they stop");
+    }
+    bots.join_all().await;
+
+    // Every server counted calls (health checks and registry lists reach
+    // each one; the game's calls go where the bots' pools sent them) and
+    // filled its latency histogram; the game's calls are counted in all.
+    let per_server = common::blocking(|| {
+        prom.wait_per_instance(
+            "sum by (instance) (borbaman_calls_total)",
+            &targets,
+            |v| v > 0.0,
+            Duration::from_secs(20),
+        )
+    })
+    .unwrap_or_else(|last| panic!("calls not counted on every server: {last:?}"));
+    eprintln!("calls per server: {per_server:?}");
+    common::blocking(|| {
+        prom.wait_per_instance(
+            "sum by (instance) (borbaman_call_duration_seconds_bucket{le=\"5\"})",
+            &targets,
+            |v| v > 0.0,
+            Duration::from_secs(20),
+        )
+    })
+    .unwrap_or_else(|last| panic!("histogram empty on a server: {last:?}"));
+    let acts = common::blocking(|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let acts = prom.query(
+                "sum(borbaman_calls_total{service=\"borbaman.v1.Game\",method=\"Act\",code=\"OK\"})",
+            );
+            let n = acts.first().map_or(0.0, |(_, v)| *v);
+            // A bot acts about 20 times a second through a game of
+            // several seconds.
+            if n >= 100.0 || Instant::now() > deadline {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    });
+    assert!(acts >= 100.0, "the game's acts were counted: {acts}");
+    let p99 = prom.query(
+        "histogram_quantile(0.99, sum by (le) (borbaman_call_duration_seconds_bucket{method=\"Act\"}))",
+    );
+    eprintln!("p99 of Act over the run: {p99:?}");
+    assert!(
+        p99.first().is_some_and(|(_, v)| *v > 0.0 && *v <= 5.0),
+        "the Act histogram gives a p99 within its buckets: {p99:?}"
+    );
+    // The project's rules load and evaluate.
+    let up = prom.query("up{job=\"borbaman\"}");
+    assert_eq!(up.len(), 3, "{up:?}");
+
+    // promtool accepts what every server exposes.
+    for target in &targets {
+        let text = http_get(target, "/metrics").unwrap();
+        assert!(text.contains("borbaman_build_info{"), "{target}");
+        let mut check = Command::new(&promtool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        check
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics refused {target}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+async fn health(addr: &str, service: &str) -> Option<ServingStatus> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect()
+        .await
+        .ok()?;
+    let mut client = HealthClient::new(channel);
+    let reply = client
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .ok()?;
+    ServingStatus::try_from(reply.into_inner().status).ok()
+}
+
+/// Polls the game service's health on `addr` until it is `want`.
+async fn wait_health(addr: &str, want: ServingStatus, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = health(addr, "borbaman.v1.Game").await;
+        if now == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the game service never became {want:?} (last: {now:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_game_service_is_not_serving_while_the_database_is_down() {
+    let mut cluster = common::cluster_with(1, &["--metrics-listen=127.0.0.1:0"]);
+    let addr = cluster.addresses()[0].clone();
+    let metrics = cluster.metrics_addresses()[0].clone().unwrap();
+    wait_health(&addr, ServingStatus::Serving, Duration::from_secs(5)).await;
+
+    common::blocking(|| cluster.stop_database()).unwrap();
+    // Two failed heartbeats (250 ms apart, each up to the 500 ms database
+    // deadline).
+    wait_health(&addr, ServingStatus::NotServing, Duration::from_secs(10)).await;
+    assert_eq!(
+        health(&addr, "").await,
+        Some(ServingStatus::Serving),
+        "the process itself still serves: clients keep it"
+    );
+    let text = common::blocking(|| http_get(&metrics, "/metrics")).unwrap();
+    assert!(
+        text.contains("borbaman_database_writable 0"),
+        "the metrics say so too"
+    );
+
+    common::blocking(|| cluster.start_database()).unwrap();
+    wait_health(&addr, ServingStatus::Serving, Duration::from_secs(15)).await;
+    let text = common::blocking(|| http_get(&metrics, "/metrics")).unwrap();
+    assert!(text.contains("borbaman_database_writable 1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_three_servers_then_a_killed_one_gone() {
+    let mut cluster = common::cluster(3);
+    let seed = vec![cluster.addresses()[0].clone()];
+    let timeout = Duration::from_millis(400);
+    let started = Instant::now();
+    let screen = borbaman::status::look(&seed, None, timeout).await;
+    eprintln!("{} (in {:?})", screen.render(), started.elapsed());
+    assert_eq!(screen.live, 3, "{}", screen.render());
+    assert!(screen.servers.iter().all(|s| s.reachable && s.listed));
+    assert!(screen.games_waiting.is_some(), "the games were counted");
+
+    let killed = cluster.addresses()[2].clone();
+    common::blocking(|| cluster.kill(2)).unwrap();
+    let killed_at = Instant::now();
+    let deadline = killed_at + Duration::from_secs(10);
+    loop {
+        let screen = borbaman::status::look(&seed, None, timeout).await;
+        let gone = screen
+            .servers
+            .iter()
+            .find(|s| s.address == killed)
+            .is_none_or(|s| !s.reachable);
+        if gone && screen.live == 2 {
+            eprintln!(
+                "{}killed server gone after {:?}",
+                screen.render(),
+                killed_at.elapsed()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed server {killed} still shows as live:\n{}",
+            screen.render()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_gets_the_calls_server_timing_back() {
+    let cluster = common::cluster(1);
+    let addr = cluster.addresses()[0].clone();
+    let mut game = borbaman_proto::pb::game_client::GameClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let join = |name: &str| borbaman_proto::pb::JoinRequest {
+        name: name.into(),
+        ..Default::default()
+    };
+    let mut asked = tonic::Request::new(join("timed"));
+    asked
+        .metadata_mut()
+        .insert("borbaman-timing", "1".parse().unwrap());
+    let reply = game.join(asked).await.unwrap();
+    let timing = reply
+        .metadata()
+        .get("borbaman-timing")
+        .expect("the timing comes back when asked for")
+        .to_str()
+        .unwrap()
+        .to_string();
+    // gate=…;db=…;cas=…, and a join spends time in the database.
+    let fields: Vec<(&str, f64)> = timing
+        .split(';')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            (k, v.parse::<f64>().expect("a number"))
+        })
+        .collect();
+    assert_eq!(
+        fields.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        ["gate", "db", "cas"],
+        "{timing}"
+    );
+    assert!(
+        fields[1].1 > 0.0,
+        "a join spends time in the database: {timing}"
+    );
+
+    let plain = game.join(join("untimed")).await.unwrap();
+    assert!(
+        plain.metadata().get("borbaman-timing").is_none(),
+        "nothing is added unless asked for"
+    );
+}

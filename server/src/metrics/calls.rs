@@ -1,0 +1,332 @@
+//! Every gRPC call, counted, timed and logged, by a wrapper around each
+//! service ([`Observed`]).
+//!
+//! The wrapper sees the HTTP/2 request and the response head: the method is
+//! the path's last segment, the outcome the `grpc-status` and
+//! `borbaman-reason` of the answer (a unary call that succeeded carries its
+//! status in the trailers, so a head without one is `OK`). Method names
+//! outside the service's own list are counted as `unknown`, so no client can
+//! make up labels. Each call also logs one event at debug level (target
+//! `borbaman_server::calls`): service, method, game, duration and outcome.
+//!
+//! Code inside a call (the service, the store) notes what the head cannot
+//! show through [`note_game`], [`note_gate_wait`], [`note_db`] and
+//! [`note_cas_retry`], into a task-local [`CallNote`]; outside a call they
+//! do nothing. A client that sends the metadata key [`TIMING_KEY`] gets
+//! that note back under the same key in the answer's head:
+//! `gate=0.012;db=0.734;cas=0` (milliseconds, and retries), to attribute
+//! its tail latency.
+
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use borbaman_proto::Reason;
+use borbaman_proto::reason::REASON_KEY;
+use tonic::body::Body;
+use tonic::codegen::Service;
+use tonic::codegen::http::{HeaderValue, Request, Response};
+use tonic::server::NamedService;
+use tonic::transport::server::TcpConnectInfo;
+
+use super::{Metrics, Refusal};
+
+/// Request metadata key asking for the call's server timing, and the
+/// answer's key carrying it.
+pub const TIMING_KEY: &str = "borbaman-timing";
+
+/// The `Game` service's methods (a test checks them against the proto).
+pub const GAME_METHODS: &[&str] = &[
+    "Join",
+    "Act",
+    "GetState",
+    "Leave",
+    "Rankings",
+    "GetReplay",
+    "ListGames",
+    "WatchState",
+    "Ping",
+];
+pub const REGISTRY_METHODS: &[&str] = &["ListServers"];
+pub const HEALTH_METHODS: &[&str] = &["Check", "Watch"];
+pub const STATUS_METHODS: &[&str] = &["GetStatus"];
+
+tokio::task_local! {
+    static NOTE: CallNote;
+}
+
+/// What a call's code notes while it runs (see the module docs).
+#[derive(Debug, Default)]
+pub struct CallNote {
+    game: Cell<u64>,
+    gate_wait_us: Cell<u64>,
+    db_us: Cell<u64>,
+    cas_retries: Cell<u32>,
+}
+
+impl CallNote {
+    /// The header value of [`TIMING_KEY`].
+    fn timing(&self) -> String {
+        format!(
+            "gate={:.3};db={:.3};cas={}",
+            self.gate_wait_us.get() as f64 / 1000.0,
+            self.db_us.get() as f64 / 1000.0,
+            self.cas_retries.get()
+        )
+    }
+}
+
+/// The game this call is about (for its log event).
+pub fn note_game(game_id: u64) {
+    let _ = NOTE.try_with(|n| n.game.set(game_id));
+}
+
+/// Time this call waited behind its game's gate.
+pub fn note_gate_wait(waited: Duration) {
+    let _ = NOTE.try_with(|n| add_us(&n.gate_wait_us, waited));
+}
+
+/// Time this call spent in one database transaction attempt.
+pub fn note_db(elapsed: Duration) {
+    let _ = NOTE.try_with(|n| add_us(&n.db_us, elapsed));
+}
+
+/// This call's compare-and-set lost once and read again.
+pub fn note_cas_retry() {
+    let _ = NOTE.try_with(|n| n.cas_retries.set(n.cas_retries.get() + 1));
+}
+
+fn add_us(cell: &Cell<u64>, d: Duration) {
+    cell.set(cell.get().saturating_add(d.as_micros() as u64));
+}
+
+/// A service whose every call is counted, timed and logged.
+#[derive(Clone, Debug)]
+pub struct Observed<S> {
+    inner: S,
+    metrics: Metrics,
+    methods: &'static [&'static str],
+}
+
+impl<S: NamedService> Observed<S> {
+    /// Wraps `inner`, whose methods are `methods`.
+    pub fn new(inner: S, metrics: Metrics, methods: &'static [&'static str]) -> Self {
+        Observed {
+            inner,
+            metrics,
+            methods,
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for Observed<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<Request<Body>> for Observed<S>
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+        + NamedService
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let started = Instant::now();
+        let method = method_label(req.uri().path(), self.methods);
+        let wants_timing = req.headers().contains_key(TIMING_KEY);
+        let game_service = S::NAME == GAME_SERVICE;
+        if game_service
+            && method == "WatchState"
+            && let Some(peer) = req
+                .extensions()
+                .get::<TcpConnectInfo>()
+                .and_then(|info| info.remote_addr())
+        {
+            self.metrics.watched(peer);
+        }
+        // The service that was polled ready serves this call; its clone
+        // is ready for the next (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let metrics = self.metrics.clone();
+        Box::pin(NOTE.scope(CallNote::default(), async move {
+            let mut response = inner.call(req).await?;
+            let elapsed = started.elapsed();
+            let headers = response.headers();
+            let code = code_label(headers.get("grpc-status"));
+            let reason = reason_label(headers.get(REASON_KEY));
+            metrics.call(S::NAME, method, code, reason, elapsed, game_service);
+            match reason {
+                r if r == Reason::RateLimited.as_str() => metrics.refused(Refusal::RateLimit),
+                r if r == Reason::ServerFull.as_str() => metrics.refused(Refusal::ServerFull),
+                _ => {}
+            }
+            NOTE.with(|note| {
+                tracing::debug!(
+                    target: "borbaman_server::calls",
+                    service = S::NAME,
+                    method,
+                    game = note.game.get(),
+                    duration_us = elapsed.as_micros() as u64,
+                    code,
+                    reason,
+                    "call"
+                );
+                if wants_timing && let Ok(value) = HeaderValue::from_str(&note.timing()) {
+                    response.headers_mut().insert(TIMING_KEY, value);
+                }
+            });
+            Ok(response)
+        }))
+    }
+}
+
+/// The `Game` service's full name.
+const GAME_SERVICE: &str = "borbaman.v1.Game";
+
+/// The method label of `path` (`/package.Service/Method`): the method if
+/// it is one of `methods`, else `unknown`.
+pub fn method_label(path: &str, methods: &'static [&'static str]) -> &'static str {
+    let name = path.rsplit('/').next().unwrap_or("");
+    methods
+        .iter()
+        .find(|m| **m == name)
+        .copied()
+        .unwrap_or("unknown")
+}
+
+/// The canonical name of a `grpc-status` header; none means `OK`.
+fn code_label(status: Option<&HeaderValue>) -> &'static str {
+    let Some(status) = status else { return "OK" };
+    let code = status
+        .to_str()
+        .ok()
+        .and_then(|s| s.parse::<i32>().ok())
+        .map(tonic::Code::from_i32)
+        .unwrap_or(tonic::Code::Unknown);
+    code_name(code)
+}
+
+/// gRPC's canonical upper-case code names.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A `borbaman-reason` label: a known reason, `none`, or `other`.
+fn reason_label(reason: Option<&HeaderValue>) -> &'static str {
+    match reason {
+        None => "none",
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|s| Reason::from_str(s).ok())
+            .map(Reason::as_str)
+            .unwrap_or("other"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_outside_the_list_are_unknown() {
+        assert_eq!(method_label("/borbaman.v1.Game/Act", GAME_METHODS), "Act");
+        assert_eq!(
+            method_label("/borbaman.v1.Game/Exfiltrate", GAME_METHODS),
+            "unknown"
+        );
+        assert_eq!(method_label("", GAME_METHODS), "unknown");
+    }
+
+    #[test]
+    fn the_method_lists_match_the_proto() {
+        let proto = include_str!("../../../proto/borbaman.proto");
+        for (service, methods) in [
+            ("Game", GAME_METHODS),
+            ("Registry", REGISTRY_METHODS),
+            ("Status", STATUS_METHODS),
+        ] {
+            let body = proto
+                .split(&format!("service {service} {{"))
+                .nth(1)
+                .and_then(|rest| rest.split('}').next())
+                .unwrap_or_else(|| panic!("service {service} not in the proto"));
+            let declared: Vec<&str> = body
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("rpc "))
+                .filter_map(|l| l.split('(').next())
+                .map(str::trim)
+                .collect();
+            assert_eq!(declared, methods, "service {service}");
+        }
+    }
+
+    #[test]
+    fn outcomes_are_canonical_codes_and_known_reasons() {
+        assert_eq!(code_label(None), "OK");
+        assert_eq!(
+            code_label(Some(&HeaderValue::from_static("14"))),
+            "UNAVAILABLE"
+        );
+        assert_eq!(code_label(Some(&HeaderValue::from_static("x"))), "UNKNOWN");
+        assert_eq!(reason_label(None), "none");
+        assert_eq!(
+            reason_label(Some(&HeaderValue::from_static("server-full"))),
+            "server-full"
+        );
+        assert_eq!(
+            reason_label(Some(&HeaderValue::from_static("made-up"))),
+            "other"
+        );
+    }
+
+    #[tokio::test]
+    async fn notes_reach_the_call_and_nothing_outside_one() {
+        note_game(7); // outside a call: ignored
+        let timing = NOTE
+            .scope(CallNote::default(), async {
+                note_game(42);
+                note_gate_wait(Duration::from_micros(1500));
+                note_db(Duration::from_micros(700));
+                note_db(Duration::from_micros(300));
+                note_cas_retry();
+                NOTE.with(|n| (n.game.get(), n.timing()))
+            })
+            .await;
+        assert_eq!(timing, (42, "gate=1.500;db=1.000;cas=1".to_string()));
+    }
+}

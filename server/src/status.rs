@@ -1,0 +1,280 @@
+//! The `Status` gRPC service: what a server says about itself in one
+//! call, for `borbaman status`.
+//!
+//! Rates and quantiles over the last seconds come from a [`Window`] of
+//! per-second snapshots of the call tally (see [`crate::metrics::Tally`]),
+//! taken by [`window_task`]; the counts of games and players come from a
+//! [`CensusCache`], one database read at most once a second however many
+//! scrapes and status calls ask.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use borbaman_proto::pb;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use crate::metrics::{self, Metrics, TallySnapshot};
+use crate::store::{Census, Store};
+
+/// Calls per second are counted over this much of the recent past.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+/// Quantiles and refusals cover this much.
+pub const MINUTE: Duration = Duration::from_secs(60);
+/// A census this young is answered without asking the database again.
+const CENSUS_FRESH: Duration = Duration::from_secs(1);
+/// Longest a status call or scrape waits for the census.
+const CENSUS_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The recent summary of one server's calls.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Recent {
+    pub calls_per_s: f64,
+    /// `None` without calls in the last minute.
+    pub p99: Option<Duration>,
+    pub refusals_last_minute: u64,
+}
+
+/// Per-second tally snapshots of the last minute, oldest first.
+#[derive(Debug, Default)]
+pub struct Window {
+    snapshots: Mutex<VecDeque<TallySnapshot>>,
+}
+
+impl Window {
+    /// Keeps `snap`, forgetting what is older than a minute before it.
+    pub fn push(&self, snap: TallySnapshot) {
+        let mut snaps = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        while snaps
+            .front()
+            .is_some_and(|old| snap.at.duration_since(old.at) > MINUTE + Duration::from_secs(1))
+        {
+            snaps.pop_front();
+        }
+        snaps.push_back(snap);
+    }
+
+    /// The summary up to `now`.
+    pub fn recent(&self, now: &TallySnapshot) -> Recent {
+        let mut snaps = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        recent(snaps.make_contiguous(), now)
+    }
+}
+
+/// The summary of `history` (oldest first) up to `now`: the rate since the
+/// oldest snapshot within [`RATE_WINDOW`], the p99 and refusals since the
+/// oldest within [`MINUTE`]. With no history (a server just started), since
+/// its start, when every count was zero.
+pub fn recent(history: &[TallySnapshot], now: &TallySnapshot) -> Recent {
+    let since = |window: Duration| {
+        history
+            .iter()
+            .find(|s| now.at.saturating_duration_since(s.at) <= window)
+    };
+    let rate = match since(RATE_WINDOW) {
+        Some(old) if now.at > old.at => {
+            let calls = now.calls().saturating_sub(old.calls());
+            calls as f64 / now.at.duration_since(old.at).as_secs_f64()
+        }
+        _ => 0.0,
+    };
+    let (buckets, refusals) = match since(MINUTE) {
+        Some(old) => (
+            metrics::delta(&now.buckets, &old.buckets),
+            now.refusals.saturating_sub(old.refusals),
+        ),
+        None => (now.buckets.clone(), now.refusals),
+    };
+    Recent {
+        calls_per_s: rate,
+        p99: metrics::quantile(&metrics::CALL_BUCKETS, &buckets, 0.99).map(Duration::from_secs_f64),
+        refusals_last_minute: refusals,
+    }
+}
+
+/// Snapshots the tally into `window` every second until `stop`.
+pub async fn window_task(metrics: Metrics, window: Arc<Window>, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => window.push(metrics.tally()),
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// The last census, refreshed on demand at most once a second.
+#[derive(Debug)]
+pub struct CensusCache {
+    store: Store,
+    last: tokio::sync::Mutex<Option<(Instant, Census)>>,
+}
+
+impl CensusCache {
+    pub fn new(store: Store) -> CensusCache {
+        CensusCache {
+            store,
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        self.store.metrics()
+    }
+
+    /// A census at most a second old, asking the database if needed
+    /// (briefly: a scrape must not hang on a database that is down);
+    /// `None` if there is none.
+    pub async fn refresh(&self) -> Option<Census> {
+        let mut last = self.last.lock().await;
+        if let Some((at, census)) = *last
+            && at.elapsed() < CENSUS_FRESH
+        {
+            return Some(census);
+        }
+        match tokio::time::timeout(CENSUS_TIMEOUT, self.store.census()).await {
+            Ok(Ok(census)) => {
+                self.metrics().census(
+                    census.games_waiting,
+                    census.games_running,
+                    census.players_seated,
+                );
+                *last = Some((Instant::now(), census));
+                Some(census)
+            }
+            _ => {
+                // Keep answering from memory, but no older than a minute.
+                last.filter(|(at, _)| at.elapsed() < MINUTE).map(|(_, c)| c)
+            }
+        }
+    }
+}
+
+/// The `Status` service.
+#[derive(Clone, Debug)]
+pub struct StatusService {
+    server_id: Arc<str>,
+    address: String,
+    census: Arc<CensusCache>,
+    window: Arc<Window>,
+}
+
+impl StatusService {
+    pub fn new(
+        server_id: Arc<str>,
+        address: String,
+        census: Arc<CensusCache>,
+        window: Arc<Window>,
+    ) -> Self {
+        StatusService {
+            server_id,
+            address,
+            census,
+            window,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::status_server::Status for StatusService {
+    async fn get_status(
+        &self,
+        _req: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusReply>, Status> {
+        let census = self.census.refresh().await;
+        let metrics = self.census.metrics();
+        let recent = self.window.recent(&metrics.tally());
+        let (member, changes) = metrics.database_member_now();
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Response::new(pb::StatusReply {
+            server_id: self.server_id.to_string(),
+            address: self.address.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: metrics::build_commit().to_string(),
+            uptime_ms: metrics.uptime().as_millis() as u64,
+            calls_per_s: recent.calls_per_s,
+            p99_ms: recent.p99.map_or(0.0, |p| p.as_secs_f64() * 1000.0),
+            database_member: member.unwrap_or_default(),
+            database_member_changes: changes,
+            database_writable: metrics.is_database_writable(),
+            games_waiting: census.map(|c| count(c.games_waiting)),
+            games_running: census.map(|c| count(c.games_running)),
+            players_seated: census.map(|c| count(c.players_seated)),
+            refusals_last_minute: recent.refusals_last_minute,
+            connections_open: u32::try_from(metrics.connections_open().max(0)).unwrap_or(0),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(
+        at: std::time::Instant,
+        calls_in_first: u64,
+        slow: u64,
+        refusals: u64,
+    ) -> TallySnapshot {
+        let mut buckets = vec![0; metrics::CALL_BUCKETS.len() + 1];
+        buckets[0] = calls_in_first;
+        buckets[12] = slow; // 75-100 ms
+        TallySnapshot {
+            at,
+            buckets,
+            refusals,
+        }
+    }
+
+    #[test]
+    fn rates_cover_ten_seconds_and_quantiles_a_minute() {
+        let t0 = std::time::Instant::now();
+        let s = |secs| t0 + Duration::from_secs(secs);
+        // 100 s of history: 1000 fast calls by t=40, then 50 calls/s, and
+        // two slow calls a second from t=80 on.
+        let history: Vec<TallySnapshot> = (0..=99u64)
+            .map(|t| {
+                let fast = 1000 + 50 * t.saturating_sub(40);
+                let slow = 2 * t.saturating_sub(80);
+                snap(s(t), fast, slow, t / 10)
+            })
+            .collect();
+        let now = snap(s(100), 1000 + 50 * 60, 40, 10);
+        let r = recent(&history, &now);
+        // (50 × 10 fast + 20 slow) / 10 s.
+        assert!((r.calls_per_s - 52.0).abs() < 1e-9, "{}", r.calls_per_s);
+        // In the last minute 3000 fast and 40 slow calls: the slowest 1 %
+        // are all slow ones, so p99 falls in their bucket.
+        let p99 = r.p99.expect("calls");
+        assert!(p99 > Duration::from_millis(75) && p99 <= Duration::from_millis(100));
+        assert_eq!(r.refusals_last_minute, 10 - 4);
+    }
+
+    #[test]
+    fn a_new_server_counts_from_zero() {
+        let t0 = std::time::Instant::now();
+        let r = recent(&[], &snap(t0, 5, 0, 2));
+        assert_eq!(r.calls_per_s, 0.0);
+        assert!(r.p99.unwrap() <= Duration::from_micros(500));
+        assert_eq!(r.refusals_last_minute, 2);
+        let idle = recent(
+            &[snap(t0, 0, 0, 0)],
+            &snap(t0 + Duration::from_secs(1), 0, 0, 0),
+        );
+        assert_eq!(idle.p99, None);
+    }
+
+    #[test]
+    fn the_window_forgets_what_is_older_than_a_minute() {
+        let w = Window::default();
+        let t0 = std::time::Instant::now();
+        for t in 0..120 {
+            w.push(snap(t0 + Duration::from_secs(t), t, 0, 0));
+        }
+        let len = w.snapshots.lock().unwrap().len();
+        assert!((61..=62).contains(&len), "{len}");
+    }
+}
