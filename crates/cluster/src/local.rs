@@ -29,7 +29,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -162,6 +162,8 @@ struct ServerProcess {
     address: String,
     /// `false` once killed, terminated or exited.
     running: bool,
+    /// Where its log (stderr) goes.
+    log: PathBuf,
 }
 
 /// A running local cluster. Dropping it stops every process it started.
@@ -396,6 +398,15 @@ impl LocalCluster {
             signal(&server.child, libc::SIGUSR2);
         }
         Ok(())
+    }
+
+    /// The log file of the process now in slot `i` (tests wait for its
+    /// lines: "slow mode on", "stopped").
+    pub fn server_log(&self, i: usize) -> Result<&Path, ClusterError> {
+        self.servers
+            .get(i)
+            .map(|server| server.log.as_path())
+            .ok_or(ClusterError::NoSuchServer(i))
     }
 
     /// Cuts server `i` off the database: its proxy closes every connection
@@ -656,6 +667,7 @@ impl LocalCluster {
                 child,
                 address,
                 running: true,
+                log,
             }),
             None => Err(fail(&mut child, format!("unexpected first line {line:?}"))),
         }
