@@ -105,6 +105,11 @@ const INSTALL: &str = "apt-get install patroni etcd-server etcd-client";
 const TTL: u32 = 5;
 const LOOP_WAIT: u32 = 1;
 const RETRY_TIMEOUT: u32 = 2;
+/// The longest a primary that lost its leader lock can stay primary before
+/// another member takes over: the lease, one HA loop and the retry budget.
+/// A check that "nothing failed over" must watch at least this long.
+pub const LEADER_LEASE_WORST: Duration =
+    Duration::from_secs((TTL + LOOP_WAIT + RETRY_TIMEOUT) as u64);
 /// How long everything may take to stop on drop before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Part of [`STOP_GRACE`] given to Patroni (it stops PostgreSQL first).
