@@ -19,6 +19,7 @@
 
 pub mod ha;
 pub mod local;
+mod ports;
 pub mod postgres;
 mod process;
 pub mod proxy;
