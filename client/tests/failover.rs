@@ -5,10 +5,11 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::wait;
 use borbaman_proto::pb::Action;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,6 +60,8 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
     let mut player = players.remove(0);
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
+    let answered = Arc::new(AtomicU64::new(0));
+    let answers = answered.clone();
     let caller = tokio::spawn(async move {
         let mut acknowledged = BTreeSet::new();
         let mut failovers = 0;
@@ -78,17 +81,30 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
                 .expect("every call succeeds");
             assert_eq!(reply.seq, seq);
             acknowledged.insert(seq as i64);
+            answers.fetch_add(1, Ordering::Relaxed);
             failovers += info.failed_over as u32;
             i += 1;
         }
         (player, acknowledged, failovers)
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kill the current server twice, each time once calls stream again.
+    let calls_after = |n: u64| {
+        let answered = answered.clone();
+        async move {
+            let what = format!("{n} answered calls");
+            wait::until(&what, Duration::from_secs(15), || {
+                let done = answered.load(Ordering::Relaxed) >= n;
+                async move { done.then_some(()) }
+            })
+            .await
+        }
+    };
+    calls_after(10).await;
     for _ in 0..2 {
         let victim = pool.status().current.expect("a current server");
         let index = cluster.index_of(&victim).unwrap();
         common::blocking(|| cluster.kill(index)).unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        calls_after(answered.load(Ordering::Relaxed) + 10).await;
     }
     stop.store(true, Ordering::Relaxed);
     let (player, acknowledged, failovers) = caller.await.unwrap();
@@ -137,9 +153,11 @@ async fn a_hung_server_is_hedged_around_and_the_act_applied_once() {
     );
     assert_ne!(pool.status().current.as_deref(), Some(victim.as_str()));
 
-    // The hung server wakes up and runs the copy it was sent.
+    // The hung server wakes up and runs the copy it was sent: once it
+    // answers again it has read it; drained and stopped, it has finished it.
     cluster.resume(index).unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::until_answers(&victim).await;
+    common::drain(&mut cluster, index);
     let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
     assert_eq!(
         applied.iter().filter(|&&s| s == seq as i64).count(),
@@ -169,15 +187,12 @@ async fn with_every_server_down_a_call_waits_says_so_and_goes_on_when_one_is_bac
         let result = player.act(Action::Idle).await;
         (player, result)
     });
-    let mut waiting = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if pool.status().waiting_for_server {
-            waiting = true;
-            break;
-        }
-    }
-    assert!(waiting, "the pool says it is waiting for a server");
+    wait::until(
+        "the pool to say it is waiting for a server",
+        Duration::from_secs(2),
+        || async { pool.status().waiting_for_server.then_some(()) },
+    )
+    .await;
     assert!(!call.is_finished());
     common::blocking(|| cluster.restart(0)).unwrap();
 

@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::wait;
 use borbaman_proto::pb::Action;
 
 /// The current server loses the database: it answers "database
@@ -54,21 +55,22 @@ async fn a_partitioned_server_is_left_for_one_that_can_commit() {
 
     // Healed, the server commits again: ask it directly.
     cluster.heal_database(index).unwrap();
-    let mut game = borbaman_proto::pb::game_client::GameClient::connect(format!("http://{victim}"))
+    let game = borbaman_proto::pb::game_client::GameClient::connect(format!("http://{victim}"))
         .await
         .unwrap();
-    let mut committed = false;
-    for _ in 0..100 {
-        let ranked = game
-            .rankings(borbaman_proto::pb::RankingsRequest { limit: 1 })
-            .await;
-        if ranked.is_ok() {
-            committed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(committed, "the healed server reaches the database again");
+    wait::until(
+        "the healed server to answer a database read",
+        Duration::from_secs(5),
+        || {
+            let mut game = game.clone();
+            async move {
+                game.rankings(borbaman_proto::pb::RankingsRequest { limit: 1 })
+                    .await
+                    .ok()
+            }
+        },
+    )
+    .await;
     assert!(cluster.proxy(index).unwrap().open_connections() > 0);
 
     let next = player.act(Action::Idle).await.expect("the game goes on");
@@ -96,6 +98,7 @@ async fn a_partitioned_server_beside_a_slow_one_does_not_stall_calls() {
     let other = 1 - index;
     cluster.partition_database(index).unwrap();
     cluster.slow(other).unwrap();
+    common::until_slow(&cluster, other).await;
 
     let seq = player.next_seq();
     let (reply, info) = player
@@ -141,9 +144,9 @@ async fn a_slow_server_is_hedged_around() {
     let victim = pool.status().current.expect("a current server");
     let index = cluster.index_of(&victim).unwrap();
     cluster.slow(index).unwrap();
-    // The signal is handled by a task of the server's: give it a moment on
-    // a loaded machine, or the next call can still find the server fast.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The signal is handled by a task of the server's: until it logs so,
+    // the next call can still find the server fast.
+    common::until_slow(&cluster, index).await;
 
     let seq = player.next_seq();
     let (reply, info) = player.act(Action::Bomb).await.expect("answered");
@@ -157,8 +160,10 @@ async fn a_slow_server_is_hedged_around() {
     assert_ne!(pool.status().current.as_deref(), Some(victim.as_str()));
     assert!(pool.status().live.contains(&victim), "slow, not dropped");
 
+    // The slow server's copy of the call may still be waiting: stop the
+    // server gracefully, which drains its calls, before counting.
     cluster.unslow(index).unwrap();
-    tokio::time::sleep(SLOW).await;
+    common::drain(&mut cluster, index);
     let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
     assert_eq!(
         applied.iter().filter(|&&s| s == seq as i64).count(),

@@ -11,7 +11,7 @@ use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use tokio::sync::mpsc;
-use tonic::transport::{Certificate, ClientTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 /// A CA and a certificate for 127.0.0.1 signed by it, written to `dir` as
 /// ca.pem, cert.pem and key.pem.
@@ -27,6 +27,28 @@ fn make_certificates(dir: &Path) {
     std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
     std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
     std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+}
+
+/// Opens a TLS connection to `address` with `tls`; the error and its
+/// sources in one line if it fails.
+async fn tls_connect(address: &str, tls: ClientTlsConfig) -> Result<(), String> {
+    let endpoint = Endpoint::from_shared(format!("https://{address}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5));
+    match endpoint.connect().await {
+        Ok(_) => Ok(()),
+        Err(err) => {
+            let mut chain = err.to_string();
+            let mut source = std::error::Error::source(&err);
+            while let Some(cause) = source {
+                chain.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            Err(chain)
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,8 +83,23 @@ async fn bots_that_trust_the_ca_play_a_game_over_tls() {
         assert!(joined.is_err(), "a client without the CA joined");
     }
 
-    // With it: a whole game.
+    // Refused for the certificate: a TLS client without the CA fails its
+    // handshake on the server's certificate, and the same client with the
+    // CA connects.
     let ca = Certificate::from_pem(std::fs::read(dir.path().join("ca.pem")).unwrap());
+    let address = &cluster.addresses()[0];
+    let refused = tls_connect(address, ClientTlsConfig::new())
+        .await
+        .expect_err("a TLS client without the CA connected");
+    assert!(
+        refused.contains("certificate") && refused.contains("UnknownIssuer"),
+        "refused, but not for the server's certificate: {refused}"
+    );
+    tls_connect(address, ClientTlsConfig::new().ca_certificate(ca.clone()))
+        .await
+        .expect("a TLS client with the CA connects");
+
+    // With it: a whole game.
     let trusted = PoolConfig {
         tls: Some(ClientTlsConfig::new().ca_certificate(ca)),
         ..PoolConfig::default()

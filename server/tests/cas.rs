@@ -6,8 +6,11 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use borbaman_cluster::wait;
 use borbaman_proto::pb;
 use common::*;
 
@@ -52,20 +55,27 @@ async fn a_stopped_server_holds_nothing_that_blocks_the_other_players() {
     let game_id = players[0].game_id;
     let db = sql(&pg.url()).await;
 
+    let stuck_players = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for mut player in players {
-        let (mut ca, mut cb) = (ca.clone(), cb.clone());
+        let (ca, mut cb) = (ca.clone(), cb.clone());
+        let stuck_players = stuck_players.clone();
         tasks.push(tokio::spawn(async move {
             let mut acked = 0u64;
-            // Act on A until a call does not answer: A was stopped.
-            let stuck = loop {
+            // Act on A until a call does not answer: A was stopped. The
+            // call is left running, to see how it ends when A wakes up.
+            let (stuck, on_a) = loop {
                 let req = player.act_request(pb::Action::Idle);
-                match tokio::time::timeout(Duration::from_millis(200), ca.act(req.clone())).await {
-                    Ok(Ok(_)) => acked += 1,
-                    Ok(Err(e)) => panic!("{e:?}"),
-                    Err(_) => break req,
+                let mut ca = ca.clone();
+                let sent = req.clone();
+                let mut call = tokio::spawn(async move { ca.act(sent).await });
+                match tokio::time::timeout(Duration::from_millis(200), &mut call).await {
+                    Ok(Ok(Ok(_))) => acked += 1,
+                    Ok(outcome) => panic!("{outcome:?}"),
+                    Err(_) => break (req, call),
                 }
             };
+            stuck_players.fetch_add(1, Ordering::Relaxed);
             // The call A left unanswered, then more, through B.
             let mut slowest = Duration::ZERO;
             let mut req = stuck;
@@ -76,29 +86,52 @@ async fn a_stopped_server_holds_nothing_that_blocks_the_other_players() {
                 acked += 1;
                 req = player.act_request(pb::Action::Idle);
             }
-            (acked, slowest)
+            (acked, slowest, on_a)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait::until(
+        "every player's first calls through A",
+        Duration::from_secs(10),
+        || async { (logged_actions(&db, game_id).await >= 12).then_some(()) },
+    )
+    .await;
     unsafe { libc::kill(a.pid(), libc::SIGSTOP) };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every player has found A unanswering (A is stopped, whatever it was
+    // doing): no transaction of A's may be left open.
+    wait::until(
+        "every player to find A stopped",
+        Duration::from_secs(10),
+        || async { (stuck_players.load(Ordering::Relaxed) == 4).then_some(()) },
+    )
+    .await;
     assert_eq!(
         idle_in_transaction(&db).await,
         0,
         "a stopped server holds a transaction open"
     );
     let mut acked = 0;
+    let mut on_a = Vec::new();
     for t in tasks {
-        let (n, slowest) = t.await.unwrap();
+        let (n, slowest, call) = t.await.unwrap();
         acked += n;
+        on_a.push(call);
         assert!(slowest < PROMPT, "an act through B took {slowest:?}");
     }
     assert_eq!(idle_in_transaction(&db).await, 0);
 
     // A wakes up with its calls half done: whatever it read is stale, so it
-    // applies nothing more (its requests were all answered by B).
+    // applies nothing more (its requests were all answered by B). Count
+    // once each of those calls has come back from A.
     unsafe { libc::kill(a.pid(), libc::SIGCONT) };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    for call in on_a {
+        let answer = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("A answers the calls it had when it was stopped within 10 s")
+            .unwrap();
+        if let Ok(reply) = answer {
+            assert!(reply.into_inner().replayed, "A's late answer is a replay");
+        }
+    }
     a.kill();
     assert_eq!(logged_actions(&db, game_id).await as u64, acked);
     let (version, _) = stored_game(&db, game_id).await;

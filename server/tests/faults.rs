@@ -53,7 +53,8 @@ async fn a_server_killed_mid_call_leaves_no_partial_state() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let db = sql(&pg.url()).await;
+    until_logged_actions(&db, game_id, 20).await;
     let pid = a.pid();
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let mut seen = Vec::new();
@@ -218,7 +219,8 @@ async fn a_frozen_server_does_not_hold_its_games_for_long() {
             (acked + 1, retry_took)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let db = sql(&pg.url()).await;
+    until_logged_actions(&db, game_id, 20).await;
     unsafe { libc::kill(a.pid(), libc::SIGSTOP) };
     let mut acked = 0;
     for t in tasks {

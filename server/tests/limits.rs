@@ -14,6 +14,7 @@ use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tonic::Code;
+use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
@@ -202,6 +203,51 @@ async fn a_connection_that_sends_nothing_is_closed() {
         .expect("a connection in use stays open");
 }
 
+/// A request of any method, padded with a field no request has (callers
+/// skip unknown fields): it reaches every method with the size we choose.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Padded {
+    #[prost(bytes = "vec", tag = "1000")]
+    pad: Vec<u8>,
+}
+
+/// Every method of every service the server serves, as gRPC paths, and
+/// whether it answers with a stream.
+const METHODS: [(&str, bool); 12] = [
+    ("/borbaman.v1.Game/Join", false),
+    ("/borbaman.v1.Game/Act", false),
+    ("/borbaman.v1.Game/GetState", false),
+    ("/borbaman.v1.Game/Leave", false),
+    ("/borbaman.v1.Game/Rankings", false),
+    ("/borbaman.v1.Game/GetReplay", false),
+    ("/borbaman.v1.Game/ListGames", false),
+    ("/borbaman.v1.Game/WatchState", true),
+    ("/borbaman.v1.Game/Ping", false),
+    ("/borbaman.v1.Registry/ListServers", false),
+    ("/grpc.health.v1.Health/Check", false),
+    ("/grpc.health.v1.Health/Watch", true),
+];
+
+/// Sends `request` to `path` and returns the status it fails with (`None`
+/// if it is answered).
+async fn call_raw(
+    channel: &Channel,
+    path: &'static str,
+    streaming: bool,
+    request: Padded,
+) -> Option<tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.expect("the channel is ready");
+    let codec = tonic_prost::ProstCodec::<Padded, Padded>::default();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+    let request = tonic::Request::new(request);
+    if streaming {
+        grpc.server_streaming(request, path, codec).await.err()
+    } else {
+        grpc.unary(request, path, codec).await.err()
+    }
+}
+
 #[tokio::test]
 async fn every_service_refuses_oversized_requests() {
     let pg = start_db();
@@ -211,18 +257,31 @@ async fn every_service_refuses_oversized_requests() {
         .connect()
         .await
         .unwrap();
-    let mut health = HealthClient::new(channel);
-    let status = health
-        .check(HealthCheckRequest {
-            service: "x".repeat(MAX_REQUEST_BYTES + 1),
-        })
-        .await
-        .expect_err("an oversized health check");
-    assert!(
-        matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted),
-        "{status:?}"
-    );
+    for (path, streaming) in METHODS {
+        let oversized = Padded {
+            pad: vec![b'x'; MAX_REQUEST_BYTES + 1],
+        };
+        let status = call_raw(&channel, path, streaming, oversized)
+            .await
+            .unwrap_or_else(|| panic!("{path} answered a request over {MAX_REQUEST_BYTES} bytes"));
+        assert!(
+            status.code() == Code::OutOfRange && status.message().contains("too large"),
+            "{path} must refuse a request over {MAX_REQUEST_BYTES} bytes for its size: {status:?}"
+        );
+        // Just under the limit, the size is not what is refused (the
+        // request is empty otherwise: it may be refused for that).
+        let fits = Padded {
+            pad: vec![b'x'; MAX_REQUEST_BYTES - 16],
+        };
+        if let Some(status) = call_raw(&channel, path, streaming, fits).await {
+            assert!(
+                !status.message().contains("too large"),
+                "{path} refused a request under the limit for its size: {status:?}"
+            );
+        }
+    }
     // The server still answers, health included.
+    let mut health = HealthClient::new(channel);
     let served = health
         .check(HealthCheckRequest {
             service: String::new(),

@@ -105,6 +105,8 @@ async fn sigterm_drains_in_flight_calls_before_exiting() {
     let mut server = ServerProcess::start(&pg.url());
     let mut client = server.game().await;
     let players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+    let db = sql(&pg.url()).await;
 
     // Keep calls in flight while the server is told to stop: every call
     // either completes or is refused cleanly; none is cut off mid-way.
@@ -123,7 +125,7 @@ async fn sigterm_drains_in_flight_calls_before_exiting() {
             ok
         }));
     }
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    until_logged_actions(&db, game_id, 8).await;
     let status = tokio::task::spawn_blocking(move || {
         let status = server.terminate();
         (server, status)

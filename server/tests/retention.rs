@@ -33,19 +33,17 @@ async fn rows_of(db: &PgPool, game: u64) -> [i64; 5] {
     [row.0, row.1, row.2, row.3, row.4]
 }
 
-/// Polls `done` until it holds, for at most about a minute.
+/// Polls `done` until it holds, for at most a minute.
 async fn eventually<F, Fut>(what: &str, mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..600 {
-        if done().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what} never happened");
+    borbaman_cluster::wait::until(what, Duration::from_secs(60), || {
+        let check = done();
+        async move { check.await.then_some(()) }
+    })
+    .await
 }
 
 fn log_lines(log: &Path, needle: &str) -> usize {

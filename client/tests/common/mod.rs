@@ -6,8 +6,12 @@
 
 use borbaman_client::pool::ServerPool;
 use borbaman_client::session::{GameSession, new_token};
+use std::time::Duration;
+
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
-use borbaman_proto::pb::Phase;
+use borbaman_cluster::wait;
+use borbaman_proto::pb::game_client::GameClient;
+use borbaman_proto::pb::{Phase, PingRequest};
 use sqlx::PgPool;
 
 /// `servers` servers of the binary under test on a throwaway database of
@@ -78,4 +82,43 @@ pub async fn applied_seqs(db: &PgPool, game_id: u64, seat: u32) -> Vec<i64> {
 /// Runs blocking cluster operations (signals, waits) off the async workers.
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
+}
+
+/// Waits until server `i` has switched slow mode on (after
+/// [`LocalCluster::slow`]): its signal handler logs it.
+pub async fn until_slow(cluster: &LocalCluster, i: usize) {
+    let log = cluster.server_log(i).expect("a server in that slot");
+    wait::until_logged(log, "slow mode on", Duration::from_secs(10)).await;
+}
+
+/// Stops server `i` gracefully and waits until it has drained: every call
+/// it had in flight has finished, so nothing it was asking for can land in
+/// the database after this. Checks it stopped of itself (its "stopped"
+/// line), not by the SIGKILL after the grace period.
+pub fn drain(cluster: &mut LocalCluster, i: usize) {
+    blocking(|| cluster.terminate(i)).expect("terminate the server");
+    let log = cluster.server_log(i).expect("a server in that slot");
+    assert!(
+        wait::logged(log, " stopped"),
+        "server {i} did not drain and stop by itself; see {}",
+        log.display()
+    );
+}
+
+/// Waits until the server at `address` answers a `Ping` on a new
+/// connection (after it was resumed or restarted).
+pub async fn until_answers(address: &str) {
+    let url = format!("http://{address}");
+    wait::until(
+        &format!("{address} to answer a ping"),
+        Duration::from_secs(10),
+        || {
+            let url = url.clone();
+            async move {
+                let mut game = GameClient::connect(url).await.ok()?;
+                game.ping(PingRequest::default()).await.ok().map(|_| ())
+            }
+        },
+    )
+    .await
 }

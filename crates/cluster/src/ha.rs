@@ -78,17 +78,17 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Read;
-use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use crate::ports::free_ports;
 use crate::postgres::{
     DATABASE, MAX_SOCKET_DIR_BYTES, PgError, find_bin_dir, last_lines, postgres_user,
 };
@@ -105,6 +105,11 @@ const INSTALL: &str = "apt-get install patroni etcd-server etcd-client";
 const TTL: u32 = 5;
 const LOOP_WAIT: u32 = 1;
 const RETRY_TIMEOUT: u32 = 2;
+/// The longest a primary that lost its leader lock can stay primary before
+/// another member takes over: the lease, one HA loop and the retry budget.
+/// A check that "nothing failed over" must watch at least this long.
+pub const LEADER_LEASE_WORST: Duration =
+    Duration::from_secs((TTL + LOOP_WAIT + RETRY_TIMEOUT) as u64);
 /// How long everything may take to stop on drop before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Part of [`STOP_GRACE`] given to Patroni (it stops PostgreSQL first).
@@ -377,7 +382,7 @@ impl LocalHa {
         let log_dir = opts.log_dir.clone().unwrap_or_else(|| dir.join("logs"));
         fs::create_dir_all(&log_dir).map_err(io_err(format!("creating {}", log_dir.display())))?;
 
-        let ports = free_ports(4 * MEMBERS)?;
+        let ports = free_ports(4 * MEMBERS).map_err(io_err("finding free ports"))?;
         let etcds = (0..MEMBERS)
             .map(|j| Etcd {
                 name: format!("etcd{j}"),
@@ -1476,49 +1481,6 @@ fn others_can_enter(dir: &Path) -> bool {
     })
 }
 
-/// `n` distinct ports free on 127.0.0.1 a moment ago, below the ephemeral
-/// range, so that no outgoing connection takes one between a member's
-/// restarts.
-fn free_ports(n: usize) -> Result<Vec<u16>, HaError> {
-    let ephemeral_low = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let mut held = Vec::with_capacity(n);
-    if ephemeral_low > 12_000 {
-        let (first, last) = (10_000u16, ephemeral_low - 1);
-        let span = u64::from(last - first) + 1;
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::from(d.subsec_nanos()))
-            .unwrap_or_default()
-            ^ (u64::from(std::process::id()) << 7);
-        let start = seed % span;
-        for k in 0..span {
-            let port = first + ((start + k) % span) as u16;
-            if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
-                held.push(listener);
-                if held.len() == n {
-                    break;
-                }
-            }
-        }
-    }
-    // Else (or if that range is full): ports the kernel picks.
-    while held.len() < n {
-        let listener =
-            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io_err("finding a free port"))?;
-        held.push(listener);
-    }
-    held.iter()
-        .map(|l| {
-            l.local_addr()
-                .map(|a| a.port())
-                .map_err(io_err("finding a free port"))
-        })
-        .collect()
-}
-
 /// Runs `cmd` to completion, killing it after `timeout`.
 fn output_within(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
     let program = cmd.get_program().to_string_lossy().into_owned();
@@ -1623,15 +1585,6 @@ mod tests {
         }
         assert_eq!(member_index("pg3"), None);
         assert_eq!(member_index("etcd0"), None);
-    }
-
-    #[test]
-    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
-        let ports = free_ports(12).unwrap();
-        let mut sorted = ports.clone();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 12);
     }
 
     #[test]

@@ -14,17 +14,21 @@
 //!   (`TcpProxy::with_wan`) between clients and game servers.
 //! - [`ready`]: the line a server prints when it serves, which launchers
 //!   wait for.
+//! - [`wait`]: waiting for a condition with a deadline (a log line, a row),
+//!   saying what never came when it gives up.
 //!
 //! Nothing here links the server or the database driver: servers are
 //! processes, and the database is reached by its binaries.
 
 pub mod ha;
 pub mod local;
+mod ports;
 pub mod postgres;
 mod process;
 pub mod proxy;
 pub mod ready;
 pub mod wan;
+pub mod wait;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{ClusterConfig, ClusterError, Database, LocalCluster, unlimited_unless_set};

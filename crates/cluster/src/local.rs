@@ -42,7 +42,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -184,6 +184,8 @@ struct ServerProcess {
     metrics: Option<String>,
     /// `false` once killed, terminated or exited.
     running: bool,
+    /// Where its log (stderr) goes.
+    log: PathBuf,
 }
 
 /// A running local cluster. Dropping it stops every process it started.
@@ -437,6 +439,15 @@ impl LocalCluster {
             signal(&server.child, libc::SIGUSR2);
         }
         Ok(())
+    }
+
+    /// The log file of the process now in slot `i` (tests wait for its
+    /// lines: "slow mode on", "stopped").
+    pub fn server_log(&self, i: usize) -> Result<&Path, ClusterError> {
+        self.servers
+            .get(i)
+            .map(|server| server.log.as_path())
+            .ok_or(ClusterError::NoSuchServer(i))
     }
 
     /// Cuts server `i` off the database: its proxy closes every connection
@@ -781,6 +792,7 @@ impl LocalCluster {
                 address,
                 metrics,
                 running: true,
+                log,
             }),
             None => Err(fail(&mut child, format!("unexpected first line {line:?}"))),
         }

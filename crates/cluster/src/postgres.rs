@@ -12,10 +12,11 @@
 //! ([`LocalPostgres::start_temp`]) also removes its directory.
 
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use crate::ports::free_port;
 
 /// Name of the database created in every cluster.
 pub const DATABASE: &str = "borbaman";
@@ -141,7 +142,7 @@ impl LocalPostgres {
         };
         let port = match opts.port {
             Some(port) => port,
-            None => free_port()?,
+            None => free_port().map_err(io_err("finding a free port"))?,
         };
         let pg = LocalPostgres {
             bin_dir,
@@ -376,17 +377,6 @@ pub(crate) fn postgres_user() -> Result<(u32, u32), PgError> {
     Ok((uid, gid))
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> Result<u16, PgError> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(io_err("finding a free port"))?;
-    let port = listener
-        .local_addr()
-        .map_err(io_err("finding a free port"))?
-        .port();
-    Ok(port)
-}
-
 fn absolute(dir: &Path) -> Result<PathBuf, PgError> {
     std::path::absolute(dir).map_err(io_err(format!("resolving {}", dir.display())))
 }
@@ -420,6 +410,7 @@ pub(crate) fn last_lines(text: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
 
     fn psql(pg: &LocalPostgres, sql: &str) -> String {
         let port = pg.port().to_string();

@@ -9,6 +9,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use borbaman_cluster::ha::LEADER_LEASE_WORST;
+use borbaman_cluster::wait;
 use borbaman_cluster::{HaOptions, LocalHa};
 
 /// One replicated cluster at a time: each is nine daemons on two cores.
@@ -41,20 +43,6 @@ fn start() -> LocalHa {
         // scripts/test installs Patroni and etcd; a machine without them
         // fails here, saying what to install, rather than passing unseen.
         Err(e) => panic!("LocalHa::start: {e}"),
-    }
-}
-
-/// Polls `f` until it returns `Some`, for at most `timeout`.
-fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -122,12 +110,11 @@ fn drop_and_check(ha: LocalHa) {
     let t = Instant::now();
     drop(ha);
     eprintln!("dropped in {} ms", t.elapsed().as_millis());
-    let left = eventually(Duration::from_secs(3), || {
-        let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
-        left.is_empty().then_some(())
-    });
-    let still: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
-    assert!(left.is_some(), "processes left after drop: {still:?}");
+    wait::until_blocking(
+        &format!("every process of {pids:?} to be gone after drop"),
+        Duration::from_secs(3),
+        || pids.iter().all(|&p| !alive(p)).then_some(()),
+    );
     assert!(!dir.exists(), "{} must be deleted", dir.display());
 }
 
@@ -153,11 +140,14 @@ fn every_fault_fails_over_keeps_commits_and_heals() {
     .unwrap();
     // synchronous_commit = on: flushed on the sync standby, applied soon after.
     let standby = sync_standby(&ha);
-    let replicated = eventually(Duration::from_secs(5), || {
-        let v = ha.psql(standby, "borbaman", "SELECT v FROM kept").ok()?;
-        (v == "42").then_some(())
-    });
-    assert!(replicated.is_some(), "the row never reached pg{standby}");
+    wait::until_blocking(
+        &format!("the row to reach pg{standby}"),
+        Duration::from_secs(5),
+        || {
+            let v = ha.psql(standby, "borbaman", "SELECT v FROM kept").ok()?;
+            (v == "42").then_some(())
+        },
+    );
 
     let fault = ha.kill_postmaster(primary).unwrap();
     let (new, _) = new_primary(&ha, primary, fault, "kill_postmaster");
@@ -166,11 +156,14 @@ fn every_fault_fails_over_keeps_commits_and_heals() {
         "42"
     );
     // New commits work on the new primary (a sync standby is attached).
-    let committed = eventually(Duration::from_secs(15), || {
-        ha.psql(new, "borbaman", "INSERT INTO kept VALUES (43)")
-            .ok()
-    });
-    assert!(committed.is_some(), "no commit on the new primary");
+    wait::until_blocking(
+        "a commit on the new primary",
+        Duration::from_secs(15),
+        || {
+            ha.psql(new, "borbaman", "INSERT INTO kept VALUES (43)")
+                .ok()
+        },
+    );
     let healed = restore(&mut ha, "kill_postmaster");
     assert_eq!(healed, new);
     assert_streaming_standby(&ha, primary);
@@ -187,9 +180,18 @@ fn every_fault_fails_over_keeps_commits_and_heals() {
     assert_streaming_standby(&ha, primary);
 
     // One etcd member down: the other two keep a quorum, nothing fails over.
+    // A lost quorum would show only once the leader lease ran out: watch
+    // for a new primary longer than that.
     let leader = ha.primary().expect("a primary");
     ha.kill_etcd(0).unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    let watch = LEADER_LEASE_WORST + Duration::from_secs(1);
+    if let Some((moved, _)) = ha.wait_for_new_primary(leader, watch) {
+        panic!(
+            "losing one etcd member moved the leader from pg{leader} to pg{moved}; \
+             members {:?}",
+            ha.members()
+        );
+    }
     assert_eq!(
         ha.primary(),
         Some(leader),

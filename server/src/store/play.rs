@@ -447,7 +447,7 @@ impl Store {
             let (_, snapshot) = game_row(&row, 0)?;
             return Ok(Joined {
                 game_id: snapshot.game_id,
-                seat: seat_index(seat) as u8,
+                seat: seat_index(seat)? as u8,
                 rejoined: true,
                 last_seq,
                 snapshot,
@@ -560,7 +560,7 @@ impl Store {
         }
         Ok(Some(Joined {
             game_id: snapshot.game_id,
-            seat: seat_index(seat) as u8,
+            seat: seat_index(seat)? as u8,
             rejoined: true,
             last_seq: last_seq.max(0) as u64,
             snapshot,
@@ -581,7 +581,7 @@ impl Store {
         let kind = call.action.code();
         let seq = to_db_seq(call.seq)?;
         if seq == read.last_seq && read.last_kind == kind {
-            let outcome = outcome_from_code(read.last_outcome);
+            let outcome = outcome_from_code(read.last_outcome)?;
             let applied_tick = read.last_tick.max(0) as Tick;
             let now_tick = read.now_tick;
             let mut snapshot = read.into_snapshot();
@@ -633,7 +633,7 @@ impl Store {
             Written::Done(version) => version,
             Written::Missed(again) => return Ok(Written::Missed(again)),
         };
-        read.roster.connected[seat_index(read.seat)] = true;
+        read.roster.connected[seat_index(read.seat)?] = true;
         read.version = version;
         Ok(Written::Done(Acted {
             seq: call.seq,
@@ -773,7 +773,7 @@ async fn free_silent_seats(
         .fetch_all(&mut **tx)
         .await?;
     for &seat in &freed {
-        let index = seat_index(seat);
+        let index = seat_index(seat)?;
         snapshot.state.unseat_player(index as u8);
         snapshot.roster.names[index].clear();
         snapshot.roster.connected[index] = false;
@@ -975,8 +975,18 @@ fn tick_from_db(ticks: i64) -> Tick {
     ticks.clamp(0, i64::from(Tick::MAX)) as Tick
 }
 
-fn seat_index(seat: i16) -> usize {
-    usize::try_from(seat).unwrap_or(0).min(SEATS - 1)
+/// A seat number read from the database as an index into the game's
+/// seats; a number out of range is corrupt data, never seat 0 or 3.
+fn seat_index(seat: i16) -> Result<usize, Error> {
+    usize::try_from(seat)
+        .ok()
+        .filter(|&index| index < SEATS)
+        .ok_or_else(|| {
+            Error::Corrupt(format!(
+                "stored seat {seat} is not a seat (0-{})",
+                SEATS - 1
+            ))
+        })
 }
 
 fn to_db_id(id: u64) -> Result<i64, Error> {
@@ -988,8 +998,11 @@ fn to_db_seq(seq: u64) -> Result<i64, Error> {
         .map_err(|_| Error::InvalidArgument(format!("seq {seq} is too large (max {})", i64::MAX)))
 }
 
-fn outcome_from_code(code: i16) -> Outcome {
-    Outcome::from_code(code).unwrap_or(Outcome::NoEffect)
+/// An outcome code read from the action log; an unknown code is corrupt
+/// data, never "no effect".
+fn outcome_from_code(code: i16) -> Result<Outcome, Error> {
+    Outcome::from_code(code)
+        .ok_or_else(|| Error::Corrupt(format!("stored outcome code {code} is not an outcome")))
 }
 
 /// The winner's seat for the rankings, or -1.
@@ -1003,6 +1016,31 @@ fn winner_code(ending: Option<Ending>) -> i16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_seat_out_of_range_is_corrupt_not_seat_0() {
+        for seat in 0..SEATS as i16 {
+            assert_eq!(seat_index(seat).unwrap(), seat as usize);
+        }
+        for seat in [-1, SEATS as i16, i16::MAX, i16::MIN] {
+            assert!(
+                matches!(seat_index(seat), Err(Error::Corrupt(_))),
+                "seat {seat}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_stored_outcome_is_corrupt_not_no_effect() {
+        let known = Outcome::Applied;
+        assert_eq!(outcome_from_code(known.code()).unwrap(), known);
+        for code in [-1, 99, i16::MAX] {
+            assert!(
+                matches!(outcome_from_code(code), Err(Error::Corrupt(_))),
+                "code {code}"
+            );
+        }
+    }
 
     #[test]
     fn winner_codes() {

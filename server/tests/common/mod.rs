@@ -247,6 +247,16 @@ pub async fn logged_actions(pool: &PgPool, game_id: u64) -> i64 {
         .unwrap()
 }
 
+/// Waits until the action log holds at least `n` rows for a game (calls
+/// are flowing), for at most 10 s.
+pub async fn until_logged_actions(pool: &PgPool, game_id: u64, n: i64) {
+    let what = format!("{n} logged actions in game {game_id}");
+    borbaman_cluster::wait::until(&what, Duration::from_secs(10), || async {
+        (logged_actions(pool, game_id).await >= n).then_some(())
+    })
+    .await
+}
+
 /// A game's stored version and state bytes.
 pub async fn stored_game(pool: &PgPool, game_id: u64) -> (i64, Vec<u8>) {
     sqlx::query_as("SELECT version, state FROM games WHERE id = $1")
