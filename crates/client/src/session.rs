@@ -146,6 +146,7 @@ impl GameSession {
             seat: self.seat,
             seq: self.next_seq,
             action: action as i32,
+            inputs: Vec::new(),
         };
         let result = self
             .pool

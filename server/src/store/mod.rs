@@ -66,7 +66,9 @@ use crate::error::Error;
 use follow::{Follower, Shared};
 
 pub use follow::{FollowOptions, Primary};
-pub use play::{ActCall, Acted, Identity, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
+pub use play::{
+    ActCall, Acted, Identity, Input, Joined, LeaveCall, Left, Ranking, Roster, Snapshot,
+};
 pub use servers::LiveServer;
 
 /// Schema migrations, embedded in the binary.
