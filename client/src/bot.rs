@@ -281,15 +281,23 @@ async fn play_one(
                 return None;
             }
         }
-        tokio::select! {
-            _ = ticker.tick() => {}
+        // Inputs go out without waiting for replies; a reply is taken in
+        // as soon as it comes (its state is the newest the brain sees).
+        let result = tokio::select! {
+            _ = ticker.tick() => match driver.next(session) {
+                Step::GameOver => return session.latest().cloned(),
+                Step::Act(action) => {
+                    session.send_input(action);
+                    Ok(())
+                }
+                Step::Poll => {
+                    session.pump();
+                    session.state().await.map(|_| ())
+                }
+            },
             _ = stop.recv() => return None,
             () = changed(follow) => continue,
-        }
-        let result = match driver.next(session) {
-            Step::GameOver => return session.latest().cloned(),
-            Step::Act(action) => session.act(action).await.map(|_| ()),
-            Step::Poll => session.state().await.map(|_| ()),
+            Some(reply) = session.next_reply() => reply.result.map(|_| ()),
         };
         match result {
             Ok(()) => {}

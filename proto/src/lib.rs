@@ -16,3 +16,8 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024;
 
 pub mod reason;
 pub use reason::Reason;
+
+/// Most inputs one `ActRequest` may carry (`inputs`); more is refused with
+/// `INVALID_ARGUMENT`. A client with more unacknowledged inputs sends the
+/// oldest this many and the rest once those are acknowledged.
+pub const MAX_INPUTS_PER_ACT: usize = 32;

@@ -34,7 +34,7 @@ use borbaman_server::incoming::ConnectionLimits;
 use borbaman_server::limits::CallLimits;
 use borbaman_server::server::{self, ServerConfig};
 use borbaman_server::store::retention::RetentionOptions;
-use borbaman_server::store::{ActCall, Identity, Store, StoreOptions};
+use borbaman_server::store::{ActCall, Identity, Input, Store, StoreOptions};
 use borbaman_server::token;
 use hdrhistogram::Histogram;
 use sqlx::{PgConnection, PgPool, Row};
@@ -316,8 +316,11 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
                 token_hash: token::hash(&s.token),
                 game_id: s.game_id,
                 seat: s.seat,
-                seq: s.seq,
-                action: moves[(i / 4) % moves.len()],
+                inputs: vec![Input {
+                    seq: s.seq,
+                    action: moves[(i / 4) % moves.len()],
+                }],
+                batch: false,
             };
             let (t, a) = start();
             store.act(&call).await.unwrap();
@@ -371,6 +374,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
                 seat: u32::from(s.seat),
                 seq: s.seq,
                 action: pb::Action::Idle as i32,
+                inputs: Vec::new(),
             };
             let (t, a) = start();
             client.act(request).await.unwrap();

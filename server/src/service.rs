@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use borbaman_proto::pb;
+use borbaman_proto::{MAX_INPUTS_PER_ACT, pb};
 use tonic::{Request, Response, Status};
 
 use crate::admission::{Admission, Permit, Priority};
@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::limits::CallLimiter;
 use crate::metrics::calls::note_game;
 use crate::slow::SlowMode;
-use crate::store::{ActCall, Identity, LeaveCall, Store};
+use crate::store::{ActCall, Identity, Input, LeaveCall, Store};
 use crate::token;
 use crate::wire;
 use borbaman_game::names;
@@ -113,12 +113,13 @@ impl GameService {
     }
 
     async fn act(&self, req: pb::ActRequest) -> Result<pb::ActReply, Error> {
+        let (inputs, batch) = check_inputs(&req)?;
         let call = ActCall {
             token_hash: token::check(&req.token)?,
             game_id: check_game_id(req.game_id)?,
             seat: check_seat(req.seat)?,
-            seq: check_seq(req.seq)?,
-            action: check_action(req.action)?,
+            inputs,
+            batch,
         };
         if !self.limiter.allow_act(&call.token_hash) {
             return Err(Error::RateLimited(
@@ -128,10 +129,15 @@ impl GameService {
         let acted = self.store.act(&call).await?;
         Ok(pb::ActReply {
             seq: acted.seq,
-            outcome: wire::outcome_to_proto(acted.outcome) as i32,
+            outcome: acted
+                .outcome
+                .map_or(pb::Outcome::Unspecified, wire::outcome_to_proto)
+                as i32,
             applied_tick: acted.applied_tick,
             replayed: acted.replayed,
             state: Some(acted.snapshot.into_proto()),
+            ack: acted.ack,
+            applied: acted.applied,
         })
     }
 
@@ -321,6 +327,51 @@ fn check_seq(seq: u64) -> Result<u64, Error> {
     Ok(seq)
 }
 
+/// An Act's inputs, oldest first, and whether the request carried them as
+/// a batch (`inputs`) rather than one input in `seq` / `action`. A batch
+/// holds 1 to [`MAX_INPUTS_PER_ACT`] inputs with strictly increasing
+/// sequence numbers, the newest equal to `seq` / `action`.
+fn check_inputs(req: &pb::ActRequest) -> Result<(Vec<Input>, bool), Error> {
+    let newest = Input {
+        seq: check_seq(req.seq)?,
+        action: check_action(req.action)?,
+    };
+    if req.inputs.is_empty() {
+        return Ok((vec![newest], false));
+    }
+    if req.inputs.len() > MAX_INPUTS_PER_ACT {
+        return Err(Error::InvalidArgument(format!(
+            "an Act carries at most {MAX_INPUTS_PER_ACT} inputs, got {}; send the oldest \
+             {MAX_INPUTS_PER_ACT} and the rest once they are acknowledged",
+            req.inputs.len()
+        )));
+    }
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for input in &req.inputs {
+        let input = Input {
+            seq: check_seq(input.seq)?,
+            action: check_action(input.action)?,
+        };
+        if inputs
+            .last()
+            .is_some_and(|last: &Input| last.seq >= input.seq)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "inputs must be in strictly increasing seq order, got {} after {}",
+                input.seq,
+                inputs.last().map_or(0, |last: &Input| last.seq)
+            )));
+        }
+        inputs.push(input);
+    }
+    if inputs.last() != Some(&newest) {
+        return Err(Error::InvalidArgument(
+            "seq and action must repeat the newest of the inputs".into(),
+        ));
+    }
+    Ok((inputs, true))
+}
+
 fn check_action(action: i32) -> Result<Action, Error> {
     wire::action_from_proto(action).ok_or_else(|| {
         Error::InvalidArgument(format!(
@@ -346,5 +397,45 @@ mod tests {
         assert!(check_seat(4).unwrap_err().to_string().contains("0-3"));
         assert_eq!(check_seat(3).unwrap(), 3);
         assert!(check_game_id(0).is_err());
+    }
+
+    fn batch(newest: (u64, pb::Action), inputs: &[(u64, pb::Action)]) -> pb::ActRequest {
+        pb::ActRequest {
+            seq: newest.0,
+            action: newest.1 as i32,
+            inputs: inputs
+                .iter()
+                .map(|&(seq, action)| pb::Input {
+                    seq,
+                    action: action as i32,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_of_inputs_is_checked_whole() {
+        use pb::Action::{Bomb, Left, Up};
+        let plain = check_inputs(&batch((3, Up), &[])).unwrap();
+        assert_eq!(plain.0.len(), 1);
+        assert!(!plain.1, "no inputs: one input, the old way");
+        let (inputs, is_batch) = check_inputs(&batch((4, Bomb), &[(2, Up), (4, Bomb)])).unwrap();
+        assert!(is_batch);
+        assert_eq!(
+            inputs.iter().map(|i| (i.seq, i.action)).collect::<Vec<_>>(),
+            [(2, Action::Move(borbaman_game::Dir::Up)), (4, Action::Bomb)]
+        );
+        let refused = |req| check_inputs(&req).unwrap_err().to_string();
+        assert!(refused(batch((4, Bomb), &[(4, Bomb), (2, Up)])).contains("increasing"));
+        assert!(refused(batch((4, Bomb), &[(2, Up), (2, Up), (4, Bomb)])).contains("increasing"));
+        assert!(refused(batch((5, Bomb), &[(2, Up), (4, Bomb)])).contains("newest"));
+        assert!(refused(batch((4, Left), &[(2, Up), (4, Bomb)])).contains("newest"));
+        assert!(refused(batch((4, Bomb), &[(0, Up), (4, Bomb)])).contains("start at 1"));
+        let many: Vec<_> = (1..=33).map(|seq| (seq, Up)).collect();
+        let error = check_inputs(&batch((33, Up), &many)).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)));
+        assert!(error.to_string().contains("at most 32"));
+        assert!(check_inputs(&batch((32, Up), &many[..32])).is_ok());
     }
 }

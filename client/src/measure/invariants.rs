@@ -10,7 +10,11 @@
 //!    behind an action it acknowledged);
 //! 3. no client ever saw its game's state go backwards;
 //! 4. every game finished with a winner or a draw, or is still consistent
-//!    (its stored state decodes and agrees with its row).
+//!    (its stored state decodes and agrees with its row);
+//! 5. every input a client sent was applied: the inputs its sessions
+//!    queued all came back acknowledged (by (1), each is in the log once;
+//!    by (2), in the order sent), but for sessions the servers stopped
+//!    taking calls from (a seat given away), whose queued inputs cannot be.
 
 use std::collections::{HashMap, HashSet};
 
@@ -85,10 +89,56 @@ pub fn compare_actions(logs: &[ClientLog], applied: &[AppliedAction]) -> ActionA
     audit
 }
 
+/// How the inputs the clients sent compare with those acknowledged.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct InputAudit {
+    /// Sent and acknowledged by sessions that kept their seat.
+    pub sent: u64,
+    pub applied: u64,
+    /// Sessions the servers stopped taking calls from, and the inputs they
+    /// sent that were never acknowledged.
+    pub sessions_lost: u64,
+    pub unapplied_in_lost_sessions: u64,
+}
+
+impl InputAudit {
+    pub fn of(logs: &[ClientLog]) -> InputAudit {
+        let mut audit = InputAudit::default();
+        for session in logs.iter().flat_map(|l| &l.sessions) {
+            if session.lost {
+                audit.sessions_lost += 1;
+                audit.unapplied_in_lost_sessions +=
+                    session.inputs_sent.saturating_sub(session.inputs_applied);
+            } else {
+                audit.sent += session.inputs_sent;
+                audit.applied += session.inputs_applied;
+            }
+        }
+        audit
+    }
+
+    fn check(&self) -> Check {
+        Check {
+            name: "every input sent was applied",
+            ok: self.applied == self.sent,
+            detail: format!(
+                "{} inputs sent, {} acknowledged as applied ({} never); {} sessions lost \
+                 their seat with {} inputs unapplied",
+                self.sent,
+                self.applied,
+                self.sent.saturating_sub(self.applied),
+                self.sessions_lost,
+                self.unapplied_in_lost_sessions
+            ),
+        }
+    }
+}
+
 /// All invariants of a run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct InvariantReport {
     pub actions: ActionAudit,
+    pub inputs: InputAudit,
     pub version_out_of_order: i64,
     pub version_shared: i64,
     pub version_ahead_of_game: i64,
@@ -184,6 +234,8 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
         .map(|s| s.regressions)
         .sum();
     let mut report = assemble(actions, versions, &rows, game_ids.len(), state_regressions);
+    report.inputs = InputAudit::of(&kept);
+    report.checks.push(report.inputs.check());
     report.games_deleted_by_retention = deleted as u64;
     report.add_replays(&replays, replay_cpu_ms);
     Ok(report)
@@ -318,6 +370,7 @@ mod tests {
                 last_seq_sent: last_sent,
                 regressions: 0,
                 finished: false,
+                ..SessionLog::default()
             }],
             acknowledged: acked
                 .iter()
@@ -327,7 +380,7 @@ mod tests {
                     game_id: 1,
                 })
                 .collect(),
-            pool_failovers: 0,
+            ..ClientLog::default()
         }
     }
 
@@ -367,6 +420,30 @@ mod tests {
         let applied = [row(7, 1, 2)];
         assert_eq!(compare_actions(&logs, &applied).lost, 3);
         assert_eq!(compare_actions(&logs, &applied).duplicated, 1);
+    }
+
+    /// Inputs of a session that kept its seat must all be applied; a
+    /// session whose seat was given away is counted apart.
+    #[test]
+    fn unapplied_inputs_are_named() {
+        let mut logs = [client(1, &[1, 2], 2), client(2, &[1], 1)];
+        logs[0].sessions[0].inputs_sent = 5;
+        logs[0].sessions[0].inputs_applied = 5;
+        logs[1].sessions[0].inputs_sent = 3;
+        logs[1].sessions[0].inputs_applied = 1;
+        logs[1].sessions[0].lost = true;
+        let audit = InputAudit::of(&logs);
+        assert_eq!((audit.sent, audit.applied), (5, 5));
+        assert_eq!(audit.unapplied_in_lost_sessions, 2);
+        assert!(audit.check().ok);
+        logs[1].sessions[0].lost = false;
+        let check = InputAudit::of(&logs).check();
+        assert!(!check.ok);
+        assert!(
+            check.detail.contains("8 inputs sent, 6 acknowledged"),
+            "{}",
+            check.detail
+        );
     }
 
     #[test]

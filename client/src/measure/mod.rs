@@ -291,6 +291,14 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.state_regressions,
     );
     println!(
+        "inputs: {} sent, {} applied; key to ack p50 {} µs, p99 {} µs, max {} µs",
+        summary.inputs_sent,
+        summary.inputs_applied,
+        summary.input_to_apply_us.p50,
+        summary.input_to_apply_us.p99,
+        summary.input_to_apply_us.max,
+    );
+    println!(
         "tail: RTT max {} µs beside the floor's max {} µs; {} calls ({:.3}%) slower than \
          the floor's p99.9 ({} µs)",
         summary.tail.rtt_max_us,
@@ -556,6 +564,13 @@ pub async fn run_measured(
         ..Summary::default()
     }
     .with_measurements(measure(&records));
+    let sessions = || logs.iter().flat_map(|l| &l.sessions);
+    summary.inputs_sent = sessions().map(|s| s.inputs_sent).sum();
+    summary.inputs_applied = sessions().map(|s| s.inputs_applied).sum();
+    summary.input_to_apply_us = floor_stats(
+        logs.iter()
+            .flat_map(|l| l.input_to_apply_us.iter().copied()),
+    );
     for fault in &faults {
         *summary
             .faults_by_kind

@@ -233,6 +233,13 @@ pub struct Summary {
     pub lost_actions: u64,
     pub duplicate_actions: u64,
     pub state_regressions: u64,
+    /// Inputs (actions) the clients sent, and of them acknowledged as
+    /// applied (inputs of a session its client lost are not applied).
+    pub inputs_sent: u64,
+    pub inputs_applied: u64,
+    /// From an input's key press to the reply that acknowledged it, over
+    /// the inputs sent after the warm-up, µs.
+    pub input_to_apply_us: FloorStats,
     /// Bare `Game.Ping`, measured beside the workload.
     pub floor_ping_us: FloorStats,
     /// Bare `SELECT … FOR UPDATE` + `UPDATE` + `COMMIT`, beside the workload.

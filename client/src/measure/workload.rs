@@ -12,16 +12,26 @@
 //! its next call, as a player would. At the end every client leaves its
 //! game.
 //!
+//! In a running game a client's inputs do not wait for round trips, as a
+//! player's do not: each tick's action goes out at once in a call carrying
+//! every unacknowledged input, while earlier calls are still on their way
+//! (see `borbaman_client::inputs`); replies are taken in as they come.
+//! (A closed loop, `--interval-ms 0`, waits for each reply instead: it
+//! measures what one caller at a time gets.)
+//!
 //! Each client records every call ([`Recorder`]) and keeps the proof the
 //! invariant checker needs: every session token it used, every `(token,
-//! seq)` the servers acknowledged and the highest sequence number it sent.
+//! seq)` the servers acknowledged and the highest sequence number it sent;
+//! and the inputs it sent, how many were applied, and how long each took
+//! from its key press to the reply that acknowledged it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use borbaman_client::inputs::{Acked, RESEND_AFTER_FAILURE};
 use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
-use borbaman_client::session::{GameSession, new_identity, new_token};
+use borbaman_client::session::{GameSession, InputReply, new_identity, new_token};
 use borbaman_proto::pb;
 
 use super::record::{
@@ -64,6 +74,13 @@ pub struct SessionLog {
     pub regressions: u64,
     /// The game was seen to finish (winner or draw).
     pub finished: bool,
+    /// The servers stopped taking the session's calls (its seat was given
+    /// away, its token is unknown): its inputs still queued were never
+    /// applied.
+    pub lost: bool,
+    /// Inputs (actions) sent, and of them acknowledged as applied.
+    pub inputs_sent: u64,
+    pub inputs_applied: u64,
 }
 
 /// What a client proves about its run.
@@ -74,6 +91,9 @@ pub struct ClientLog {
     pub acknowledged: Vec<Ack>,
     /// Times this client's pool abandoned its current server.
     pub pool_failovers: u64,
+    /// Key press to acknowledgement of every applied input sent after the
+    /// warm-up, µs.
+    pub input_to_apply_us: Vec<u64>,
 }
 
 /// Live counters for the progress bar.
@@ -180,7 +200,26 @@ impl ClientRun {
                 tokio::task::yield_now().await;
                 self.tick_late_us = 0;
             } else {
-                let due = ticker.tick().await.into_std();
+                // Until the tick, take in the replies to the inputs sent.
+                let due = loop {
+                    let wake = tokio::select! {
+                        due = ticker.tick() => Wake::Tick(due),
+                        Some(reply) = next_reply(&mut session) => Wake::Reply(Box::new(reply)),
+                    };
+                    match wake {
+                        Wake::Tick(due) => break due,
+                        Wake::Reply(reply) => {
+                            let Some(current) = session.as_mut() else {
+                                continue;
+                            };
+                            if self.settled(current, *reply) {
+                                self.close(current, false, true);
+                                session = self.join().await;
+                            }
+                        }
+                    }
+                };
+                let due = due.into_std();
                 // Late only by what the client could have done: a call that
                 // overran the interval delays the next one by its own RTT.
                 self.tick_late_us = duration_us(idle_from.max(due).elapsed());
@@ -194,22 +233,30 @@ impl ClientRun {
             };
             let lost = match driver.next(current) {
                 Step::GameOver => {
-                    self.close(current, true);
+                    self.drain(current).await;
+                    self.close(current, true, false);
                     session = self.join().await;
                     continue;
                 }
+                Step::Act(action) if !closed_loop => {
+                    current.send_input(action);
+                    false
+                }
                 Step::Act(action) => self.act(current, action).await,
-                Step::Poll => self.poll(current).await,
+                Step::Poll => {
+                    current.pump();
+                    self.poll(current).await
+                }
             };
             if lost {
-                self.close(current, false);
+                self.close(current, false, true);
                 session = self.join().await;
             }
         }
         if let Some(mut current) = session {
             self.leave(&mut current).await;
             let finished = current.latest().map(|s| s.phase) == Some(pb::Phase::Finished as i32);
-            self.close(&current, finished);
+            self.close(&current, finished, false);
         }
         self.log.pool_failovers = self.pool.status().failovers;
         self.log
@@ -232,14 +279,20 @@ impl ClientRun {
         }
     }
 
-    /// Sends one action; true when the session turned out to be lost.
+    /// Sends one action and waits for its reply (the closed loop); true
+    /// when the session turned out to be lost.
     async fn act(&mut self, session: &mut GameSession, action: pb::Action) -> bool {
         let seq = session.next_seq();
         let started = Instant::now();
         match session.act(action).await {
             Ok((reply, info)) => {
                 let version = reply.state.as_ref().map(|s| s.version).unwrap_or(0);
-                self.acknowledge(session, reply.seq.max(seq));
+                self.acknowledge(session, reply.ack.max(seq));
+                if started >= self.clock.started() + self.config.warmup {
+                    self.log
+                        .input_to_apply_us
+                        .push(duration_us(started.elapsed()));
+                }
                 self.record(
                     CallKind::Act,
                     session,
@@ -261,6 +314,70 @@ impl ClientRun {
                     &e,
                 );
                 driver::must_rejoin(&e)
+            }
+        }
+    }
+
+    /// Takes in the reply to a call carrying inputs; true when the session
+    /// turned out to be lost.
+    fn settled(&mut self, session: &mut GameSession, reply: InputReply) -> bool {
+        self.applied(session, &reply.acked);
+        match reply.result {
+            Ok((reply, info)) => {
+                let version = reply.state.as_ref().map(|s| s.version).unwrap_or(0);
+                self.record(
+                    CallKind::Act,
+                    session,
+                    reply.seq,
+                    &info,
+                    info.started,
+                    version,
+                    reply.replayed,
+                );
+                false
+            }
+            Err(e) => {
+                self.record_error(
+                    CallKind::Act,
+                    session.game_id(),
+                    session.seat(),
+                    session.next_seq().saturating_sub(1),
+                    reply.started,
+                    &e,
+                );
+                driver::must_rejoin(&e)
+            }
+        }
+    }
+
+    /// Files the inputs a reply acknowledged: the invariants' proof and
+    /// their key-to-ack latency.
+    fn applied(&mut self, session: &GameSession, acked: &[Acked]) {
+        let warm_from = self.clock.started() + self.config.warmup;
+        let now = Instant::now();
+        for input in acked {
+            self.acknowledge(session, input.seq);
+            if now
+                .checked_sub(input.latency)
+                .is_some_and(|at| at >= warm_from)
+            {
+                self.log.input_to_apply_us.push(duration_us(input.latency));
+            }
+        }
+    }
+
+    /// Waits (up to 2 s) for the inputs still on their way to be applied
+    /// and acknowledged, taking in their replies.
+    async fn drain(&mut self, session: &mut GameSession) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while session.unacked().len() > 0 && tokio::time::Instant::now() < deadline {
+            session.pump();
+            match tokio::time::timeout_at(deadline, session.next_reply()).await {
+                Ok(Some(reply)) => {
+                    self.settled(session, reply);
+                }
+                Ok(None) => tokio::time::sleep(RESEND_AFTER_FAILURE).await,
+                Err(_) => break,
             }
         }
     }
@@ -296,6 +413,7 @@ impl ClientRun {
     }
 
     async fn leave(&mut self, session: &mut GameSession) {
+        self.drain(session).await;
         let seq = session.next_seq();
         let started = Instant::now();
         match session.leave().await {
@@ -323,7 +441,10 @@ impl ClientRun {
     }
 
     /// Files the proof of a session that is over.
-    fn close(&mut self, session: &GameSession, finished: bool) {
+    /// `lost`: the servers no longer took the session's calls (its
+    /// inputs still queued can never be applied).
+    fn close(&mut self, session: &GameSession, finished: bool, lost: bool) {
+        let (inputs_sent, inputs_applied) = session.input_counts();
         if finished {
             self.progress
                 .sessions_finished
@@ -336,6 +457,9 @@ impl ClientRun {
             last_seq_sent: session.next_seq() - 1,
             regressions: session.regressions(),
             finished,
+            lost,
+            inputs_sent,
+            inputs_applied,
         });
     }
 
@@ -431,6 +555,21 @@ impl ClientRun {
             replayed: false,
             warmup: start_us < duration_us(self.config.warmup),
         });
+    }
+}
+
+/// What woke a client between two ticks.
+enum Wake {
+    Tick(tokio::time::Instant),
+    Reply(Box<InputReply>),
+}
+
+/// The next reply to the session's calls; never, with no session or no
+/// call in flight.
+async fn next_reply(session: &mut Option<GameSession>) -> Option<InputReply> {
+    match session {
+        Some(session) => session.next_reply().await,
+        None => None,
     }
 }
 

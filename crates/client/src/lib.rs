@@ -3,6 +3,7 @@
 //!
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
+//! - [`inputs`]: the unacknowledged inputs, numbered, and when to send them.
 //! - [`spectator`]: watching a game by its id, with no seat; the live games.
 //! - [`state_dir`]: the saved session that lets a restarted client rejoin.
 //! - [`wire_check`]: a server's game state checked before anyone uses it.
@@ -10,6 +11,7 @@
 //! It knows the wire contract and the game core, never the server or the
 //! database.
 
+pub mod inputs;
 pub mod pool;
 pub mod session;
 pub mod spectator;

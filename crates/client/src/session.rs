@@ -9,6 +9,14 @@
 //! hands out an older state; a server that answers with one is counted as a
 //! regression (bench and chaos report them).
 //!
+//! Inputs do not wait for round trips: [`GameSession::send_input`] numbers
+//! a key press, queues it and returns at once, a call carrying every
+//! unacknowledged input leaves in the background (see [`crate::inputs`]),
+//! and the replies come back through [`GameSession::next_reply`] /
+//! [`GameSession::try_reply`], each saying which inputs it acknowledged
+//! and how long they took. [`GameSession::act`] is the same thing, waited
+//! for.
+//!
 //! It also knows when the player must be heard from: the servers give the
 //! seat of a player who sent nothing for a few seconds in a game still
 //! waiting for players to the next joiner (a crashed client must not start
@@ -18,6 +26,8 @@
 
 use std::time::{Duration, Instant};
 
+use tokio::sync::mpsc;
+
 use borbaman_proto::pb::{
     self, ActReply, ActRequest, GameState, GetStateRequest, JoinRequest, LeaveRequest, Ranking,
     RankingsRequest,
@@ -25,6 +35,7 @@ use borbaman_proto::pb::{
 
 use borbaman_proto::Reason;
 
+use crate::inputs::{Acked, Input, InputQueue};
 use crate::pool::{CallInfo, PoolError, ServerPool};
 use crate::wire_check::check_state;
 
@@ -51,13 +62,39 @@ pub fn new_identity() -> Vec<u8> {
 /// default), past which its seat goes to the next joiner.
 pub const LOBBY_PRESENCE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// An `Act` call that ended, as its background task hands it back: its
+/// result, and the newest state version the session had seen when it was
+/// sent (a reply older than that is a regression; one older than a reply
+/// to a later call is only late).
+struct CallDone {
+    result: Result<(ActReply, CallInfo), PoolError>,
+    seen_version: u64,
+    started: Instant,
+}
+
+/// A reply to one of the session's `Act` calls.
+#[derive(Debug)]
+pub struct InputReply {
+    /// The reply (its state never older than one the session handed out)
+    /// and how the call went, or why it failed (its inputs are still
+    /// queued, and go out again with the next call).
+    pub result: Result<(ActReply, CallInfo), PoolError>,
+    /// The inputs this reply acknowledged, oldest first (none when another
+    /// reply already had, or on a failure).
+    pub acked: Vec<Acked>,
+    /// When the call was sent.
+    pub started: Instant,
+}
+
 /// A player's seat in a game.
 pub struct GameSession {
     pool: ServerPool,
     token: Vec<u8>,
     game_id: u64,
     seat: u32,
-    next_seq: u64,
+    inputs: InputQueue,
+    done_tx: mpsc::UnboundedSender<CallDone>,
+    done_rx: mpsc::UnboundedReceiver<CallDone>,
     rejoined: bool,
     latest: Option<GameState>,
     regressions: u64,
@@ -120,12 +157,15 @@ impl GameSession {
         // The game's players share a server from now on (see
         // `ServerPool::set_game`).
         pool.set_game(Some(reply.game_id));
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut session = GameSession {
             pool: pool.clone(),
             token,
             game_id: reply.game_id,
             seat: reply.seat,
-            next_seq: reply.last_seq + 1,
+            inputs: InputQueue::new(reply.last_seq + 1),
+            done_tx,
+            done_rx,
             rejoined: reply.rejoined,
             latest: None,
             regressions: 0,
@@ -137,32 +177,142 @@ impl GameSession {
         Ok((session, info))
     }
 
-    /// Sends one action with the next sequence number. The reply's state is
-    /// never older than one this session already handed out.
-    pub async fn act(&mut self, action: pb::Action) -> Result<(ActReply, CallInfo), PoolError> {
-        let request = ActRequest {
-            token: self.token.clone(),
-            game_id: self.game_id,
-            seat: self.seat,
-            seq: self.next_seq,
-            action: action as i32,
-        };
-        let result = self
-            .pool
-            .call(|mut client| {
-                let request = request.clone();
-                async move { client.act(request).await }
-            })
-            .await;
-        // The number is used up whatever happened: a request that may have
-        // been applied must not be re-sent with a different action.
-        self.next_seq += 1;
-        let (mut reply, info) = result?;
-        self.last_heard = Some(Instant::now());
-        if let Some(state) = reply.state.take() {
-            reply.state = Some(self.observe(state, reply.replayed)?);
+    /// Queues one input (a key press) with the next sequence number and
+    /// returns its seq at once; a call carrying it (and every other
+    /// unacknowledged input) leaves in the background, without waiting for
+    /// the calls already on their way. Its reply comes back through
+    /// [`GameSession::next_reply`] or [`GameSession::try_reply`].
+    pub fn send_input(&mut self, action: pb::Action) -> u64 {
+        let seq = self.inputs.push(action, Instant::now());
+        self.pump();
+        seq
+    }
+
+    /// Starts the calls that are due (see [`InputQueue::send_due`]): one
+    /// for inputs no call carried yet, or, after a failure, one sending the
+    /// queue again. Call it now and then while inputs wait (every frame).
+    pub fn pump(&mut self) {
+        while self.inputs.send_due(Instant::now()) {
+            let batch = self.inputs.start_call();
+            let Some(newest) = batch.last().copied() else {
+                return;
+            };
+            let request = ActRequest {
+                token: self.token.clone(),
+                game_id: self.game_id,
+                seat: self.seat,
+                seq: newest.seq,
+                action: newest.action,
+                inputs: batch,
+            };
+            let pool = self.pool.clone();
+            let done = self.done_tx.clone();
+            let seen_version = self.latest.as_ref().map_or(0, |s| s.version);
+            let started = Instant::now();
+            tokio::spawn(async move {
+                let result = pool
+                    .call(|mut client| {
+                        let request = request.clone();
+                        async move { client.act(request).await }
+                    })
+                    .await;
+                // The session may be gone; then so is the interest.
+                let _ = done.send(CallDone {
+                    result,
+                    seen_version,
+                    started,
+                });
+            });
         }
-        Ok((reply, info))
+    }
+
+    /// The next reply to an `Act` call, waiting for it; `None` when no
+    /// call is in flight.
+    pub async fn next_reply(&mut self) -> Option<InputReply> {
+        if self.inputs.in_flight() == 0 {
+            return None;
+        }
+        let done = self.done_rx.recv().await?;
+        Some(self.settle(done))
+    }
+
+    /// A reply that has arrived, if any, without waiting.
+    pub fn try_reply(&mut self) -> Option<InputReply> {
+        let done = self.done_rx.try_recv().ok()?;
+        Some(self.settle(done))
+    }
+
+    fn settle(&mut self, done: CallDone) -> InputReply {
+        let now = Instant::now();
+        let mut acked = Vec::new();
+        let result = match done.result {
+            Ok((mut reply, info)) => {
+                acked = self.inputs.answered(reply.ack, now);
+                self.last_heard = Some(now);
+                match reply.state.take() {
+                    Some(state) => {
+                        // Replies to calls in flight together may come
+                        // back in any order: only a state older than the
+                        // newest seen when the call left is a regression.
+                        let excused = reply.replayed || state.version >= done.seen_version;
+                        self.observe(state, excused).map(|state| {
+                            reply.state = Some(state);
+                            (reply, info)
+                        })
+                    }
+                    None => Ok((reply, info)),
+                }
+            }
+            Err(e) => {
+                self.inputs.failed(now);
+                Err(e)
+            }
+        };
+        self.pump();
+        InputReply {
+            result,
+            acked,
+            started: done.started,
+        }
+    }
+
+    /// Sends one action and waits until the server has applied it. The
+    /// reply's state is never older than one this session already handed
+    /// out. A failure leaves the input queued: it goes out again with the
+    /// next call, and is applied once.
+    pub async fn act(&mut self, action: pb::Action) -> Result<(ActReply, CallInfo), PoolError> {
+        let seq = self.send_input(action);
+        loop {
+            let Some(reply) = self.next_reply().await else {
+                // Nothing in flight: a failure kept the input back; send it.
+                tokio::time::sleep(crate::inputs::RESEND_AFTER_FAILURE).await;
+                self.pump();
+                continue;
+            };
+            let (reply, info) = reply.result?;
+            if self.inputs.acked() >= seq {
+                return Ok((reply, info));
+            }
+        }
+    }
+
+    /// Waits, at most `within`, until every input sent is acknowledged;
+    /// true if they all were.
+    pub async fn flush(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.inputs.unacked().len() > 0 {
+            self.pump();
+            let wait = async {
+                match self.next_reply().await {
+                    Some(_) => {}
+                    None => tokio::time::sleep(crate::inputs::RESEND_AFTER_FAILURE).await,
+                }
+            };
+            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
     /// True when the game is waiting for players and the server has not
@@ -199,13 +349,16 @@ impl GameSession {
         Ok((self.observe(state, false)?, info))
     }
 
-    /// Leaves the game (forfeiting it if it is running).
+    /// Leaves the game (forfeiting it if it is running), after the inputs
+    /// sent so far are applied (waiting up to a second for them: a leave
+    /// applied first would leave them behind).
     pub async fn leave(&mut self) -> Result<CallInfo, PoolError> {
+        self.flush(Duration::from_secs(1)).await;
         let request = LeaveRequest {
             token: self.token.clone(),
             game_id: self.game_id,
             seat: self.seat,
-            seq: self.next_seq,
+            seq: self.inputs.take_seq(),
         };
         let info = self
             .pool
@@ -214,20 +367,20 @@ impl GameSession {
                 async move { client.leave(request).await }
             })
             .await;
-        self.next_seq += 1;
         Ok(info?.1)
     }
 
     /// Keeps the newest state: returns `state` if it is not older than the
     /// newest seen, else that newest one. A stored reply replayed for a
-    /// retried request legitimately carries an old state and is not counted.
+    /// retried request legitimately carries an old state and is not counted,
+    /// nor is a reply overtaken by the reply to a later call (`excused`).
     /// A state that fails [`check_state`] is refused here, once, so nothing
     /// downstream meets it.
-    fn observe(&mut self, state: GameState, replayed: bool) -> Result<GameState, PoolError> {
+    fn observe(&mut self, state: GameState, excused: bool) -> Result<GameState, PoolError> {
         check_state(&state).map_err(PoolError::InvalidState)?;
         Ok(match &self.latest {
             Some(latest) if latest.version > state.version => {
-                if !replayed {
+                if !excused {
                     self.regressions += 1;
                     tracing::warn!(
                         seen = latest.version,
@@ -253,9 +406,21 @@ impl GameSession {
     pub fn seat(&self) -> u32 {
         self.seat
     }
-    /// The sequence number the next `act` or `leave` will carry.
+    /// The sequence number the next input or `leave` will carry.
     pub fn next_seq(&self) -> u64 {
-        self.next_seq
+        self.inputs.next_seq()
+    }
+    /// Inputs not acknowledged yet, oldest first.
+    pub fn unacked(&self) -> impl ExactSizeIterator<Item = &Input> {
+        self.inputs.unacked()
+    }
+    /// Inputs sent (key presses), and of them acknowledged as applied.
+    pub fn input_counts(&self) -> (u64, u64) {
+        self.inputs.counts()
+    }
+    /// `Act` calls on their way.
+    pub fn calls_in_flight(&self) -> usize {
+        self.inputs.in_flight()
     }
     /// True when the join put the player back in a game it was already in.
     pub fn rejoined(&self) -> bool {

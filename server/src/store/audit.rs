@@ -66,11 +66,13 @@ pub async fn applied_actions(
 /// Ways the action log could show a game's version not growing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VersionAudit {
-    /// Actions of one session whose version is not above the version of
-    /// that session's previous action (the log is ordered by seq).
+    /// Actions of one session whose version is below the version of that
+    /// session's previous action (the log is ordered by seq): an input
+    /// applied before one sent earlier. One commit logs all the inputs it
+    /// applied at its version, so equal versions are in order.
     pub out_of_order: i64,
-    /// Versions of one game claimed by more than one action: two commits
-    /// that both started from the same state (a lost update).
+    /// Versions of one game claimed by more than one session's actions:
+    /// two commits that both started from the same state (a lost update).
     pub shared: i64,
     /// Actions whose version is above their game's stored version: the game
     /// went back after them.
@@ -89,7 +91,7 @@ pub async fn version_audit(db: &PgPool, game_ids: &[i64]) -> Result<VersionAudit
         "SELECT count(*) FROM ( \
            SELECT version, lag(version) OVER (PARTITION BY session_id ORDER BY seq) AS previous \
            FROM actions WHERE game_id = ANY($1) \
-         ) t WHERE previous IS NOT NULL AND version <= previous",
+         ) t WHERE previous IS NOT NULL AND version < previous",
     )
     .bind(game_ids)
     .fetch_one(db)
@@ -97,7 +99,7 @@ pub async fn version_audit(db: &PgPool, game_ids: &[i64]) -> Result<VersionAudit
     let shared: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM ( \
            SELECT game_id, version FROM actions WHERE game_id = ANY($1) \
-           GROUP BY game_id, version HAVING count(*) > 1 \
+           GROUP BY game_id, version HAVING count(DISTINCT session_id) > 1 \
          ) t",
     )
     .bind(game_ids)

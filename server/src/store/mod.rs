@@ -69,7 +69,9 @@ use follow::{Follower, Shared};
 
 pub use census::Census;
 pub use follow::{FollowOptions, Primary};
-pub use play::{ActCall, Acted, Identity, Joined, LeaveCall, Left, Ranking, Roster, Snapshot};
+pub use play::{
+    ActCall, Acted, Identity, Input, Joined, LeaveCall, Left, Ranking, Roster, Snapshot,
+};
 pub use servers::LiveServer;
 
 /// Schema migrations, embedded in the binary.

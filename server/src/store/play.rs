@@ -150,25 +150,53 @@ pub struct Joined {
     pub snapshot: Snapshot,
 }
 
+/// One player input: a sequence number and its action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Input {
+    pub seq: u64,
+    pub action: Action,
+}
+
 /// An Act request, validated.
 #[derive(Clone, Debug)]
 pub struct ActCall {
     pub token_hash: TokenHash,
     pub game_id: u64,
     pub seat: u8,
-    pub seq: u64,
-    pub action: Action,
+    /// Oldest first, sequence numbers strictly increasing; never empty.
+    pub inputs: Vec<Input>,
+    /// The request carried its inputs as a batch: those already applied are
+    /// skipped, not refused (see [`plan`]). Otherwise it holds one input,
+    /// applied the old way.
+    pub batch: bool,
+}
+
+impl ActCall {
+    /// The newest input (the request's `seq` / `action`).
+    fn newest(&self) -> Result<Input, Error> {
+        self.inputs
+            .last()
+            .copied()
+            .ok_or_else(|| Error::InvalidArgument("an Act needs an input".into()))
+    }
 }
 
 /// Result of an Act.
 #[derive(Clone, Debug)]
 pub struct Acted {
+    /// The newest input's sequence number.
     pub seq: u64,
-    pub outcome: Outcome,
+    /// The newest input's outcome; `None` when it was applied by an
+    /// earlier call that is no longer the session's last.
+    pub outcome: Option<Outcome>,
     pub applied_tick: Tick,
     /// A repeat of an applied request: the original outcome and tick, the
     /// current state.
     pub replayed: bool,
+    /// The session's highest applied sequence number after this call.
+    pub ack: u64,
+    /// Inputs this call applied.
+    pub applied: u32,
     pub snapshot: Snapshot,
 }
 
@@ -578,31 +606,55 @@ impl Store {
         mut read: Read,
     ) -> Result<Written<Acted>, Error> {
         check_owner(&read, call.game_id, call.seat)?;
-        let kind = call.action.code();
-        let seq = to_db_seq(call.seq)?;
-        if seq == read.last_seq && read.last_kind == kind {
-            let outcome = outcome_from_code(read.last_outcome)?;
-            let applied_tick = read.last_tick.max(0) as Tick;
-            let now_tick = read.now_tick;
-            let mut snapshot = read.into_snapshot();
-            if let Some(before) = advance_to(&mut snapshot, now_tick)
-                && !commit_clock(conn, &mut snapshot, before).await?
-            {
-                return Ok(Written::Missed(None));
+        let newest = call.newest()?;
+        let from = match plan(&call.inputs, call.batch, read.last_seq, read.last_kind)? {
+            Plan::Apply { from } => from,
+            Plan::Repeat { newest_is_last } => {
+                let outcome = newest_is_last
+                    .then(|| outcome_from_code(read.last_outcome))
+                    .transpose()?;
+                let applied_tick = if newest_is_last {
+                    read.last_tick.max(0) as Tick
+                } else {
+                    0
+                };
+                let ack = read.last_seq.max(0) as u64;
+                let now_tick = read.now_tick;
+                let mut snapshot = read.into_snapshot();
+                if let Some(before) = advance_to(&mut snapshot, now_tick)
+                    && !commit_clock(conn, &mut snapshot, before).await?
+                {
+                    return Ok(Written::Missed(None));
+                }
+                return Ok(Written::Done(Acted {
+                    seq: newest.seq,
+                    outcome,
+                    applied_tick,
+                    replayed: true,
+                    ack,
+                    applied: 0,
+                    snapshot,
+                }));
             }
-            return Ok(Written::Done(Acted {
-                seq: call.seq,
-                outcome,
-                applied_tick,
-                replayed: true,
-                snapshot,
-            }));
-        }
-        check_fresh(&read, seq)?;
+        };
+        check_in_game(&read)?;
+        let fresh = &call.inputs[from..];
         let state = &mut read.state;
         let before = state.phase();
+        // Every input of the call at the tick it is applied: the current
+        // one (a move during the move cooldown queues, as it would from
+        // calls arriving within one tick).
         let tick = state.tick().max(read.now_tick);
-        let outcome = state.apply(call.seat, call.action, tick);
+        let mut seqs = Vec::with_capacity(fresh.len());
+        let mut kinds = Vec::with_capacity(fresh.len());
+        let mut outcomes = Vec::with_capacity(fresh.len());
+        let mut outcome = Outcome::NoEffect;
+        for input in fresh {
+            outcome = state.apply(call.seat, input.action, tick);
+            seqs.push(to_db_seq(input.seq)?);
+            kinds.push(input.action.code());
+            outcomes.push(outcome.code());
+        }
         let ending = finishing(before, state);
         let sql = if ending.is_some() {
             WRITE_ACT_FINISHING
@@ -614,11 +666,11 @@ impl Store {
             .bind(state.phase().code())
             .bind(read.game_id)
             .bind(read.session_id)
-            .bind(seq)
-            .bind(kind)
+            .bind(&seqs)
+            .bind(&kinds)
             .bind(tick as i32)
             .bind(read.seat)
-            .bind(outcome.code())
+            .bind(&outcomes)
             .bind(read.version)
             .bind(read.read_us)
             .bind(self.max_write_lag_us)
@@ -636,10 +688,12 @@ impl Store {
         read.roster.connected[seat_index(read.seat)?] = true;
         read.version = version;
         Ok(Written::Done(Acted {
-            seq: call.seq,
-            outcome,
+            seq: newest.seq,
+            outcome: Some(outcome),
             applied_tick: tick,
             replayed: false,
+            ack: newest.seq,
+            applied: fresh.len() as u32,
             snapshot: read.into_snapshot(),
         }))
     }
@@ -911,6 +965,61 @@ fn check_owner(read: &Read, game_id: u64, seat: u8) -> Result<(), Error> {
     Ok(())
 }
 
+/// What an Act does with its inputs, decided by [`plan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plan {
+    /// Apply `inputs[from..]`, in order: the ones the session has not
+    /// applied yet.
+    Apply { from: usize },
+    /// Nothing is new: answer as a repeat. `newest_is_last`: the newest
+    /// input is the session's last applied one, so its stored outcome and
+    /// tick answer it.
+    Repeat { newest_is_last: bool },
+}
+
+/// Which of an Act's `inputs` (oldest first, seq strictly increasing) to
+/// apply, given the session's last applied sequence number and the kind
+/// logged with it. Exactly the inputs above `last_seq`: the action log
+/// holds every one up to it (a batch must continue from `last_seq + 1`, so
+/// none is ever skipped), and each was applied by the commit that logged
+/// it. A single input sent the old way (`batch` false) is refused when it
+/// is older than the last, or reuses its number for another action.
+fn plan(inputs: &[Input], batch: bool, last_seq: i64, last_kind: i16) -> Result<Plan, Error> {
+    let Some(newest) = inputs.last() else {
+        return Err(Error::InvalidArgument("an Act needs an input".into()));
+    };
+    let last = u64::try_from(last_seq).unwrap_or(0);
+    if let Some(reused) = inputs
+        .iter()
+        .find(|i| i.seq == last && last > 0 && i.action.code() != last_kind)
+    {
+        return Err(Error::FailedPrecondition(format!(
+            "sequence number {} was already used by a different call",
+            reused.seq
+        )));
+    }
+    let Some(from) = inputs.iter().position(|i| i.seq > last) else {
+        if !batch && newest.seq < last {
+            return Err(Error::FailedPrecondition(format!(
+                "sequence number {} is older than the last applied ({last})",
+                newest.seq
+            )));
+        }
+        return Ok(Plan::Repeat {
+            newest_is_last: newest.seq == last,
+        });
+    };
+    if batch && inputs[from].seq != last + 1 {
+        return Err(Error::FailedPrecondition(format!(
+            "input {} is missing: the last applied is {last} and this call starts at {}; \
+             send every input the server has not acknowledged",
+            last + 1,
+            inputs[from].seq
+        )));
+    }
+    Ok(Plan::Apply { from })
+}
+
 /// A new call needs a newer sequence number and a session still in its
 /// game.
 fn check_fresh(read: &Read, seq: i64) -> Result<(), Error> {
@@ -925,6 +1034,11 @@ fn check_fresh(read: &Read, seq: i64) -> Result<(), Error> {
             read.last_seq
         )));
     }
+    check_in_game(read)
+}
+
+/// A session that left its game applies nothing more.
+fn check_in_game(read: &Read) -> Result<(), Error> {
     if !read.in_game {
         return Err(Error::FailedPrecondition(format!(
             "you left game {}; join again to play",
@@ -1046,6 +1160,80 @@ mod tests {
     fn winner_codes() {
         assert_eq!(winner_code(Some(Ending::Winner(2))), 2);
         assert_eq!(winner_code(Some(Ending::Draw)), -1);
+    }
+
+    fn inputs(seqs: &[u64]) -> Vec<Input> {
+        seqs.iter()
+            .map(|&seq| Input {
+                seq,
+                action: Action::Bomb,
+            })
+            .collect()
+    }
+
+    const BOMB: i16 = Action::BOMB_CODE;
+
+    /// A batch applies exactly the inputs above the last applied one, and
+    /// nothing when it holds none: a repeat, a late copy, an older batch.
+    #[test]
+    fn a_batch_applies_exactly_the_inputs_not_applied_yet() {
+        assert_eq!(
+            plan(&inputs(&[1, 2, 3]), true, 0, 0).unwrap(),
+            Plan::Apply { from: 0 }
+        );
+        assert_eq!(
+            plan(&inputs(&[3, 4, 5, 6]), true, 4, BOMB).unwrap(),
+            Plan::Apply { from: 2 }
+        );
+        assert_eq!(
+            plan(&inputs(&[3, 4]), true, 4, BOMB).unwrap(),
+            Plan::Repeat {
+                newest_is_last: true
+            }
+        );
+        assert_eq!(
+            plan(&inputs(&[1, 2]), true, 4, BOMB).unwrap(),
+            Plan::Repeat {
+                newest_is_last: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_batch_never_skips_an_input_nor_reuses_a_number() {
+        // 5 is missing: applying 6 would lose it.
+        let gap = plan(&inputs(&[6, 7]), true, 4, BOMB).unwrap_err();
+        assert!(gap.to_string().contains("input 5 is missing"), "{gap}");
+        // 4 was logged as another action.
+        let idle = [
+            Input {
+                seq: 4,
+                action: Action::Idle,
+            },
+            Input {
+                seq: 5,
+                action: Action::Bomb,
+            },
+        ];
+        let reused = plan(&idle, true, 4, BOMB).unwrap_err();
+        assert!(reused.to_string().contains("different call"), "{reused}");
+    }
+
+    /// One input sent the old way keeps the old rules: a repeat of the last
+    /// answers as one, an older one is refused, a gap is allowed.
+    #[test]
+    fn a_single_input_keeps_the_old_rules() {
+        assert_eq!(
+            plan(&inputs(&[4]), false, 4, BOMB).unwrap(),
+            Plan::Repeat {
+                newest_is_last: true
+            }
+        );
+        assert!(plan(&inputs(&[3]), false, 4, BOMB).is_err());
+        assert_eq!(
+            plan(&inputs(&[9]), false, 4, BOMB).unwrap(),
+            Plan::Apply { from: 0 }
+        );
     }
 }
 
@@ -1188,11 +1376,11 @@ mod sql_tests {
                 .bind(Phase::Finished.code())
                 .bind(game)
                 .bind(session)
-                .bind(1i64)
-                .bind(Action::Bomb.code())
+                .bind(vec![1i64])
+                .bind(vec![Action::Bomb.code()])
                 .bind(0i32)
                 .bind(seat)
-                .bind(Outcome::NoEffect.code())
+                .bind(vec![Outcome::NoEffect.code()])
                 .bind(version)
                 .bind(read_us)
                 .bind(lag_us)
@@ -1365,11 +1553,11 @@ mod sql_tests {
                 .bind(state.phase().code())
                 .bind(game)
                 .bind(session)
-                .bind(1i64)
-                .bind(Action::Idle.code())
+                .bind(vec![1i64])
+                .bind(vec![Action::Idle.code()])
                 .bind(0i32)
                 .bind(0i16)
-                .bind(Outcome::NoEffect.code())
+                .bind(vec![Outcome::NoEffect.code()])
                 .bind(version)
                 .bind(clock)
                 .bind(60_000_000i64)

@@ -328,16 +328,30 @@ macro_rules! read_again {
     };
 }
 
+/// The action-log rows of an Act's applied inputs, one per input, all of
+/// the commit's version (`g`): `$5` their seqs, `$6` their actions and `$9`
+/// their outcomes (arrays in input order, of equal length), `$7` the tick
+/// they were applied at, `$4` session, `$8` seat.
+macro_rules! log_inputs {
+    () => {
+        "a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
+           SELECT $4::bigint, i.seq, g.id, $8::smallint, $7::integer, i.action, i.outcome, \
+                  g.version \
+           FROM g, unnest($5::bigint[], $6::smallint[], $9::smallint[]) AS i(seq, action, outcome))"
+    };
+}
+
 /// Writes an applied Act, compare-and-set (see `cas_game!`): the game row
-/// and one action-log row, or nothing. The session's last sequence number
-/// is its newest log row, so the log row is the session's update; the
-/// log's primary key (session, seq) refuses a sequence number twice even
-/// if everything else let it through. Returns the new version, or, if the
-/// game or the session changed since the read, the read again (see
-/// `read_again!`). `$1` state, `$2` phase, `$3` game, `$4` session, `$5`
-/// seq, `$6` action, `$7` tick, `$8` seat, `$9` outcome, `$10` version
-/// read, `$11` clock read (µs), `$12` longest read-to-write lag (µs), `$13`
-/// token hash, `$14` tick length.
+/// and one action-log row per input it applied, or nothing. The session's
+/// last sequence number is its newest log row, so the log rows are the
+/// session's update; the log's primary key (session, seq) refuses a
+/// sequence number twice even if everything else let it through (the
+/// whole statement fails). Returns the new version, or, if the game or the
+/// session changed since the read, the read again (see `read_again!`).
+/// `$1` state, `$2` phase, `$3` game, `$4` session, `$5` seqs, `$6`
+/// actions, `$7` tick, `$8` seat, `$9` outcomes (see `log_inputs!`), `$10`
+/// version read, `$11` clock read (µs), `$12` longest read-to-write lag
+/// (µs), `$13` token hash, `$14` tick length.
 pub const WRITE_ACT: &str = concat!(
     "WITH ",
     session_guard!("$4", "$3", "$8", "FOR SHARE"),
@@ -351,9 +365,8 @@ pub const WRITE_ACT: &str = concat!(
         "$11",
         "$12"
     ),
-    ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
-           SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
-                  $9::smallint, version FROM g)",
+    ", ",
+    log_inputs!(),
     read_again!("$13", "$14")
 );
 
@@ -372,9 +385,9 @@ pub const WRITE_ACT_FINISHING: &str = concat!(
         "$11",
         "$12"
     ),
-    ", a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
-           SELECT $4::bigint, $5::bigint, id, $8::smallint, $7::integer, $6::smallint, \
-                  $9::smallint, version FROM g), ",
+    ", ",
+    log_inputs!(),
+    ", ",
     rankings!("$3", "$15", "$16", "true"),
     read_again!("$13", "$14")
 );

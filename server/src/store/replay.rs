@@ -80,15 +80,17 @@ pub async fn finished_games(
     .await?;
     let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
     // Within one commit (one version) seat changes come first: a join's
-    // freed seats, then its seat. An action row is its own commit.
+    // freed seats, then its seat. The action rows of one commit are one
+    // session's inputs, applied in seq order.
     let log: Vec<(i64, i16, i16, i16, i32)> = sqlx::query_as(
         "SELECT game_id, src, kind, seat, tick FROM ( \
-           SELECT game_id, version, 0::smallint AS src, kind, seat, tick FROM seat_log \
+           SELECT game_id, version, 0::smallint AS src, kind, seat, tick, \
+                  kind::bigint AS ord FROM seat_log \
              WHERE game_id = ANY($1::bigint[]) \
            UNION ALL \
-           SELECT game_id, version, 1::smallint, action, seat, tick FROM actions \
+           SELECT game_id, version, 1::smallint, action, seat, tick, seq FROM actions \
              WHERE game_id = ANY($1::bigint[])) e \
-         ORDER BY game_id, version, src, kind, seat",
+         ORDER BY game_id, version, src, ord, seat",
     )
     .bind(&ids)
     .fetch_all(&mut *tx)
@@ -191,7 +193,7 @@ impl ReplayAudit {
 #[cfg(test)]
 mod sql_tests {
     use super::*;
-    use crate::store::{ActCall, LeaveCall};
+    use crate::store::{ActCall, Input, LeaveCall};
     use crate::token;
     use borbaman_game::{Arena, Dir, Ending, Phase};
 
@@ -235,13 +237,36 @@ mod sql_tests {
                     token_hash: *token,
                     game_id,
                     seat: joined.seat,
-                    seq: seq as u64 + 1,
-                    action,
+                    inputs: vec![Input {
+                        seq: seq as u64 + 1,
+                        action,
+                    }],
+                    batch: false,
                 })
                 .await
                 .unwrap();
             tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         }
+        // Two inputs in one commit, in seq order (not the order of their
+        // codes: right is 4, left 3): the right applied, the left queued.
+        let (token, joined) = &players[0];
+        let batch = [Dir::Right, Dir::Left].into_iter().zip(6..);
+        let acted = store
+            .act(&ActCall {
+                token_hash: *token,
+                game_id,
+                seat: joined.seat,
+                inputs: batch
+                    .map(|(dir, seq)| Input {
+                        seq,
+                        action: Action::Move(dir),
+                    })
+                    .collect(),
+                batch: true,
+            })
+            .await
+            .unwrap();
+        assert_eq!((acted.ack, acted.applied), (7, 2));
         for (token, joined) in &players[1..] {
             store
                 .leave(&LeaveCall {
@@ -258,8 +283,8 @@ mod sql_tests {
         assert_eq!(games.len(), 1);
         let game = &games[0];
         assert_eq!(game.id, game_id as i64);
-        // Four seats, five acts, three leaves.
-        assert_eq!(game.events.len(), 12, "{:?}", game.events);
+        // Four seats, seven acts, three leaves.
+        assert_eq!(game.events.len(), 14, "{:?}", game.events);
         let stored = GameState::decode(&game.state).unwrap();
         assert_eq!(stored.phase(), Phase::Finished);
         assert_eq!(stored.ending(), Some(Ending::Winner(players[0].1.seat)));

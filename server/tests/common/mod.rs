@@ -196,6 +196,7 @@ impl Player {
             seat: self.seat,
             seq,
             action: action as i32,
+            inputs: Vec::new(),
         }
     }
 }
