@@ -6,15 +6,20 @@
 //! may not hold control or format characters (General_Category Cc, Cf),
 //! private-use, surrogate or unassigned code points, line or paragraph
 //! separators (Zl, Zp), nor any Default_Ignorable_Code_Point (zero-width,
-//! variation selectors, Hangul fillers, tags…). It may not be only
-//! combining marks and blanks, nor start with a combining mark (which would
-//! fuse with whatever is drawn before it). Its width on a terminal, as
-//! `unicode-width` measures it, is at most [`MAX_NAME_COLUMNS`].
+//! variation selectors, Hangul fillers, tags…). It may not render blank
+//! (only blanks and combining marks), start or end with a blank, nor start
+//! with a combining mark (which would fuse with whatever is drawn before
+//! it). A blank is any character drawn as empty space: a space separator
+//! (Zs), other white space, and the characters that draw nothing although
+//! they are letters or symbols (the braille blank U+2800, the Hangul
+//! fillers). Its width on a terminal, as `unicode-width` measures it, is
+//! at most [`MAX_NAME_COLUMNS`].
 //!
 //! [`owner_key`] is what makes two names the same name for ownership:
 //! names a person could mistake for each other (case, NFKC compatibility
-//! forms, confusable characters such as Cyrillic `А` for Latin `A`) have
-//! one key, so a name, once claimed, cannot be taken by a look-alike.
+//! forms, confusable characters such as Cyrillic `А` for Latin `A`, blanks
+//! of any kind or number) have one key, so a name, once claimed, cannot be
+//! taken by a look-alike.
 //!
 //! [`for_display`] applies the same classes to a name that was never
 //! checked here (from a server of another version, or a database edited by
@@ -68,14 +73,26 @@ fn is_mark(c: char) -> bool {
     GeneralCategoryGroup::Mark.contains(CodePointMapData::<GeneralCategory>::new().get(c))
 }
 
-fn is_blank_or_mark(c: char) -> bool {
+/// Whether `c` is drawn as empty space: white space, a space separator
+/// (Zs: NBSP, the ideographic space, thin and hair spaces…), or one of the
+/// letters and symbols that draw nothing (the braille blank, the Hangul
+/// fillers, which are also default-ignorable and so refused anyway).
+pub fn is_blank(c: char) -> bool {
     c.is_whitespace()
-        || is_mark(c)
         || CodePointMapData::<GeneralCategory>::new().get(c) == GeneralCategory::SpaceSeparator
+        || matches!(
+            c,
+            '\u{2800}' | '\u{3164}' | '\u{115F}' | '\u{1160}' | '\u{FFA0}' | '\u{180E}'
+        )
+}
+
+fn is_blank_or_mark(c: char) -> bool {
+    is_blank(c) || is_mark(c)
 }
 
 /// Checks a player name: 1-16 characters, at most 16 columns wide, only
-/// visible characters, not only blanks or combining marks.
+/// visible characters, not only blanks or combining marks, no blank at
+/// either end.
 pub fn check(name: &str) -> Result<&str, NameError> {
     let chars = name.chars().count();
     if chars == 0 || chars > MAX_NAME_CHARS {
@@ -95,6 +112,11 @@ pub fn check(name: &str) -> Result<&str, NameError> {
     if name.chars().all(is_blank_or_mark) {
         return Err(NameError(
             "name must not be only spaces or combining marks".into(),
+        ));
+    }
+    if name.starts_with(is_blank) || name.ends_with(is_blank) {
+        return Err(NameError(
+            "name must not start or end with a space (or a blank character); remove it".into(),
         ));
     }
     if name.chars().next().is_some_and(is_mark) {
@@ -135,18 +157,40 @@ pub fn for_display(name: &str) -> String {
     shown
 }
 
-/// The key under which a name is owned: the UTS 39 confusable skeleton
-/// (from `unicode-security`) of the NFKC form, lower-cased, then the
-/// skeleton of that again (lower case has confusables of its own), in
-/// NFKC. The first skeleton runs before lower-casing so a capital that
-/// looks like another lower-case letter (`I` and `l`) is caught too. Names
-/// with one key look alike to a person.
+/// The key under which a name is owned; names with one key look alike to
+/// a person.
+///
+/// The NFKC form is case-folded first (UTS 39 defines the skeleton for
+/// case-insensitive comparison on case-folded text, so `ALICE` and `Alice`
+/// meet), every blank is dropped (a name cannot be told from the same name
+/// with one, two or a thin space inside it), and the confusable skeleton
+/// (from `unicode-security`) is taken, folded again (a skeleton may hold
+/// capitals) and put in NFKC. Last, `i` becomes `l`: a capital `I` is drawn
+/// as `l` in many terminal fonts while its lower case is `i`, so `Ian` and
+/// `lan`, `BILL` and `Bill` must meet too. That merges some names that a
+/// careful reader could tell apart (`bill` and `blll`); a name refused for
+/// a look-alike costs the player a second choice, a name taken by one costs
+/// the owner their name.
 pub fn owner_key(name: &str) -> String {
-    let nfkc: String = name.nfkc().collect();
-    let folded = unicode_security::skeleton(&nfkc)
-        .collect::<String>()
-        .to_lowercase();
-    unicode_security::skeleton(&folded).nfkc().collect()
+    let folded: String = name
+        .nfkc()
+        .flat_map(fold)
+        .filter(|&c| !is_blank(c))
+        .collect();
+    let skeleton: String = unicode_security::skeleton(&folded)
+        .flat_map(fold)
+        .filter(|&c| !is_blank(c))
+        .collect();
+    skeleton
+        .nfkc()
+        .map(|c| if c == 'i' { 'l' } else { c })
+        .collect()
+}
+
+/// Full case folding, near enough: upper case, then lower (`ß` and `SS`
+/// both become `ss`, `ς` and `Σ` both `σ`).
+fn fold(c: char) -> impl Iterator<Item = char> {
+    c.to_uppercase().flat_map(char::to_lowercase)
 }
 
 #[cfg(test)]
@@ -180,6 +224,14 @@ mod tests {
             ("", "1-16"),
             (long.as_str(), "got 17"),
             ("   ", "only spaces"),
+            ("\u{2800}\u{2800}", "only spaces"), // braille blanks draw nothing
+            ("\u{00A0}", "only spaces"),
+            ("Ana ", "start or end with a space"),
+            (" Ana", "start or end with a space"),
+            ("Ana\u{00A0}", "start or end with a space"),
+            ("Ana\u{3000}", "start or end with a space"),
+            ("Ana\u{2800}", "start or end with a space"),
+            ("\u{2009}Ana", "start or end with a space"),
             ("\u{3000}\u{3000}", "only spaces"), // ideographic spaces
             ("\u{0301}", "combining"),           // a lone combining mark
             ("\u{0301}\u{0302} ", "combining"),
@@ -265,6 +317,56 @@ mod tests {
         assert_eq!(owner_key("Il1"), owner_key("lll"));
         for other in ["Anna", "Ama", "Ana2", "Bob"] {
             assert_ne!(owner_key(other), ana, "{other:?}");
+        }
+    }
+
+    /// Every pair a hostile client got accepted as two names: each second
+    /// name is either refused outright or has the first one's key.
+    #[test]
+    fn case_and_blank_look_alikes_are_one_name_or_refused() {
+        for (owned, other) in [
+            ("Alice", "ALICE"),
+            ("Alice", "alice"),
+            ("Ivan", "ivan"),
+            ("Ivan", "IVAN"),
+            ("Bill", "BILL"),
+            ("Bill", "bILL"),
+            ("Ian", "lan"),
+            ("Ana", "Ana "),
+            ("Ana", " Ana"),
+            ("Ana", "Ana\u{00A0}"),
+            ("Ana", "Ana\u{3000}"),
+            ("Ana", "Ana\u{2800}"),
+            ("Ana", "A  na"),
+            ("Ana", "A na"),
+            ("Ana", "A\u{2009}na"),
+            ("Ana", "A\u{00A0}na"),
+            ("Ana", "A\u{2800}na"),
+            ("Ana", "A\u{3000}na"),
+            ("vox-1", "vox-1\u{2800}"),
+        ] {
+            assert_eq!(check(owned), Ok(owned), "{owned:?} is a valid name");
+            if check(other).is_ok() {
+                assert_eq!(owner_key(other), owner_key(owned), "{owned:?} / {other:?}");
+            }
+        }
+        // Blanks that render as nothing are never a name.
+        for blank in ["\u{2800}\u{2800}", "\u{2800}", "\u{3000}", "\u{2009}\u{2009}"] {
+            assert!(check(blank).is_err(), "{blank:?}");
+        }
+        // A blank inside a name is fine; the key ignores it.
+        assert_eq!(check("Bomber Ana"), Ok("Bomber Ana"));
+        assert_eq!(owner_key("Bomber Ana"), owner_key("BomberAna"));
+    }
+
+    #[test]
+    fn the_key_ignores_case_for_every_cased_letter() {
+        for c in ('\u{20}'..='\u{24F}').chain('\u{370}'..='\u{52F}') {
+            let upper: String = c.to_uppercase().collect();
+            let lower: String = c.to_lowercase().collect();
+            if check(&upper).is_ok() && check(&lower).is_ok() {
+                assert_eq!(owner_key(&upper), owner_key(&lower), "{c:?}");
+            }
         }
     }
 }
