@@ -133,8 +133,10 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 50)]
     pub admission_queue_ms: u64,
     /// How long a join waits for a place within --max-db-concurrency
-    /// before it is refused (the client is told when to try again).
-    #[arg(long, default_value_t = 250)]
+    /// before it is refused (the client is told when to try again). Keep
+    /// it under the clients' call deadline (150 ms), or they give up on
+    /// the server and ask another.
+    #[arg(long, default_value_t = 100)]
     pub join_queue_ms: u64,
     /// Connections open at once from one peer address; more are closed as
     /// soon as they are accepted. 0: no limit.

@@ -5,9 +5,16 @@
 //! server answers `ListServers`, so there is no lone naming service that
 //! can die alone. Liveness is judged by the database clock, so servers on
 //! machines with skewed clocks agree.
+//!
+//! Every client's pool asks for the list twice a second: a few hundred
+//! clients make that a few hundred reads a second, on the database that is
+//! full when the calls pile up. So a server runs one read of the list at a
+//! time, and the callers that asked while it ran share the next one: each
+//! answer still comes from a read that started after its caller asked,
+//! but a crowd of callers costs one read, not one each.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use borbaman_proto::pb;
 use tokio::sync::watch;
@@ -15,6 +22,7 @@ use tonic::{Request, Response, Status};
 
 use crate::health::DatabaseHealth;
 use crate::store::Store;
+use crate::store::servers::LiveServer;
 
 /// This server's identity in the registry.
 #[derive(Clone, Debug)]
@@ -64,13 +72,43 @@ pub async fn heartbeat_task(
 pub struct RegistryService {
     store: Store,
     ttl: Duration,
+    /// The last read and when it started. An async mutex: the caller
+    /// that reads holds it across the read, and those who asked meanwhile
+    /// wait for the next read instead of each running one.
+    last_read: Arc<tokio::sync::Mutex<Option<(Instant, Vec<LiveServer>)>>>,
 }
 
 impl RegistryService {
     /// `ttl`: a server silent for longer is not listed.
     pub fn new(store: Store, ttl: Duration) -> Self {
-        RegistryService { store, ttl }
+        RegistryService {
+            store,
+            ttl,
+            last_read: Default::default(),
+        }
     }
+
+    /// The live servers, from a read that started after this call asked.
+    async fn live_servers(&self) -> Result<Vec<LiveServer>, Status> {
+        let asked = Instant::now();
+        let mut last_read = self.last_read.lock().await;
+        if let Some((started, servers)) = last_read.as_ref()
+            && answers(*started, asked)
+        {
+            return Ok(servers.clone());
+        }
+        let started = Instant::now();
+        let servers = self.store.live_servers(self.ttl).await?;
+        *last_read = Some((started, servers.clone()));
+        Ok(servers)
+    }
+}
+
+/// Whether a read that started at `started` answers a caller that asked at
+/// `asked`: only if it started after, so that it saw every change the
+/// caller could know of (a server that deregistered before it asked).
+fn answers(started: Instant, asked: Instant) -> bool {
+    started >= asked
 }
 
 #[tonic::async_trait]
@@ -79,7 +117,7 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         _req: Request<pb::ListServersRequest>,
     ) -> Result<Response<pb::ListServersReply>, Status> {
-        let servers = self.store.live_servers(self.ttl).await?;
+        let servers = self.live_servers().await?;
         Ok(Response::new(pb::ListServersReply {
             servers: servers
                 .into_iter()
@@ -90,5 +128,18 @@ impl pb::registry_server::Registry for RegistryService {
                 })
                 .collect(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_read_started_after_the_call_answers_it() {
+        let asked = Instant::now();
+        assert!(answers(asked, asked));
+        assert!(answers(asked + Duration::from_millis(1), asked));
+        assert!(!answers(asked, asked + Duration::from_millis(1)));
     }
 }
