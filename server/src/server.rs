@@ -9,6 +9,10 @@
 //! Shutdown is the reverse: health turns `NOT_SERVING`, the registry row is
 //! deleted, the listener closes and in-flight calls drain.
 //!
+//! While running, the game service's health follows the database
+//! ([`crate::health`]), and every call is counted and timed
+//! ([`crate::metrics`]); `/metrics` is served on its own port when asked.
+//!
 //! Every service, health included, refuses requests larger than
 //! [`MAX_REQUEST_BYTES`]; connections come through [`incoming::accept`],
 //! which applies the connection limits. With a certificate the server
@@ -215,7 +219,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             me.address.clone(),
             census,
             window,
-        )),
+        ))
+        .max_decoding_message_size(MAX_REQUEST_BYTES),
         metrics.clone(),
         calls::STATUS_METHODS,
     );
