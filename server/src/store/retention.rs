@@ -128,10 +128,11 @@ const FORGET_PURGED: &str = "DELETE FROM purged_games p \
        AND NOT EXISTS (SELECT 1 FROM seat_log l WHERE l.game_id = p.game_id)";
 
 /// One batch of sessions freed from a lobby seat more than `$1` ms ago
-/// and not seated since.
+/// and not seated since (sessions freed before `freed_at` was kept count
+/// from their creation).
 const DELETE_UNUSED_SESSIONS: &str = "DELETE FROM sessions WHERE id IN ( \
        SELECT id FROM sessions WHERE seat = -1 AND NOT in_game \
-       AND created_at < now() - $1::bigint * interval '1 millisecond' \
+       AND coalesce(freed_at, created_at) < now() - $1::bigint * interval '1 millisecond' \
        LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
 
 /// Every statement, for the schema test.
