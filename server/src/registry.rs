@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use borbaman_proto::pb;
-use tokio::sync::watch;
+use borbaman_shutdown::Shutdown;
 use tonic::{Request, Response, Status};
 
 use crate::store::Store;
@@ -22,13 +22,13 @@ pub struct Registration {
     pub address: String,
 }
 
-/// Heartbeats until `shutdown` turns true. Failures are logged and retried
+/// Heartbeats until `shutdown`. Failures are logged and retried
 /// at the next beat: a database outage must not stop the server.
 pub async fn heartbeat_task(
     store: Store,
     me: Registration,
     every: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -36,7 +36,7 @@ pub async fn heartbeat_task(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = shutdown.recv() => return,
         }
         match store.heartbeat(&me.server_id, &me.address).await {
             Ok(()) if failing => {

@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use borbaman_proto::{MAX_REQUEST_BYTES, pb};
+use borbaman_shutdown::Stopper;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
@@ -86,14 +86,14 @@ impl TlsFiles {
 pub struct RunningServer {
     pub addr: SocketAddr,
     pub server_id: Arc<str>,
-    stop: watch::Sender<bool>,
+    stop: Stopper,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl RunningServer {
     /// Stops gracefully: not serving, deregistered, drained.
     pub async fn shutdown(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(true);
+        self.stop.stop();
         self.task.await.context("server task panicked")?
     }
 }
@@ -143,7 +143,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
     .await?;
 
-    let (stop, stopped) = watch::channel(false);
+    let (stop, stopped) = borbaman_shutdown::channel();
     let heartbeat = tokio::spawn(registry::heartbeat_task(
         store.clone(),
         me.clone(),
@@ -179,7 +179,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let drain_store = store.clone();
     let mut stopping = stopped;
     let on_shutdown = async move {
-        let _ = stopping.wait_for(|stop| *stop).await;
+        stopping.recv().await;
         tracing::info!("shutting down: not serving, deregistering, draining");
         health
             .set_not_serving::<pb::game_server::GameServer<GameService>>()

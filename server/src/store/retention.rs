@@ -22,8 +22,8 @@
 
 use std::time::Duration;
 
+use borbaman_shutdown::Shutdown;
 use sqlx::postgres::PgConnection;
-use tokio::sync::watch;
 
 use super::Store;
 use crate::error::Error;
@@ -149,7 +149,7 @@ pub const ALL: &[&str] = &[
 impl Store {
     /// Runs the retention job until `shutdown`: every `opts.every`, if this
     /// server holds (or can take) the job's lock, one pass.
-    pub async fn retention_task(self, opts: RetentionOptions, mut shutdown: watch::Receiver<bool>) {
+    pub async fn retention_task(self, opts: RetentionOptions, mut shutdown: Shutdown) {
         let mut ticker = tokio::time::interval(opts.every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The connection holding the lock, while this server runs the job.
@@ -157,7 +157,7 @@ impl Store {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
-                _ = shutdown.wait_for(|stop| *stop) => return,
+                _ = shutdown.recv() => return,
             }
             if holder.is_none() {
                 holder = match self.take_retention_lock().await {
@@ -212,7 +212,7 @@ impl Store {
         &self,
         conn: &mut PgConnection,
         opts: &RetentionOptions,
-        shutdown: &watch::Receiver<bool>,
+        shutdown: &Shutdown,
     ) -> Result<Deleted, Error> {
         let window_ms = i64::try_from(opts.window.as_millis()).unwrap_or(i64::MAX);
         let abandoned_ms = self.lobby_seat_ttl_ms.saturating_mul(ABANDONED_TTLS);
@@ -234,7 +234,7 @@ impl Store {
                 }
                 deleted.seats += seats;
                 deleted.sessions += sessions;
-                if games < GAMES_PER_BATCH || *shutdown.borrow() {
+                if games < GAMES_PER_BATCH || shutdown.is_shutdown() {
                     break;
                 }
                 tokio::time::sleep(BATCH_PAUSE).await;
@@ -255,7 +255,7 @@ async fn batches(
     conn: &mut PgConnection,
     sql: &'static str,
     arg: Option<i64>,
-    shutdown: &watch::Receiver<bool>,
+    shutdown: &Shutdown,
 ) -> Result<i64, Error> {
     let mut total = 0;
     loop {
@@ -270,7 +270,7 @@ async fn batches(
             .await?
             .rows_affected() as i64;
         total += rows;
-        if rows < ROWS_PER_BATCH || *shutdown.borrow() {
+        if rows < ROWS_PER_BATCH || shutdown.is_shutdown() {
             return Ok(total);
         }
         tokio::time::sleep(BATCH_PAUSE).await;
