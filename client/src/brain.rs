@@ -24,10 +24,6 @@ use std::collections::VecDeque;
 use borbaman_proto::pb::{self, Cell, GameState};
 use rand::Rng;
 
-/// Ticks a blast stays on its cells.
-pub const BLAST_TICKS: u32 = 10;
-/// Fuse of a freshly planted bomb, in ticks.
-pub const FUSE_TICKS: u32 = 50;
 /// Ticks a one-cell move is assumed to take before any speed power-up; an
 /// overestimate only makes the bot more careful.
 pub const STEP_TICKS: u32 = 5;
@@ -423,7 +419,7 @@ pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb:
             y: me.y,
             owner: seat,
             range: me.range.max(1),
-            fuse_ticks: FUSE_TICKS,
+            fuse_ticks: u32::from(borbaman_game::FUSE_TICKS),
         };
         let with_bomb = danger_map(state, Some(&bomb));
         let routes = escape_routes(&board, &with_bomb, here, me);

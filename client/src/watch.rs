@@ -11,25 +11,23 @@
 //!
 //! The parts are those of `play`: a network task owns the [`Spectator`]
 //! (through a [`ServerPool`], so failover is the same), polls about 20
-//! times a second and publishes a [`View`]; the main thread draws it at 30
-//! frames per second and forwards keys.
+//! times a second and publishes a [`View`]; the main thread runs `play`'s
+//! terminal loop, which draws it at 30 frames per second, forwards keys,
+//! and stops on a panic in any task or a closed terminal.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use borbaman_client::pool::ServerPool;
 use borbaman_client::spectator::{Spectator, live_games};
-use crossterm::event::{self, Event};
 use tokio::sync::{mpsc, watch};
 
 use crate::args::ServersArg;
 use crate::play::player::publish_status;
-use crate::shutdown::{self, Shutdown, Stopper};
-use crate::ui::input::{Command, command_for};
-use crate::ui::{ColorMode, View, draw};
+use crate::shutdown::{self, Shutdown};
+use crate::ui::View;
+use crate::ui::input::Command;
 
-/// Frames drawn per second.
-const FPS: u32 = 30;
 /// How often the watched game is polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the list of live games is fetched again.
@@ -80,9 +78,11 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         shutdown::signal().await;
         signal_quit.stop();
     });
-    let terminal = ratatui::try_init().context("setting up the terminal")?;
-    let result = ui_loop(terminal, view_rx.clone(), command_tx, &stopper);
-    ratatui::restore();
+    // The terminal as `play` runs it: a panic in the network task ends the
+    // loop and restores the terminal; a closed terminal (SIGHUP) ends the
+    // process.
+    runtime.spawn(crate::play::on_hangup(Default::default()));
+    let result = crate::play::run_terminal(view_rx.clone(), command_tx, &stopper);
     stopper.stop();
     runtime.shutdown_timeout(Duration::from_secs(1));
     result?;
@@ -206,43 +206,6 @@ pub async fn follow_game(
                     return;
                 }
             }
-        }
-    }
-}
-
-/// Draws at a steady rate and forwards key presses; returns when the viewer
-/// quits (or a signal asks to).
-fn ui_loop(
-    mut terminal: ratatui::DefaultTerminal,
-    view: watch::Receiver<View>,
-    commands: mpsc::Sender<Command>,
-    quit: &Stopper,
-) -> anyhow::Result<()> {
-    let colors = ColorMode::detect();
-    let frame_time = Duration::from_secs(1) / FPS;
-    let mut next_frame = Instant::now();
-    loop {
-        if quit.is_stopped() {
-            return Ok(());
-        }
-        let snapshot = view.borrow().clone();
-        terminal.draw(|frame| draw::draw(frame, &snapshot, colors))?;
-        next_frame = (next_frame + frame_time).max(Instant::now());
-        while let Some(wait) = next_frame.checked_duration_since(Instant::now()) {
-            if !event::poll(wait)? {
-                break;
-            }
-            let Event::Key(key) = event::read()? else {
-                continue;
-            };
-            let Some(command) = command_for(key) else {
-                continue;
-            };
-            if command == Command::Quit {
-                quit.stop();
-                return Ok(());
-            }
-            let _ = commands.try_send(command);
         }
     }
 }

@@ -86,15 +86,15 @@ impl DatabaseHealth {
 pub async fn report_task(
     reporter: HealthReporter,
     mut serving: watch::Receiver<bool>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: borbaman_shutdown::Shutdown,
 ) {
     type Game = pb::game_server::GameServer<GameService>;
     loop {
         tokio::select! {
             changed = serving.changed() => if changed.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.recv() => return,
         }
-        if *stop.borrow() {
+        if stop.is_shutdown() {
             return;
         }
         if *serving.borrow_and_update() {

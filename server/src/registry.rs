@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use borbaman_proto::pb;
-use tokio::sync::watch;
+use borbaman_shutdown::Shutdown;
 use tonic::{Request, Response, Status};
 
 use crate::health::DatabaseHealth;
@@ -31,7 +31,7 @@ pub struct Registration {
     pub address: String,
 }
 
-/// Heartbeats until `shutdown` turns true. Failures are logged and retried
+/// Heartbeats until `shutdown`. Failures are logged and retried
 /// at the next beat: a database outage must not stop the server.
 /// Each outcome goes to `health` (the game service's health, see
 /// [`crate::health`]).
@@ -40,7 +40,7 @@ pub async fn heartbeat_task(
     me: Registration,
     every: Duration,
     health: Arc<DatabaseHealth>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -48,7 +48,7 @@ pub async fn heartbeat_task(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
+            _ = shutdown.recv() => return,
         }
         let beat = store.heartbeat(&me.server_id, &me.address).await;
         health.beat(beat.is_ok());

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use borbaman_proto::{MAX_REQUEST_BYTES, pb};
+use borbaman_shutdown::{Shutdown, Stopper};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
@@ -104,14 +104,14 @@ pub struct RunningServer {
     pub server_id: Arc<str>,
     /// The server's admission control, for its counts ([`Admission::stats`]).
     pub admission: Admission,
-    stop: watch::Sender<bool>,
+    stop: Stopper,
     task: JoinHandle<anyhow::Result<()>>,
 }
 
 impl RunningServer {
     /// Stops gracefully: not serving, deregistered, drained.
     pub async fn shutdown(self) -> anyhow::Result<()> {
-        let _ = self.stop.send(true);
+        self.stop.stop();
         self.task.await.context("server task panicked")?
     }
 }
@@ -162,7 +162,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
     .await?;
 
-    let (stop, stopped) = watch::channel(false);
+    let (stop, stopped) = borbaman_shutdown::channel();
     let db_health = Arc::new(DatabaseHealth::new(metrics.clone()));
     let heartbeat = tokio::spawn(registry::heartbeat_task(
         store.clone(),
@@ -247,7 +247,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let drain_store = store.clone();
     let mut stopping = stopped;
     let on_shutdown = async move {
-        let _ = stopping.wait_for(|stop| *stop).await;
+        stopping.recv().await;
         tracing::info!("shutting down: not serving, deregistering, draining");
         health
             .set_not_serving::<pb::game_server::GameServer<GameService>>()
@@ -294,7 +294,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
 /// Keeps the metrics' database member current: the primary Patroni names
 /// when following it, else the database URL's host and port.
-fn follow_database_member(store: &Store, url: &str, mut stop: watch::Receiver<bool>) {
+fn follow_database_member(store: &Store, url: &str, mut stop: Shutdown) {
     let metrics = store.metrics().clone();
     let Some(mut primary) = store.watch_primary() else {
         if let Ok(opts) = url.parse::<sqlx::postgres::PgConnectOptions>() {
@@ -309,7 +309,7 @@ fn follow_database_member(store: &Store, url: &str, mut stop: watch::Receiver<bo
             }
             tokio::select! {
                 changed = primary.changed() => if changed.is_err() { return },
-                _ = stop.wait_for(|s| *s) => return,
+                _ = stop.recv() => return,
             }
         }
     });

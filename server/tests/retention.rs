@@ -146,3 +146,67 @@ async fn finished_and_abandoned_games_go_with_all_their_rows_and_running_ones_st
     })
     .await;
 }
+
+/// A session freed from its lobby seat goes a window after it was freed,
+/// not after it was created: a player who sat long in a lobby before going
+/// silent keeps the session (and can join again with its token) for the
+/// whole window.
+#[tokio::test]
+async fn a_freed_session_is_kept_a_window_after_it_was_freed() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let pg = start_db();
+    // A 1 s seat TTL: the waiting game is abandoned only after 10 s, well
+    // after the window.
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--retention", "3s", "--lobby-seat-ttl-ms", "1000"],
+    );
+    let db = sql(&pg.url()).await;
+    let mut client = server.game().await;
+
+    // A player sat in the lobby for an hour (its session is that old),
+    // then went silent.
+    let (silent, _) = join(&mut client, "silent").await;
+    let session: i64 = sqlx::query_scalar(
+        "UPDATE sessions SET created_at = now() - interval '1 hour' \
+         WHERE game_id = $1 AND seat = 0 RETURNING id",
+    )
+    .bind(silent.game_id as i64)
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    let session_exists = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions WHERE id = $1")
+            .bind(session)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+            == 1
+    };
+    // Its seat TTL passes; a newcomer's join frees the seat.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let freeing = std::time::Instant::now();
+    let (fresh, _) = join(&mut client, "fresh").await;
+    assert_eq!(
+        (fresh.game_id, fresh.seat),
+        (silent.game_id, 0),
+        "the seat was freed"
+    );
+    let seat: i16 = sqlx::query_scalar("SELECT seat FROM sessions WHERE id = $1")
+        .bind(session)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(seat, -1, "the silent player's session is freed");
+
+    // Deleted, but no earlier than the window after it was freed.
+    eventually("the freed session's deletion", || async {
+        !session_exists().await
+    })
+    .await;
+    let after = freeing.elapsed();
+    assert!(
+        after >= WINDOW - Duration::from_millis(100),
+        "the freed session went {after:?} after it was freed, within the {WINDOW:?} window"
+    );
+}

@@ -168,26 +168,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     });
     runtime.spawn(on_hangup(cluster_slot.clone()));
 
-    let terminal = ratatui::try_init().context("setting up the terminal")?;
-    // ratatui's hook restores the terminal on a panic; ours also stops the
-    // UI loop when the panic happened in another thread (a network task).
-    let restore_and_report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        PANICKED.store(true, Ordering::SeqCst);
-        restore_and_report(info);
-    }));
-    let ui_result = ui_loop(terminal, view_rx.clone(), command_tx, &stopper);
-    if ui_result.is_err() {
-        // A closed terminal fails the UI a moment before SIGHUP arrives.
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    if HUNG_UP.load(Ordering::SeqCst) {
-        // `on_hangup` stops the cluster and ends the process.
-        loop {
-            std::thread::park();
-        }
-    }
-    ratatui::restore();
+    let ui_result = run_terminal(view_rx.clone(), command_tx, &stopper);
     // A failure shown on screen is also left in the shell, and the exit
     // status says so.
     let failure = view_rx.borrow().error.clone();
@@ -211,10 +192,10 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     }
 }
 
-/// On SIGHUP (the terminal is gone): stops the local cluster and exits at
-/// once, without leaving the game, as a crash would but tidily: the saved
+/// On SIGHUP (the terminal is gone): stops the local cluster (if any) and
+/// exits at once, without leaving the game, as a crash would but tidily: the saved
 /// sessions bring the player and its bots back to it on the next start.
-async fn on_hangup(cluster_slot: Arc<Mutex<Option<LocalCluster>>>) {
+pub(crate) async fn on_hangup(cluster_slot: Arc<Mutex<Option<LocalCluster>>>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut hangup) = signal(SignalKind::hangup()) else {
         return;
@@ -232,6 +213,39 @@ async fn on_hangup(cluster_slot: Arc<Mutex<Option<LocalCluster>>>) {
         std::process::exit(129);
     })
     .await;
+}
+
+/// The terminal's part of `play` and `watch`: takes the terminal, draws
+/// `view` and forwards keys as `commands` until the user quits, `stopper`
+/// stops, a panic in any thread (a network task) ends the loop, or the
+/// terminal is closed; then restores the terminal. After a SIGHUP (see
+/// [`on_hangup`]) it never returns: the hangup task ends the process.
+pub(crate) fn run_terminal(
+    view: watch::Receiver<View>,
+    commands: mpsc::Sender<Command>,
+    stopper: &Stopper,
+) -> anyhow::Result<()> {
+    let terminal = ratatui::try_init().context("setting up the terminal")?;
+    // ratatui's hook restores the terminal on a panic; ours also stops the
+    // UI loop when the panic happened in another thread (a network task).
+    let restore_and_report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::SeqCst);
+        restore_and_report(info);
+    }));
+    let ui_result = ui_loop(terminal, view, commands, stopper);
+    if ui_result.is_err() {
+        // A closed terminal fails the UI a moment before SIGHUP arrives.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if HUNG_UP.load(Ordering::SeqCst) {
+        // `on_hangup` stops the cluster and ends the process.
+        loop {
+            std::thread::park();
+        }
+    }
+    ratatui::restore();
+    ui_result
 }
 
 /// Draws at a steady rate and forwards key presses; returns when the player

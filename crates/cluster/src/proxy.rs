@@ -37,12 +37,13 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::wan::WanSpec;
+
+use borbaman_shutdown::Stopper;
 
 /// Longest wait for the upstream to accept a forwarded connection.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -56,6 +57,8 @@ pub struct TcpProxy {
     address: SocketAddr,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    /// Stopped on drop.
+    stopper: Stopper,
 }
 
 struct Shared {
@@ -64,8 +67,8 @@ struct Shared {
     /// The distance emulated, if any.
     wan: Option<WanSpec>,
     state: Mutex<State>,
-    /// Set on drop: the accept thread ends at its next connection.
-    stopping: AtomicBool,
+    /// Stopped on drop: the accept thread ends at its next connection.
+    stopping: borbaman_shutdown::Shutdown,
 }
 
 #[derive(Default)]
@@ -112,11 +115,12 @@ impl TcpProxy {
     fn listen(upstream: Vec<SocketAddr>, wan: Option<WanSpec>) -> std::io::Result<TcpProxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let address = listener.local_addr()?;
+        let (stopper, stopping) = borbaman_shutdown::channel();
         let shared = Arc::new(Shared {
             upstream: Mutex::new(upstream),
             wan,
             state: Mutex::new(State::default()),
-            stopping: AtomicBool::new(false),
+            stopping,
         });
         let accept = {
             let shared = shared.clone();
@@ -128,6 +132,7 @@ impl TcpProxy {
             address,
             shared,
             accept: Some(accept),
+            stopper,
         })
     }
 
@@ -172,7 +177,7 @@ impl TcpProxy {
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
-        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.stopper.stop();
         self.cut();
         // The accept thread is blocked in accept(): a connection wakes it,
         // and it sees `stopping`.
@@ -197,7 +202,7 @@ fn resolve(upstream: &str) -> std::io::Result<Vec<SocketAddr>> {
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     for client in listener.incoming() {
-        if shared.stopping.load(Ordering::SeqCst) {
+        if shared.stopping.is_shutdown() {
             return;
         }
         let Ok(client) = client else { continue };

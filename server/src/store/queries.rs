@@ -280,7 +280,8 @@ pub const LOAD_WAITING_LOCKED: &str = concat!(
 pub const FREE_SILENT_SEATS: &str = "WITH f AS (SELECT id, seat FROM sessions \
                 WHERE game_id = $1::bigint AND seat = ANY($2::smallint[]) AND in_game \
                 FOR UPDATE SKIP LOCKED), \
-     s AS (UPDATE sessions SET in_game = false, seat = -1 WHERE id IN (SELECT id FROM f)), \
+     s AS (UPDATE sessions SET in_game = false, seat = -1, freed_at = now() \
+             WHERE id IN (SELECT id FROM f)), \
      d AS (DELETE FROM seats WHERE game_id = $1::bigint AND seat IN (SELECT seat FROM f)), \
      g AS (UPDATE games SET \
              names = ARRAY(SELECT CASE WHEN i - 1 IN (SELECT seat FROM f) THEN '' \

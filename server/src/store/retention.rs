@@ -22,8 +22,8 @@
 
 use std::time::Duration;
 
+use borbaman_shutdown::Shutdown;
 use sqlx::postgres::PgConnection;
-use tokio::sync::watch;
 
 use super::Store;
 use crate::error::Error;
@@ -140,10 +140,11 @@ const FORGET_PURGED: &str = "DELETE FROM purged_games p \
        AND NOT EXISTS (SELECT 1 FROM seat_log l WHERE l.game_id = p.game_id)";
 
 /// One batch of sessions freed from a lobby seat more than `$1` ms ago
-/// and not seated since.
+/// and not seated since (sessions freed before `freed_at` was kept count
+/// from their creation).
 const DELETE_UNUSED_SESSIONS: &str = "DELETE FROM sessions WHERE id IN ( \
        SELECT id FROM sessions WHERE seat = -1 AND NOT in_game \
-       AND created_at < now() - $1::bigint * interval '1 millisecond' \
+       AND coalesce(freed_at, created_at) < now() - $1::bigint * interval '1 millisecond' \
        LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
 
 /// Every statement, for the schema test.
@@ -160,7 +161,7 @@ pub const ALL: &[&str] = &[
 impl Store {
     /// Runs the retention job until `shutdown`: every `opts.every`, if this
     /// server holds (or can take) the job's lock, one pass.
-    pub async fn retention_task(self, opts: RetentionOptions, mut shutdown: watch::Receiver<bool>) {
+    pub async fn retention_task(self, opts: RetentionOptions, mut shutdown: Shutdown) {
         let mut ticker = tokio::time::interval(opts.every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The connection holding the lock, while this server runs the job.
@@ -168,7 +169,7 @@ impl Store {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
-                _ = shutdown.wait_for(|stop| *stop) => return,
+                _ = shutdown.recv() => return,
             }
             if holder.is_none() {
                 holder = match self.take_retention_lock().await {
@@ -228,7 +229,7 @@ impl Store {
         &self,
         conn: &mut PgConnection,
         opts: &RetentionOptions,
-        shutdown: &watch::Receiver<bool>,
+        shutdown: &Shutdown,
     ) -> Result<Deleted, Error> {
         let window_ms = i64::try_from(opts.window.as_millis()).unwrap_or(i64::MAX);
         let abandoned_ms = self.lobby_seat_ttl_ms.saturating_mul(ABANDONED_TTLS);
@@ -250,7 +251,7 @@ impl Store {
                 }
                 deleted.seats += seats;
                 deleted.sessions += sessions;
-                if games < GAMES_PER_BATCH || *shutdown.borrow() {
+                if games < GAMES_PER_BATCH || shutdown.is_shutdown() {
                     break;
                 }
                 tokio::time::sleep(BATCH_PAUSE).await;
@@ -271,7 +272,7 @@ async fn batches(
     conn: &mut PgConnection,
     sql: &'static str,
     arg: Option<i64>,
-    shutdown: &watch::Receiver<bool>,
+    shutdown: &Shutdown,
 ) -> Result<i64, Error> {
     let mut total = 0;
     loop {
@@ -286,7 +287,7 @@ async fn batches(
             .await?
             .rows_affected() as i64;
         total += rows;
-        if rows < ROWS_PER_BATCH || *shutdown.borrow() {
+        if rows < ROWS_PER_BATCH || shutdown.is_shutdown() {
             return Ok(total);
         }
         tokio::time::sleep(BATCH_PAUSE).await;
