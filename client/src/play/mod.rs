@@ -91,6 +91,24 @@ pub struct PlayArgs {
     pub map: Option<String>,
 }
 
+/// The network task of `borbaman play` on its own (no terminal, no local
+/// cluster, no bots): the player `name` joins through `pool`, plays from
+/// `commands` and publishes what to draw on `view` until `quit` or a quit
+/// command. The terminal runs exactly this beside its UI thread; tests
+/// drive it with commands and draw its view on a test backend.
+pub async fn network_task(
+    pool: ServerPool,
+    name: String,
+    state_dir: StateDir,
+    view: watch::Sender<View>,
+    commands: mpsc::Receiver<Command>,
+    quit: Shutdown,
+) {
+    Player::new(pool, name, state_dir, "test".into(), view, commands, quit)
+        .play()
+        .await;
+}
+
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     anyhow::ensure!(
