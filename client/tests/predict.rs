@@ -123,6 +123,7 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
         view_tx,
         commands_rx,
         quit,
+        Some("0 ms (a stopped server)".into()),
     ));
 
     let (playing, rows) = until_view(&mut view, "the running game on screen", |v, _| {
@@ -133,6 +134,11 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
     })
     .await;
     let seat = playing.seat.unwrap();
+    assert!(
+        rows.iter().any(|r| r.contains("Distance 0 ms")),
+        "the HUD names the distance:\n{}",
+        rows.join("\n")
+    );
     let glyph = format!("Z{}", seat + 1);
     let before = drawn_at(&rows, &glyph).expect("the player is drawn");
     let (command, (dx, dy)) = free_step(playing.state.as_ref().unwrap(), seat);

@@ -80,6 +80,13 @@ impl Player {
         self
     }
 
+    /// Says on the HUD how far the servers are (`--wan`, e.g. "100 ms ±10
+    /// ms one way"); `None`: no emulated distance.
+    pub(crate) fn at_distance(self, distance: Option<String>) -> Player {
+        self.view.send_modify(|v| v.net.distance = distance);
+        self
+    }
+
     /// Joins only games on the arena `map` (empty: any).
     pub(super) fn asking_for_map(mut self, map: String) -> Player {
         self.map = map;
