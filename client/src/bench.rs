@@ -22,6 +22,12 @@ pub struct BenchArgs {
     /// Time between two invocations of one client.
     #[arg(long, default_value_t = 50)]
     pub interval_ms: u64,
+    /// Clients predict like the terminal: each draws (and its bot decides
+    /// on) the server's newest state with its own unacknowledged inputs
+    /// applied on top with the game core, and counts the corrections a
+    /// newer state from the server forced (reported as mispredictions).
+    #[arg(long)]
+    pub predict: bool,
     /// Measured time, after the warm-up.
     #[arg(long, default_value_t = 60)]
     pub duration_s: u64,
@@ -119,6 +125,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.out.clone(),
         )?;
         plan.floor_samples = args.floor_samples;
+        plan.workload.predict = args.predict;
         runtime
             .block_on(measure::run_measured(&plan, &target, None))
             .and_then(|summary| measure::conclude(&summary, &plan.out))

@@ -97,6 +97,12 @@ pub struct ChaosArgs {
     /// Time between two invocations of one client.
     #[arg(long, default_value_t = 50)]
     pub interval_ms: u64,
+    /// Clients predict like the terminal: each draws (and its bot decides
+    /// on) the server's newest state with its own unacknowledged inputs
+    /// applied on top with the game core, and counts the corrections a
+    /// newer state from the server forced (reported as mispredictions).
+    #[arg(long)]
+    pub predict: bool,
     /// Warm-up before the first fault; left out of every figure.
     #[arg(long, default_value_t = 5)]
     pub warmup_s: u64,
@@ -221,6 +227,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         args.out.clone(),
     )?;
     plan.workload.name_prefix = "chaos-".into();
+    plan.workload.predict = args.predict;
     plan.floor_samples = args.floor_samples;
 
     let mut server_args = args.server_args.clone();

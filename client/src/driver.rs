@@ -49,7 +49,15 @@ impl Driver {
         };
         match state.phase() {
             pb::Phase::Finished => Step::GameOver,
-            pb::Phase::Playing => Step::Act(brain::decide(state, session.seat(), &mut self.rng)),
+            pb::Phase::Playing => {
+                // A predicting player decides on what it is shown: its own
+                // inputs applied ahead of the server.
+                let shown = session
+                    .prediction_counts()
+                    .and_then(|_| session.shown_state());
+                let seen = shown.as_ref().unwrap_or(state);
+                Step::Act(brain::decide(seen, session.seat(), &mut self.rng))
+            }
             _ if session.lobby_idle_due() => Step::Act(pb::Action::Idle),
             _ => Step::Poll,
         }

@@ -128,6 +128,7 @@ impl RunPlan {
                 warmup: Duration::from_secs(warmup_s),
                 total: Duration::from_secs(warmup_s + duration_s),
                 name_prefix: "bench-".into(),
+                predict: false,
             },
             games,
             floor_samples: 0,
@@ -291,12 +292,20 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.state_regressions,
     );
     println!(
-        "inputs: {} sent, {} applied; key to ack p50 {} µs, p99 {} µs, max {} µs",
+        "inputs: {} sent, {} applied; key to ack p50 {} µs, p99 {} µs, max {} µs{}",
         summary.inputs_sent,
         summary.inputs_applied,
         summary.input_to_apply_us.p50,
         summary.input_to_apply_us.p99,
         summary.input_to_apply_us.max,
+        if summary.predicted {
+            format!(
+                "; predicted: {} mispredictions in {} reconciliations",
+                summary.mispredictions, summary.reconciliations
+            )
+        } else {
+            String::new()
+        },
     );
     println!(
         "tail: RTT max {} µs beside the floor's max {} µs; {} calls ({:.3}%) slower than \
@@ -567,6 +576,9 @@ pub async fn run_measured(
     let sessions = || logs.iter().flat_map(|l| &l.sessions);
     summary.inputs_sent = sessions().map(|s| s.inputs_sent).sum();
     summary.inputs_applied = sessions().map(|s| s.inputs_applied).sum();
+    summary.predicted = plan.workload.predict;
+    summary.reconciliations = sessions().map(|s| s.reconciled).sum();
+    summary.mispredictions = sessions().map(|s| s.mispredicted).sum();
     summary.input_to_apply_us = floor_stats(
         logs.iter()
             .flat_map(|l| l.input_to_apply_us.iter().copied()),

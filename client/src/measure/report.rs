@@ -240,6 +240,12 @@ pub struct Summary {
     /// From an input's key press to the reply that acknowledged it, over
     /// the inputs sent after the warm-up, µs.
     pub input_to_apply_us: FloorStats,
+    /// `--predict`: the clients predicted their own inputs as the terminal
+    /// does; states from the server that replaced a prediction's base, and
+    /// of them those that moved the player from where it was predicted.
+    pub predicted: bool,
+    pub reconciliations: u64,
+    pub mispredictions: u64,
     /// Bare `Game.Ping`, measured beside the workload.
     pub floor_ping_us: FloorStats,
     /// Bare `SELECT … FOR UPDATE` + `UPDATE` + `COMMIT`, beside the workload.

@@ -52,6 +52,10 @@ pub struct WorkloadConfig {
     pub total: Duration,
     /// Players are named `<prefix><n>`.
     pub name_prefix: String,
+    /// Each client predicts its own inputs as the terminal does (see
+    /// `borbaman_client::predict`): its bot decides on the predicted state,
+    /// and the corrections are counted.
+    pub predict: bool,
 }
 
 /// An `Act` or `Leave` the servers acknowledged.
@@ -81,6 +85,11 @@ pub struct SessionLog {
     /// Inputs (actions) sent, and of them acknowledged as applied.
     pub inputs_sent: u64,
     pub inputs_applied: u64,
+    /// With prediction: states from the server that replaced the
+    /// prediction's base, and of them those that moved the player from
+    /// where the prediction had it.
+    pub reconciled: u64,
+    pub mispredicted: u64,
 }
 
 /// What a client proves about its run.
@@ -267,7 +276,10 @@ impl ClientRun {
         let result =
             GameSession::join_as(&self.pool, &self.identity, &self.name, new_token(), "").await;
         match result {
-            Ok((session, info)) => {
+            Ok((mut session, info)) => {
+                if self.config.predict {
+                    session.predict_inputs();
+                }
                 let version = session.latest().map(|s| s.version).unwrap_or(0);
                 self.record(CallKind::Join, &session, 0, &info, started, version, false);
                 Some(session)
@@ -445,6 +457,7 @@ impl ClientRun {
     /// inputs still queued can never be applied).
     fn close(&mut self, session: &GameSession, finished: bool, lost: bool) {
         let (inputs_sent, inputs_applied) = session.input_counts();
+        let (reconciled, mispredicted) = session.prediction_counts().unwrap_or_default();
         if finished {
             self.progress
                 .sessions_finished
@@ -460,6 +473,8 @@ impl ClientRun {
             lost,
             inputs_sent,
             inputs_applied,
+            reconciled,
+            mispredicted,
         });
     }
 

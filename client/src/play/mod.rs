@@ -101,6 +101,27 @@ pub struct PlayArgs {
     pub wan: Option<borbaman_cluster::WanSpec>,
 }
 
+/// The network task of `borbaman play` on its own (no terminal, no local
+/// cluster, no bots): the player `name` joins through `pool`, plays from
+/// `commands` and publishes what to draw on `view` until `quit` or a quit
+/// command; the HUD names `distance` (the emulated one, if any). The
+/// terminal runs the same player loop beside its UI thread; tests drive it
+/// with commands and draw its view on a test backend.
+pub async fn network_task(
+    pool: ServerPool,
+    name: String,
+    state_dir: StateDir,
+    view: watch::Sender<View>,
+    commands: mpsc::Receiver<Command>,
+    quit: Shutdown,
+    distance: Option<String>,
+) {
+    Player::new(pool, name, state_dir, "test".into(), view, commands, quit)
+        .at_distance(distance)
+        .play()
+        .await;
+}
+
 pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     anyhow::ensure!(

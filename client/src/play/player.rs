@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use borbaman_client::pool::{CallInfo, PoolError, ServerPool};
-use borbaman_client::session::{self, GameSession, new_token};
+use borbaman_client::session::{self, GameSession, SessionEvent, new_token};
 use borbaman_client::spectator::{self, Spectator};
 use borbaman_client::state_dir::{SavedSession, StateDir};
 use borbaman_game::codes::PRESENCE_INTERVAL_MS;
@@ -78,6 +78,13 @@ impl Player {
     /// to follow (see [`crate::bot::BotOptions::follow`]).
     pub(super) fn leading(mut self, bots: watch::Sender<u64>) -> Player {
         self.leading = Some(bots);
+        self
+    }
+
+    /// Says on the HUD how far the servers are (`--wan`, e.g. "100 ms ±10
+    /// ms one way"); `None`: no emulated distance.
+    pub(crate) fn at_distance(self, distance: Option<String>) -> Player {
+        self.view.send_modify(|v| v.net.distance = distance);
         self
     }
 
@@ -187,12 +194,18 @@ impl Player {
     /// Plays one game: polls, sends actions, shows the result. While the
     /// game waits for players, the lobby lists the other live games and
     /// the player may watch one (Enter) until its own starts.
+    ///
+    /// Nothing here waits on a call: a key's input goes out in the
+    /// background (see [`GameSession::send_input`]) and is drawn at once,
+    /// predicted on the newest state from the server; replies and polls
+    /// are taken in as they arrive, each one reconciling the prediction.
     async fn play_game(&mut self, session: &mut GameSession) -> Next {
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut quit = self.quit.clone();
         let mut last_act = Instant::now();
         let mut lobby = Lobby::default();
+        session.predict_inputs();
         loop {
             let finished = session
                 .latest()
@@ -206,7 +219,7 @@ impl Player {
             } else if lobby.shown {
                 // The player's own game started: back to it.
                 lobby = Lobby::default();
-                let state = session.latest().cloned();
+                let state = session.shown_state();
                 let seat = session.seat();
                 self.view.send_modify(|v| {
                     v.watching = false;
@@ -216,52 +229,66 @@ impl Player {
                     v.state = state;
                 });
             }
-            let action = tokio::select! {
-                _ = ticker.tick() => None,
-                _ = quit.recv() => Some(Command::Quit),
-                command = self.commands.recv() => Some(command.unwrap_or(Command::Quit)),
+            let wake = tokio::select! {
+                _ = ticker.tick() => Wake::Tick,
+                _ = quit.recv() => Wake::Command(Command::Quit),
+                command = self.commands.recv() => Wake::Command(command.unwrap_or(Command::Quit)),
+                Some(event) = session.next_event() => Wake::Session(Box::new(event)),
             };
-            let result = match action {
-                Some(Command::Quit) => {
+            let result = match wake {
+                Wake::Command(Command::Quit) => {
                     self.leave(session).await;
                     return Next::Quit;
                 }
-                Some(Command::PlayAgain) if is_out(session) => {
+                Wake::Command(Command::PlayAgain) if is_out(session) => {
                     // Leaving forfeits, which changes nothing for a player
                     // already out; then on as from the game-over screen.
                     self.leave(session).await;
                     return Next::PlayAgain;
                 }
-                Some(command) if waiting => {
+                Wake::Command(command) if waiting => {
                     self.lobby_command(command, &mut lobby);
                     continue;
                 }
-                Some(command) => match command.action() {
-                    Some(action) => {
+                Wake::Command(command) => {
+                    if let Some(action) = command.action() {
                         last_act = Instant::now();
-                        session.act(action).await.map(|(_, info)| info)
+                        session.send_input(action);
+                        // Drawn now, before any reply.
+                        self.show(session, &lobby);
                     }
-                    None => continue,
-                },
-                None if session.lobby_idle_due()
-                    || (last_act.elapsed() >= PRESENCE_INTERVAL && playing(session)) =>
-                {
-                    last_act = Instant::now();
-                    session.act(pb::Action::Idle).await.map(|(_, info)| info)
+                    continue;
                 }
-                None => session.state().await.map(|(_, info)| info),
+                Wake::Tick => {
+                    session.pump();
+                    if session.lobby_idle_due()
+                        || (last_act.elapsed() >= PRESENCE_INTERVAL && playing(session))
+                    {
+                        last_act = Instant::now();
+                        session.send_input(pb::Action::Idle);
+                    } else if session.calls_in_flight() == 0 {
+                        // Replies to inputs bring the state; with none on
+                        // their way, read it.
+                        session.poll_state();
+                    }
+                    self.show(session, &lobby);
+                    continue;
+                }
+                Wake::Session(event) => match *event {
+                    SessionEvent::Input(reply) => reply.result.map(|(_, info)| info),
+                    SessionEvent::State(result) => result.map(|(_, info)| info),
+                },
             };
             match result {
                 Ok(info) => {
-                    let state = session.latest().cloned();
                     if lobby.watching.is_some() {
-                        let note = state
-                            .as_ref()
+                        let note = session
+                            .latest()
                             .map(|s| format!("Your game {}: waiting {}/4", s.game_id, s.seated));
                         self.record(&info, None);
                         self.view.send_modify(|v| v.note = note);
                     } else {
-                        self.record(&info, state);
+                        self.record(&info, session.shown_state());
                     }
                 }
                 Err(e) if session::seat_lost(&e) => {
@@ -273,6 +300,28 @@ impl Player {
                 Err(e) => self.record_error(&e),
             }
         }
+    }
+
+    /// Draws the player's game as predicted now (unless another game is
+    /// being watched from the lobby); publishes only a change.
+    fn show(&self, session: &GameSession, lobby: &Lobby) {
+        if lobby.watching.is_some() {
+            return;
+        }
+        let Some(state) = session.shown_state() else {
+            return;
+        };
+        let unacked = session.unacked().len();
+        let mispredicted = session.prediction_counts().map_or(0, |c| c.1);
+        self.view.send_if_modified(|v| {
+            let changed = v.state.as_ref() != Some(&state)
+                || v.net.unacked != unacked
+                || v.net.mispredictions != mispredicted;
+            v.state = Some(state);
+            v.net.unacked = unacked;
+            v.net.mispredictions = mispredicted;
+            changed
+        });
     }
 
     /// While the player's game waits: the other live games, fetched every
@@ -422,6 +471,13 @@ impl Player {
             command = self.commands.recv() => matches!(command, None | Some(Command::Quit)),
         }
     }
+}
+
+/// What woke the player's loop.
+enum Wake {
+    Tick,
+    Command(Command),
+    Session(Box<SessionEvent>),
 }
 
 /// What the lobby shows while the player's game waits for players.

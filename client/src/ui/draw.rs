@@ -460,12 +460,19 @@ fn net_lines(net: &NetStats) -> Vec<Line<'static>> {
             ms(net.rtt_last),
             ms(net.rtt_p99)
         )),
+        Line::from(format!(
+            "Inputs {} ahead  corrected {}",
+            net.unacked, net.mispredictions
+        )),
         Line::from(format!("Server {}", net.server.as_deref().unwrap_or("-"))),
         Line::from(format!(
             "Failovers {}  hedges {}  live {}",
             net.failovers, net.hedges, net.live_servers
         )),
     ];
+    if let Some(distance) = &net.distance {
+        lines.insert(1, Line::from(format!("Distance {distance}")));
+    }
     lines.extend(net_warning(net));
     lines
 }

@@ -25,7 +25,9 @@ pub struct View {
     /// The player's name and, once seated, seat.
     pub name: String,
     pub seat: Option<u32>,
-    /// The latest game state (never older than one shown before).
+    /// The game state to draw: the latest from the server (never older
+    /// than one shown before), with the player's own unacknowledged inputs
+    /// applied on top (predicted, see `borbaman_client::predict`).
     pub state: Option<GameState>,
     /// Rankings, fetched when a game ends.
     pub rankings: Vec<Ranking>,
@@ -59,6 +61,15 @@ pub struct NetStats {
     pub database_unavailable: bool,
     /// The last call failure, if the latest call failed.
     pub last_error: Option<String>,
+    /// The player's inputs sent and not acknowledged yet (drawn ahead of
+    /// the server, predicted).
+    pub unacked: usize,
+    /// Times the server's state moved the player from where the
+    /// prediction had drawn it.
+    pub mispredictions: u64,
+    /// The emulated distance to the servers (`--wan`), e.g. "100 ms ±10 ms
+    /// one way"; `None` when there is none.
+    pub distance: Option<String>,
 }
 
 /// Which screen a [`View`] calls for.

@@ -4,6 +4,7 @@
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
 //! - [`inputs`]: the unacknowledged inputs, numbered, and when to send them.
+//! - [`predict`]: the player's own inputs drawn before the server applied them.
 //! - [`spectator`]: watching a game by its id, with no seat; the live games.
 //! - [`state_dir`]: the saved session that lets a restarted client rejoin.
 //! - [`wire_check`]: a server's game state checked before anyone uses it.
@@ -13,6 +14,7 @@
 
 pub mod inputs;
 pub mod pool;
+pub mod predict;
 pub mod session;
 pub mod spectator;
 pub mod state_dir;

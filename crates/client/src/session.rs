@@ -37,6 +37,7 @@ use borbaman_proto::Reason;
 
 use crate::inputs::{Acked, Input, InputQueue};
 use crate::pool::{CallInfo, PoolError, ServerPool};
+use crate::predict::{Predictor, Pressed};
 use crate::wire_check::check_state;
 
 /// Bytes in a session token.
@@ -72,6 +73,22 @@ struct CallDone {
     started: Instant,
 }
 
+/// A `GetState` started by [`GameSession::poll_state`] that ended.
+struct PollDone {
+    result: Result<(pb::StateReply, CallInfo), PoolError>,
+    seen_version: u64,
+}
+
+/// What [`GameSession::next_event`] hands back.
+#[derive(Debug)]
+pub enum SessionEvent {
+    /// A reply to an `Act`.
+    Input(InputReply),
+    /// The answer to a [`GameSession::poll_state`]: the state (never older
+    /// than one the session handed out), or why it failed.
+    State(Result<(GameState, CallInfo), PoolError>),
+}
+
 /// A reply to one of the session's `Act` calls.
 #[derive(Debug)]
 pub struct InputReply {
@@ -95,6 +112,12 @@ pub struct GameSession {
     inputs: InputQueue,
     done_tx: mpsc::UnboundedSender<CallDone>,
     done_rx: mpsc::UnboundedReceiver<CallDone>,
+    polls_tx: mpsc::UnboundedSender<PollDone>,
+    polls_rx: mpsc::UnboundedReceiver<PollDone>,
+    poll_in_flight: bool,
+    /// Draws the player's unacknowledged inputs ahead of the server (see
+    /// [`GameSession::predict_inputs`]).
+    predictor: Option<Predictor>,
     rejoined: bool,
     latest: Option<GameState>,
     regressions: u64,
@@ -158,6 +181,7 @@ impl GameSession {
         // `ServerPool::set_game`).
         pool.set_game(Some(reply.game_id));
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (polls_tx, polls_rx) = mpsc::unbounded_channel();
         let mut session = GameSession {
             pool: pool.clone(),
             token,
@@ -166,6 +190,10 @@ impl GameSession {
             inputs: InputQueue::new(reply.last_seq + 1),
             done_tx,
             done_rx,
+            polls_tx,
+            polls_rx,
+            poll_in_flight: false,
+            predictor: None,
             rejoined: reply.rejoined,
             latest: None,
             regressions: 0,
@@ -245,10 +273,14 @@ impl GameSession {
     fn settle(&mut self, done: CallDone) -> InputReply {
         let now = Instant::now();
         let mut acked = Vec::new();
+        let before = self.latest_version();
         let result = match done.result {
             Ok((mut reply, info)) => {
                 acked = self.inputs.answered(reply.ack, now);
                 self.last_heard = Some(now);
+                if let Some(predictor) = &mut self.predictor {
+                    predictor.observe_rtt(info.rtt);
+                }
                 match reply.state.take() {
                     Some(state) => {
                         // Replies to calls in flight together may come
@@ -268,11 +300,128 @@ impl GameSession {
                 Err(e)
             }
         };
+        self.reconcile(before, &acked, now);
         self.pump();
         InputReply {
             result,
             acked,
             started: done.started,
+        }
+    }
+
+    /// Reads the state in the background (unless a read is already on its
+    /// way); the answer comes back through [`GameSession::next_event`].
+    pub fn poll_state(&mut self) {
+        if self.poll_in_flight {
+            return;
+        }
+        self.poll_in_flight = true;
+        let request = GetStateRequest {
+            token: self.token.clone(),
+            game_id: self.game_id,
+        };
+        let pool = self.pool.clone();
+        let done = self.polls_tx.clone();
+        let seen_version = self.latest_version();
+        tokio::spawn(async move {
+            let result = pool
+                .call(|mut client| {
+                    let request = request.clone();
+                    async move { client.get_state(request).await }
+                })
+                .await;
+            let _ = done.send(PollDone {
+                result,
+                seen_version,
+            });
+        });
+    }
+
+    /// The next reply to an `Act` or a [`GameSession::poll_state`],
+    /// waiting for it; `None` when nothing is in flight.
+    pub async fn next_event(&mut self) -> Option<SessionEvent> {
+        enum Done {
+            Act(CallDone),
+            Poll(PollDone),
+        }
+        let acting = self.inputs.in_flight() > 0;
+        let polling = self.poll_in_flight;
+        let done = tokio::select! {
+            Some(done) = self.done_rx.recv(), if acting => Done::Act(done),
+            Some(done) = self.polls_rx.recv(), if polling => Done::Poll(done),
+            else => return None,
+        };
+        Some(match done {
+            Done::Act(done) => SessionEvent::Input(self.settle(done)),
+            Done::Poll(done) => {
+                self.poll_in_flight = false;
+                let before = self.latest_version();
+                let result = done.result.and_then(|(reply, info)| {
+                    let state = reply.state.ok_or_else(|| {
+                        PoolError::Status(tonic::Status::internal("server sent no state"))
+                    })?;
+                    let excused = state.version >= done.seen_version;
+                    Ok((self.observe(state, excused)?, info))
+                });
+                if let (Ok((_, info)), Some(predictor)) = (&result, &mut self.predictor) {
+                    predictor.observe_rtt(info.rtt);
+                }
+                self.reconcile(before, &[], Instant::now());
+                SessionEvent::State(result)
+            }
+        })
+    }
+
+    /// Draws the player's unacknowledged inputs ahead of the server from
+    /// now on: [`GameSession::shown_state`] applies them, with the game
+    /// core, on the newest state the server sent (see [`crate::predict`]).
+    pub fn predict_inputs(&mut self) {
+        let mut predictor = Predictor::new(self.seat);
+        if let Some(latest) = &self.latest {
+            predictor.reconcile(latest, &[], &[], Instant::now());
+        }
+        self.predictor = Some(predictor);
+    }
+
+    /// The state to draw: the newest from the server with the player's own
+    /// unacknowledged inputs applied on top when predicting, else the
+    /// newest as it came.
+    pub fn shown_state(&self) -> Option<GameState> {
+        match &self.predictor {
+            Some(predictor) => predictor.shown(&self.pending(), Instant::now()),
+            None => self.latest.clone(),
+        }
+    }
+
+    /// When predicting: states that replaced the base of the prediction,
+    /// and of them those that moved the player's drawn position (a
+    /// misprediction, corrected).
+    pub fn prediction_counts(&self) -> Option<(u64, u64)> {
+        self.predictor.as_ref().map(Predictor::counts)
+    }
+
+    /// The smoothed round trip of this session's calls (when predicting).
+    pub fn srtt(&self) -> Option<Duration> {
+        self.predictor.as_ref().and_then(Predictor::srtt)
+    }
+
+    fn pending(&self) -> Vec<Pressed> {
+        self.inputs.unacked().map(Pressed::from).collect()
+    }
+
+    fn latest_version(&self) -> u64 {
+        self.latest.as_ref().map_or(0, |s| s.version)
+    }
+
+    /// A newer state than version `before` became the newest: it is the
+    /// prediction's new base (with the inputs just acknowledged).
+    fn reconcile(&mut self, before: u64, acked: &[Acked], now: Instant) {
+        if self.predictor.is_none() || self.latest_version() <= before {
+            return;
+        }
+        let pending = self.pending();
+        if let (Some(predictor), Some(latest)) = (&mut self.predictor, &self.latest) {
+            predictor.reconcile(latest, acked, &pending, now);
         }
     }
 
@@ -346,7 +495,10 @@ impl GameSession {
         let state = reply
             .state
             .ok_or_else(|| PoolError::Status(tonic::Status::internal("server sent no state")))?;
-        Ok((self.observe(state, false)?, info))
+        let before = self.latest_version();
+        let state = self.observe(state, false)?;
+        self.reconcile(before, &[], Instant::now());
+        Ok((state, info))
     }
 
     /// Leaves the game (forfeiting it if it is running), after the inputs

@@ -102,6 +102,8 @@
 //! - `rng`: the seeded generator the map is drawn from;
 //! - `rules`: the tick loop and the actions;
 //! - `codec`: the packed binary storage format (at most 256 bytes);
+//! - `seen`: a game rebuilt from what a client is shown of it, on which a
+//!   client predicts its own inputs ([`GameState::from_seen`]);
 //! - `replay`: a game re-simulated from its creation and its log of
 //!   changes ([`resimulate`]), to check a stored game byte for byte;
 //! - [`names`]: what a player name may hold;
@@ -118,6 +120,7 @@ pub mod names;
 mod replay;
 mod rng;
 mod rules;
+mod seen;
 
 #[cfg(test)]
 mod props;
@@ -125,6 +128,7 @@ mod props;
 pub use codec::{CODEC_VERSION, DecodeError, MAX_ENCODED_BYTES};
 pub use map::{Arena, CELLS, Cell, PowerUp, UnknownArena, index};
 pub use replay::{Event, ReplayError, resimulate};
+pub use seen::Seen;
 
 pub const WIDTH: u8 = 15;
 pub const HEIGHT: u8 = 13;
