@@ -393,14 +393,26 @@ pub async fn run_measured(
         0 => vec![None],
         n => (0..n).map(Some).collect(),
     };
+    // Which distance could not connect, when one cannot (a pool whose
+    // health checks time out below the round trip).
+    let at = |link: Option<usize>| match link.and_then(|l| target.wan.get(l)) {
+        Some(distance) => format!(" at {} one way", distance.link),
+        None => String::new(),
+    };
     let mut floor_pools = Vec::new();
     for &link in &links {
-        floor_pools.push(ServerPool::connect(&target.servers, target.pool_at(link)).await?);
+        let pool = ServerPool::connect(&target.servers, target.pool_at(link))
+            .await
+            .with_context(|| format!("connecting the floor prober{}", at(link)))?;
+        floor_pools.push(pool);
     }
     let mut pools = Vec::new();
     for client in 0..plan.workload.clients {
         let link = link_of_client(client, target.wan.len());
-        pools.push(ServerPool::connect(&target.servers, target.pool_at(link)).await?);
+        let pool = ServerPool::connect(&target.servers, target.pool_at(link))
+            .await
+            .with_context(|| format!("connecting client {client}{}", at(link)))?;
+        pools.push(pool);
     }
 
     let mut db_floor = match &target.database_url {
