@@ -1,6 +1,8 @@
 //! How a Borbaman client reaches its game, whatever it draws or decides:
 //! the terminal game, the bots, bench and chaos runs all sit on this.
 //!
+//! - [`brain`]: the bot AI, a pure function of the game state (the app's
+//!   bots and the server's benchmarks play with it).
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
 //! - [`inputs`]: the unacknowledged inputs, numbered, and when to send them.
@@ -12,6 +14,7 @@
 //! It knows the wire contract and the game core, never the server or the
 //! database.
 
+pub mod brain;
 pub mod inputs;
 pub mod pool;
 pub mod predict;
