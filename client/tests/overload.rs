@@ -88,6 +88,7 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
                 last_seq_sent: session.next_seq() - 1,
                 regressions: session.regressions(),
                 finished: false,
+                ..SessionLog::default()
             });
             (log, problems, sent)
         }));

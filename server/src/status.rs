@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use borbaman_proto::pb;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
@@ -95,13 +94,13 @@ pub fn recent(history: &[TallySnapshot], now: &TallySnapshot) -> Recent {
 }
 
 /// Snapshots the tally into `window` every second until `stop`.
-pub async fn window_task(metrics: Metrics, window: Arc<Window>, mut stop: watch::Receiver<bool>) {
+pub async fn window_task(metrics: Metrics, window: Arc<Window>, mut stop: borbaman_shutdown::Shutdown) {
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = ticker.tick() => window.push(metrics.tally()),
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.recv() => return,
         }
     }
 }

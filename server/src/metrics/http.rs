@@ -17,7 +17,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::status::CensusCache;
 
@@ -28,7 +27,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub async fn serve(
     listener: TcpListener,
     census: Arc<CensusCache>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: borbaman_shutdown::Shutdown,
 ) {
     loop {
         let stream = tokio::select! {
@@ -39,7 +38,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.recv() => return,
         };
         let census = census.clone();
         tokio::spawn(async move {
