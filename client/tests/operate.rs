@@ -9,41 +9,18 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::PoolConfig;
+use common::http_get;
 use tokio::sync::mpsc;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-
-/// A plain HTTP/1.0 GET of `path` on `addr`: the body, or why not.
-fn http_get(addr: &str, path: &str) -> Result<String, String> {
-    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| format!("read {addr}{path}: {e}"))?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no HTTP head from {addr}{path}"))?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        return Err(format!(
-            "{addr}{path}: {}",
-            head.lines().next().unwrap_or("")
-        ));
-    }
-    Ok(body.to_string())
-}
 
 /// `text` percent-encoded for a query string.
 fn encode(text: &str) -> String {

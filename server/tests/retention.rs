@@ -60,7 +60,13 @@ const RUNS_JOB: &str = "this server runs the retention job";
 async fn finished_and_abandoned_games_go_with_all_their_rows_and_running_ones_stay() {
     let pg = start_db();
     let (log_a, log_b) = (log_path("retention-a"), log_path("retention-b"));
-    let args = ["--retention", "1s", "--lobby-seat-ttl-ms", TTL_MS];
+    let args = [
+        "--retention",
+        "1s",
+        "--lobby-seat-ttl-ms",
+        TTL_MS,
+        "--metrics-listen=127.0.0.1:0",
+    ];
     let mut a = ServerProcess::start_logged(&pg.url(), &args, &log_a);
     let mut b = ServerProcess::start_logged(&pg.url(), &args, &log_b);
     let db = sql(&pg.url()).await;
@@ -131,6 +137,37 @@ async fn finished_and_abandoned_games_go_with_all_their_rows_and_running_ones_st
     // took it.
     let (runs_a, runs_b) = (log_lines(&log_a, RUNS_JOB), log_lines(&log_b, RUNS_JOB));
     assert_eq!(runs_a + runs_b, 1, "a: {runs_a}, b: {runs_b}");
+    // The job's server counts the deletes and the passes in its metrics; the other's count none.
+    let (held, other) = if runs_a == 1 { (&a, &b) } else { (&b, &a) };
+    let deleted = |what: &str| format!("borbaman_retention_deleted_rows_total{{what=\"{what}\"}}");
+    let held_metrics = scrape(held);
+    assert!(
+        sample(&held_metrics, &deleted("finished_games")) >= Some(1.0),
+        "{held_metrics}"
+    );
+    assert!(sample(&held_metrics, &deleted("abandoned_games")) >= Some(1.0));
+    assert!(
+        sample(
+            &held_metrics,
+            r#"borbaman_retention_passes_total{outcome="ok"}"#
+        ) >= Some(1.0)
+    );
+    assert!(
+        sample(
+            &held_metrics,
+            "borbaman_retention_last_success_timestamp_seconds"
+        ) > Some(0.0)
+    );
+    let other_metrics = scrape(other);
+    assert_eq!(sample(&other_metrics, &deleted("finished_games")), None);
+    assert_eq!(
+        sample(
+            &other_metrics,
+            r#"borbaman_retention_passes_total{outcome="ok"}"#
+        ),
+        Some(0.0)
+    );
+
     let (holder, holder_log, other_log) = if runs_a == 1 {
         (&mut a, &log_a, &log_b)
     } else {
@@ -138,7 +175,6 @@ async fn finished_and_abandoned_games_go_with_all_their_rows_and_running_ones_st
     };
     assert!(log_lines(holder_log, "retention: deleted") >= 1);
     assert_eq!(log_lines(other_log, "retention: deleted"), 0);
-
     // When it dies, the other takes the job over.
     holder.kill();
     eventually("the other server taking the job over", || async {

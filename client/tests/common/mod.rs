@@ -101,7 +101,9 @@ pub fn drain(cluster: &mut LocalCluster, i: usize) {
     blocking(|| cluster.terminate(i)).expect("terminate the server");
     let log = cluster.server_log(i).expect("a server in that slot");
     assert!(
-        wait::logged(log, " stopped"),
+        // The local cluster's servers log JSON ("message":"stopped"); a
+        // server started by hand logs text (" stopped").
+        wait::logged(log, "\"stopped\"") || wait::logged(log, " stopped"),
         "server {i} did not drain and stop by itself; see {}",
         log.display()
     );
@@ -123,4 +125,27 @@ pub async fn until_answers(address: &str) {
         },
     )
     .await
+/// A plain HTTP/1.0 GET of `path` on `addr`: the body, or why not.
+pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("read {addr}{path}: {e}"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no HTTP head from {addr}{path}"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        return Err(format!(
+            "{addr}{path}: {}",
+            head.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(body.to_string())
 }

@@ -33,6 +33,8 @@ pub struct ServerProcess {
     _stdout: BufReader<ChildStdout>,
     pub addr: String,
     pub id: String,
+    /// `host:port` of its `/metrics`, when started with `--metrics-listen`.
+    pub metrics: Option<String>,
 }
 
 impl ServerProcess {
@@ -126,6 +128,7 @@ impl ServerProcess {
             _stdout: reader,
             addr: ready.address,
             id: ready.id,
+            metrics: ready.metrics,
         }
     }
 
@@ -295,4 +298,35 @@ pub fn logged_cas_retries(log: &Path) -> Option<u64> {
         .take_while(|c| c.is_ascii_digit())
         .collect();
     digits.parse().ok()
+}
+
+/// The text of a server's `/metrics` (a plain HTTP/1.0 GET).
+pub fn scrape(server: &ServerProcess) -> String {
+    use std::io::{Read, Write};
+    let addr = server
+        .metrics
+        .as_deref()
+        .expect("started with --metrics-listen");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    write!(stream, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_string()
+}
+
+/// The value of the sample `series` (name and labels, as written) in
+/// `metrics`, if present.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }

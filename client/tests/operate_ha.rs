@@ -1,0 +1,85 @@
+//! On the replicated database (3 etcd, 3 Patroni members): a server's
+//! metrics and status name the member it writes to, and when Patroni
+//! switches over, the new primary and the change.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
+use common::http_get;
+
+/// The member `borbaman_database_member_info` names, and the changes
+/// counted, from the text of `/metrics`.
+fn member_and_changes(metrics: &str) -> (Option<String>, Option<u64>) {
+    let member = metrics.lines().find_map(|l| {
+        l.strip_prefix("borbaman_database_member_info{member=\"")
+            .and_then(|rest| rest.split_once('"'))
+            .map(|(m, _)| m.to_string())
+    });
+    let changes = metrics.lines().find_map(|l| {
+        l.strip_prefix("borbaman_database_member_changes_total ")
+            .and_then(|n| n.trim().parse().ok())
+    });
+    (member, changes)
+}
+
+/// Polls `/metrics` at `addr` until `ok` holds of its member and changes.
+fn wait_metrics(
+    addr: &str,
+    what: &str,
+    ok: impl Fn(&Option<String>, &Option<u64>) -> bool,
+) -> (String, u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (member, changes) = member_and_changes(&http_get(addr, "/metrics").unwrap_or_default());
+        if ok(&member, &changes) {
+            return (member.unwrap_or_default(), changes.unwrap_or_default());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never showed in /metrics (member {member:?}, changes {changes:?})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_follow_a_switchover_to_the_new_primary() {
+    let config = ClusterConfig {
+        database: Database::Replicated,
+        server_args: vec!["--metrics-listen=127.0.0.1:0".into()],
+        ..ClusterConfig::temporary(1).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+    };
+    let cluster = common::blocking(|| LocalCluster::start(config, |_| {})).expect("a cluster");
+    let metrics = cluster.metrics_addresses()[0].clone().expect("/metrics");
+    let (first, changes) = common::blocking(|| {
+        wait_metrics(&metrics, "the primary", |m, c| m.is_some() && c.is_some())
+    });
+    assert_eq!(changes, 0, "no change yet");
+
+    let ha = cluster.replicated().expect("replicated");
+    common::blocking(|| ha.switchover()).expect("a switchover");
+    let (now, changes) = common::blocking(|| {
+        wait_metrics(&metrics, "the new primary", |m, c| {
+            m.as_deref().is_some_and(|m| m != first) && c.is_some_and(|c| c >= 1)
+        })
+    });
+    eprintln!("member {first} -> {now}, changes {changes}");
+
+    // borbaman status says the same.
+    let screen =
+        borbaman::status::look(&cluster.addresses(), None, Duration::from_millis(400)).await;
+    let row = &screen.servers[0];
+    assert_eq!(
+        row.database_member.as_deref(),
+        Some(now.as_str()),
+        "{}",
+        screen.render()
+    );
+    assert!(
+        row.database_member_changes >= Some(1),
+        "{}",
+        screen.render()
+    );
+}
