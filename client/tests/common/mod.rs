@@ -125,6 +125,8 @@ pub async fn until_answers(address: &str) {
         },
     )
     .await
+}
+
 /// A plain HTTP/1.0 GET of `path` on `addr`: the body, or why not.
 pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
     use std::io::{Read, Write};
