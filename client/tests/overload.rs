@@ -3,7 +3,7 @@
 //! (seated, or refused `server-full` with a pushback), and loses nothing.
 //!
 //! The server admits eight places at once (`--max-db-concurrency 8`): the
-//! running game's calls share one, joins may take two. Its players' calls
+//! running game's calls share one, joins may take four. Its players' calls
 //! may wait in line for a second, its joins 100 ms. Rate limits are off, so
 //! every refusal here is admission control's.
 

@@ -9,9 +9,9 @@
 //! its players' calls wait for it. A call of a given [`Priority`] enters
 //! only while fewer places than its class's share of the bound
 //! ([`AdmissionLimits::bound`]) are taken: the calls of players already
-//! seated (`Act`, `Leave`, `GetState`) may fill the whole bound, joins a
-//! quarter of it, spectators (`WatchState`, `ListGames`, `GetReplay`,
-//! `Rankings`) an eighth. So as the database slows down and calls pile up,
+//! seated (`Act`, `Leave`, `GetState`) may fill the whole bound, joins
+//! half of it, spectators (`WatchState`, `ListGames`, `GetReplay`,
+//! `Rankings`) a quarter. So as the database slows down and calls pile up,
 //! spectators are turned away first, then new players, and the running
 //! games keep the database to themselves.
 //!
@@ -95,15 +95,15 @@ impl AdmissionLimits {
 
     /// The most calls in flight at which a call of `priority` still
     /// enters (it enters while fewer are): the whole bound for players,
-    /// a quarter for joins, an eighth for spectators, at least one each.
+    /// half for joins, a quarter for spectators, at least one each.
     pub fn bound(&self, priority: Priority) -> usize {
         let Some(max) = self.max_in_flight else {
             return usize::MAX;
         };
         let share = match priority {
             Priority::Play => max,
-            Priority::Join => max.div_ceil(4),
-            Priority::Spectate => max.div_ceil(8),
+            Priority::Join => max.div_ceil(2),
+            Priority::Spectate => max.div_ceil(4),
         };
         share.max(1)
     }
@@ -400,8 +400,8 @@ mod tests {
     fn spectators_go_first_then_joins_and_players_last() {
         let l = limits(16);
         assert_eq!(l.bound(Priority::Play), 16);
-        assert_eq!(l.bound(Priority::Join), 4);
-        assert_eq!(l.bound(Priority::Spectate), 2);
+        assert_eq!(l.bound(Priority::Join), 8);
+        assert_eq!(l.bound(Priority::Spectate), 4);
         for in_flight in 0..32 {
             // Whatever admits a less important call admits a more
             // important one.
@@ -413,8 +413,8 @@ mod tests {
             }
         }
         assert!(l.admits(Priority::Play, 15) && !l.admits(Priority::Play, 16));
-        assert!(l.admits(Priority::Join, 3) && !l.admits(Priority::Join, 4));
-        assert!(!l.admits(Priority::Spectate, 2));
+        assert!(l.admits(Priority::Join, 7) && !l.admits(Priority::Join, 8));
+        assert!(l.admits(Priority::Spectate, 3) && !l.admits(Priority::Spectate, 4));
     }
 
     #[test]

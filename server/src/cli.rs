@@ -119,13 +119,14 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 60)]
     pub max_joins_per_ip_per_min: u32,
     /// Admission control: game calls this server runs against the
-    /// database at once, the calls on one game counting as one (they take
-    /// turns at the game's gate anyway). Past it, a seated player's call waits in line up
-    /// to --admission-queue-ms and a join up to --join-queue-ms, then is
-    /// refused with RESOURCE_EXHAUSTED, reason server-full and a retry
-    /// pushback, before it reaches the database. Joins may use a quarter
-    /// of the bound and spectators an eighth, so running games are served
-    /// first. At most --db-connections is useful; 0: no bound.
+    /// database at once, the calls on one game counting as one (they
+    /// take turns at the game's gate anyway). Past it, a seated player's
+    /// call waits in line up to --admission-queue-ms and a join up to
+    /// --join-queue-ms, then is refused with RESOURCE_EXHAUSTED, reason
+    /// server-full and a retry pushback, before it reaches the database.
+    /// Joins may use half of the bound and spectators a quarter, so
+    /// running games are served first. At most --db-connections is
+    /// useful; 0: no bound.
     #[arg(long, default_value_t = 16)]
     pub max_db_concurrency: usize,
     /// How long a seated player's call (or a spectator's) waits for a

@@ -67,6 +67,9 @@ pub async fn heartbeat_task(
     }
 }
 
+/// A read of the live servers and when it started.
+type LastRead = (Instant, Vec<LiveServer>);
+
 /// The `Registry` service.
 #[derive(Clone, Debug)]
 pub struct RegistryService {
@@ -75,7 +78,7 @@ pub struct RegistryService {
     /// The last read and when it started. An async mutex: the caller
     /// that reads holds it across the read, and those who asked meanwhile
     /// wait for the next read instead of each running one.
-    last_read: Arc<tokio::sync::Mutex<Option<(Instant, Vec<LiveServer>)>>>,
+    last_read: Arc<tokio::sync::Mutex<Option<LastRead>>>,
 }
 
 impl RegistryService {
