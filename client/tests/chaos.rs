@@ -68,6 +68,10 @@ fn three_kills_lose_and_duplicate_nothing() {
     // quiet machine; the bound only checks that the clients played.
     assert!(n("invocations") > 100, "{stdout}");
     assert_eq!(summary["invariants_ok"], true, "{stdout}");
+    // Every input the clients sent was applied, kills or not.
+    let inputs = &summary["invariants"]["inputs"];
+    assert!(inputs["sent"].as_u64().unwrap() > 50, "{stdout}");
+    assert_eq!(inputs["applied"], inputs["sent"], "{stdout}");
     let acknowledged = summary["invariants"]["actions"]["acknowledged"]
         .as_u64()
         .unwrap();

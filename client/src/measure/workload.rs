@@ -80,6 +80,9 @@ pub struct SessionLog {
     /// Inputs (actions) sent, and of them acknowledged as applied.
     pub inputs_sent: u64,
     pub inputs_applied: u64,
+    /// The first and newest sequence number of the inputs sent (all those
+    /// between were inputs too), if any.
+    pub input_seqs: Option<(u64, u64)>,
     /// With prediction: states from the server that replaced the
     /// prediction's base, and of them those that moved the player from
     /// where the prediction had it.
@@ -455,6 +458,7 @@ impl ClientRun {
             lost,
             inputs_sent,
             inputs_applied,
+            input_seqs: session.input_seqs(),
             reconciled,
             mispredicted,
         });

@@ -570,6 +570,10 @@ impl GameSession {
     pub fn input_counts(&self) -> (u64, u64) {
         self.inputs.counts()
     }
+    /// The first and newest sequence number of the inputs sent, if any.
+    pub fn input_seqs(&self) -> Option<(u64, u64)> {
+        self.inputs.sent_seqs()
+    }
     /// `Act` calls on their way.
     pub fn calls_in_flight(&self) -> usize {
         self.inputs.in_flight()
