@@ -363,10 +363,13 @@ impl ClientRun {
         }
     }
 
-    /// Waits (up to 2 s) for the inputs still on their way to be applied
-    /// and acknowledged, taking in their replies.
+    /// Waits for the inputs still on their way to be applied and
+    /// acknowledged, taking in their replies: up to [`DRAIN_LIMIT`], as
+    /// long as a call may take when servers fail and the database is slow
+    /// (one round trip when all is well). A session closed sooner would
+    /// leave them unapplied, or its leave overtaking them.
     async fn drain(&mut self, session: &mut GameSession) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
         while session.unacked().len() > 0 && tokio::time::Instant::now() < deadline {
             session.pump();
             match tokio::time::timeout_at(deadline, session.next_reply()).await {
@@ -545,6 +548,9 @@ impl ClientRun {
         });
     }
 }
+
+/// Longest wait for a closing session's inputs to be acknowledged.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// What woke a client between two ticks.
 enum Wake {

@@ -502,10 +502,11 @@ impl GameSession {
     }
 
     /// Leaves the game (forfeiting it if it is running), after the inputs
-    /// sent so far are applied (waiting up to a second for them: a leave
-    /// applied first would leave them behind).
+    /// sent so far are applied (waiting up to 5 s for them: a leave applied
+    /// first would leave them behind, and a player who quits must not wait
+    /// longer).
     pub async fn leave(&mut self) -> Result<CallInfo, PoolError> {
-        self.flush(Duration::from_secs(1)).await;
+        self.flush(Duration::from_secs(5)).await;
         let request = LeaveRequest {
             token: self.token.clone(),
             game_id: self.game_id,
