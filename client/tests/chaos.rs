@@ -44,6 +44,11 @@ fn three_kills_lose_and_duplicate_nothing() {
     // 8 clients at 20 Hz for 13 measured seconds: about two thousand on a
     // quiet machine; the bound only checks that the clients played.
     assert!(run.n("invocations") > 100, "{stdout}");
+    assert_eq!(summary["invariants_ok"], true, "{stdout}");
+    // Every input the clients sent was applied, kills or not.
+    let inputs = &summary["invariants"]["inputs"];
+    assert!(inputs["sent"].as_u64().unwrap() > 50, "{stdout}");
+    assert_eq!(inputs["applied"], inputs["sent"], "{stdout}");
     assert!(
         run.acknowledged() > 50,
         "the checker saw the actions: {summary}"

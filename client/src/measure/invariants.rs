@@ -11,10 +11,11 @@
 //! 3. no client ever saw its game's state go backwards;
 //! 4. every game finished with a winner or a draw, or is still consistent
 //!    (its stored state decodes and agrees with its row);
-//! 5. every input a client sent was applied: the inputs its sessions
-//!    queued all came back acknowledged (by (1), each is in the log once;
-//!    by (2), in the order sent), but for sessions the servers stopped
-//!    taking calls from (a seat given away), whose queued inputs cannot be.
+//! 5. every input a client sent was applied: each sequence number its
+//!    sessions gave an input is in the action log (by (1), once; by (2), in
+//!    the order sent), acknowledged or not (a reply the end of the run cut
+//!    short), but for sessions the servers stopped taking calls from (a
+//!    seat given away), whose queued inputs cannot be.
 
 use std::collections::{HashMap, HashSet};
 
@@ -89,29 +90,45 @@ pub fn compare_actions(logs: &[ClientLog], applied: &[AppliedAction]) -> ActionA
     audit
 }
 
-/// How the inputs the clients sent compare with those acknowledged.
+/// How the inputs the clients sent compare with the action log.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct InputAudit {
-    /// Sent and acknowledged by sessions that kept their seat.
+    /// Sent by sessions that kept their seat, of them in the action log,
+    /// and of them acknowledged to the client before the run ended.
     pub sent: u64,
     pub applied: u64,
+    pub acknowledged: u64,
     /// Sessions the servers stopped taking calls from, and the inputs they
-    /// sent that were never acknowledged.
+    /// sent that are not in the log.
     pub sessions_lost: u64,
     pub unapplied_in_lost_sessions: u64,
 }
 
 impl InputAudit {
-    pub fn of(logs: &[ClientLog]) -> InputAudit {
+    /// Every input a session sent has a sequence number between its first
+    /// and newest input's; each must be in the action log (`applied`).
+    pub fn of(logs: &[ClientLog], applied: &[AppliedAction]) -> InputAudit {
+        let mut logged: HashMap<&[u8], Vec<u64>> = HashMap::new();
+        for row in applied {
+            logged
+                .entry(row.token.as_slice())
+                .or_default()
+                .push(row.seq as u64);
+        }
         let mut audit = InputAudit::default();
         for session in logs.iter().flat_map(|l| &l.sessions) {
+            let in_log = session.input_seqs.map_or(0, |(first, newest)| {
+                logged.get(session.token.as_slice()).map_or(0, |seqs| {
+                    seqs.iter().filter(|&&s| s >= first && s <= newest).count() as u64
+                })
+            });
             if session.lost {
                 audit.sessions_lost += 1;
-                audit.unapplied_in_lost_sessions +=
-                    session.inputs_sent.saturating_sub(session.inputs_applied);
+                audit.unapplied_in_lost_sessions += session.inputs_sent.saturating_sub(in_log);
             } else {
                 audit.sent += session.inputs_sent;
-                audit.applied += session.inputs_applied;
+                audit.applied += in_log;
+                audit.acknowledged += session.inputs_applied;
             }
         }
         audit
@@ -122,11 +139,12 @@ impl InputAudit {
             name: "every input sent was applied",
             ok: self.applied == self.sent,
             detail: format!(
-                "{} inputs sent, {} acknowledged as applied ({} never); {} sessions lost \
-                 their seat with {} inputs unapplied",
+                "{} inputs sent, {} in the action log ({} never), {} of them acknowledged \
+                 before the run ended; {} sessions lost their seat with {} inputs unapplied",
                 self.sent,
                 self.applied,
                 self.sent.saturating_sub(self.applied),
+                self.acknowledged,
                 self.sessions_lost,
                 self.unapplied_in_lost_sessions
             ),
@@ -234,7 +252,7 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
         .map(|s| s.regressions)
         .sum();
     let mut report = assemble(actions, versions, &rows, game_ids.len(), state_regressions);
-    report.inputs = InputAudit::of(&kept);
+    report.inputs = InputAudit::of(&kept, &applied);
     report.checks.push(report.inputs.check());
     report.games_deleted_by_retention = deleted as u64;
     report.add_replays(&replays, replay_cpu_ms);
@@ -426,21 +444,31 @@ mod tests {
     /// session whose seat was given away is counted apart.
     #[test]
     fn unapplied_inputs_are_named() {
-        let mut logs = [client(1, &[1, 2], 2), client(2, &[1], 1)];
+        let mut logs = [client(1, &[1, 2], 6), client(2, &[1], 3)];
+        // Client 1 sent inputs 1-5 (then a leave, 6), acknowledged 1-2;
+        // the log has all five. Client 2 sent 1-3, only 1 is logged.
         logs[0].sessions[0].inputs_sent = 5;
-        logs[0].sessions[0].inputs_applied = 5;
+        logs[0].sessions[0].inputs_applied = 2;
+        logs[0].sessions[0].input_seqs = Some((1, 5));
         logs[1].sessions[0].inputs_sent = 3;
         logs[1].sessions[0].inputs_applied = 1;
+        logs[1].sessions[0].input_seqs = Some((1, 3));
         logs[1].sessions[0].lost = true;
-        let audit = InputAudit::of(&logs);
-        assert_eq!((audit.sent, audit.applied), (5, 5));
+        let applied: Vec<_> = (1..=6)
+            .map(|seq| row(1, seq, seq + 1))
+            .chain([row(2, 1, 9)])
+            .collect();
+        let audit = InputAudit::of(&logs, &applied);
+        assert_eq!((audit.sent, audit.applied, audit.acknowledged), (5, 5, 2));
         assert_eq!(audit.unapplied_in_lost_sessions, 2);
-        assert!(audit.check().ok);
+        assert!(audit.check().ok, "{}", audit.check().detail);
         logs[1].sessions[0].lost = false;
-        let check = InputAudit::of(&logs).check();
+        let check = InputAudit::of(&logs, &applied).check();
         assert!(!check.ok);
         assert!(
-            check.detail.contains("8 inputs sent, 6 acknowledged"),
+            check
+                .detail
+                .contains("8 inputs sent, 6 in the action log (2 never)"),
             "{}",
             check.detail
         );

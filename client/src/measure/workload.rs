@@ -85,6 +85,9 @@ pub struct SessionLog {
     /// Inputs (actions) sent, and of them acknowledged as applied.
     pub inputs_sent: u64,
     pub inputs_applied: u64,
+    /// The first and newest sequence number of the inputs sent (all those
+    /// between were inputs too), if any.
+    pub input_seqs: Option<(u64, u64)>,
     /// With prediction: states from the server that replaced the
     /// prediction's base, and of them those that moved the player from
     /// where the prediction had it.
@@ -378,10 +381,13 @@ impl ClientRun {
         }
     }
 
-    /// Waits (up to 2 s) for the inputs still on their way to be applied
-    /// and acknowledged, taking in their replies.
+    /// Waits for the inputs still on their way to be applied and
+    /// acknowledged, taking in their replies: up to [`DRAIN_LIMIT`], as
+    /// long as a call may take when servers fail and the database is slow
+    /// (one round trip when all is well). A session closed sooner would
+    /// leave them unapplied, or its leave overtaking them.
     async fn drain(&mut self, session: &mut GameSession) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let deadline = tokio::time::Instant::now() + DRAIN_LIMIT;
         while session.unacked().len() > 0 && tokio::time::Instant::now() < deadline {
             session.pump();
             match tokio::time::timeout_at(deadline, session.next_reply()).await {
@@ -473,6 +479,7 @@ impl ClientRun {
             lost,
             inputs_sent,
             inputs_applied,
+            input_seqs: session.input_seqs(),
             reconciled,
             mispredicted,
         });
@@ -572,6 +579,9 @@ impl ClientRun {
         });
     }
 }
+
+/// Longest wait for a closing session's inputs to be acknowledged.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// What woke a client between two ticks.
 enum Wake {

@@ -55,6 +55,9 @@ pub struct Acked {
 #[derive(Clone, Debug)]
 pub struct InputQueue {
     next_seq: u64,
+    /// The first and the newest input's seq, once there is one.
+    first: Option<u64>,
+    newest: u64,
     /// Sent or waiting to be, not acknowledged; oldest first.
     unacked: VecDeque<Input>,
     /// The highest seq the server acknowledged.
@@ -74,6 +77,8 @@ impl InputQueue {
     pub fn new(next_seq: u64) -> InputQueue {
         InputQueue {
             next_seq,
+            first: None,
+            newest: 0,
             unacked: VecDeque::new(),
             acked: next_seq.saturating_sub(1),
             carried: next_seq.saturating_sub(1),
@@ -88,6 +93,8 @@ impl InputQueue {
     pub fn push(&mut self, action: pb::Action, pressed: Instant) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.first.get_or_insert(seq);
+        self.newest = seq;
         self.unacked.push_back(Input {
             seq,
             action,
@@ -187,6 +194,11 @@ impl InputQueue {
     pub fn counts(&self) -> (u64, u64) {
         (self.sent, self.applied)
     }
+    /// The sequence numbers of the inputs queued, first to newest (every
+    /// one between: inputs are numbered in a row), if any was.
+    pub fn sent_seqs(&self) -> Option<(u64, u64)> {
+        Some((self.first?, self.newest))
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +251,7 @@ mod tests {
         let batch = q.start_call();
         assert_eq!(batch.iter().map(|i| i.seq).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(q.take_seq(), 3, "a leave follows the inputs");
+        assert_eq!(q.sent_seqs(), Some((1, 2)));
     }
 
     #[test]

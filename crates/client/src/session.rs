@@ -502,10 +502,11 @@ impl GameSession {
     }
 
     /// Leaves the game (forfeiting it if it is running), after the inputs
-    /// sent so far are applied (waiting up to a second for them: a leave
-    /// applied first would leave them behind).
+    /// sent so far are applied (waiting up to 5 s for them: a leave applied
+    /// first would leave them behind, and a player who quits must not wait
+    /// longer).
     pub async fn leave(&mut self) -> Result<CallInfo, PoolError> {
-        self.flush(Duration::from_secs(1)).await;
+        self.flush(Duration::from_secs(5)).await;
         let request = LeaveRequest {
             token: self.token.clone(),
             game_id: self.game_id,
@@ -569,6 +570,10 @@ impl GameSession {
     /// Inputs sent (key presses), and of them acknowledged as applied.
     pub fn input_counts(&self) -> (u64, u64) {
         self.inputs.counts()
+    }
+    /// The first and newest sequence number of the inputs sent, if any.
+    pub fn input_seqs(&self) -> Option<(u64, u64)> {
+        self.inputs.sent_seqs()
     }
     /// `Act` calls on their way.
     pub fn calls_in_flight(&self) -> usize {

@@ -195,7 +195,7 @@ mod sql_tests {
     use super::*;
     use crate::store::{ActCall, Input, LeaveCall};
     use crate::token;
-    use borbaman_game::{Arena, Dir, Ending, Phase};
+    use borbaman_game::{Arena, Cell, Dir, Ending, Phase};
 
     /// Four players join (the first asks for the open arena), act, three
     /// leave: the game is finished, and its log re-simulates to its stored
@@ -247,26 +247,54 @@ mod sql_tests {
                 .unwrap();
             tokio::time::sleep(std::time::Duration::from_millis(30)).await;
         }
-        // Two inputs in one commit, in seq order (not the order of their
-        // codes: right is 4, left 3): the right applied, the left queued.
-        let (token, joined) = &players[0];
-        let batch = [Dir::Right, Dir::Left].into_iter().zip(6..);
+        // Two inputs in one commit, applied in seq order (not in the order
+        // of their codes: a move's is below a bomb's): seat 1 (its last seq
+        // is 2) plants a bomb where it stands, then steps off it, once its
+        // move cooldown is over. In the other order the bomb would lie
+        // where it stepped to.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let (token, joined) = &players[1];
+        let now = store.state(token, game_id).await.unwrap().state;
+        let me = *now.player(joined.seat).unwrap();
+        let step = [
+            (Dir::Left, -1i16, 0i16),
+            (Dir::Right, 1, 0),
+            (Dir::Up, 0, -1),
+            (Dir::Down, 0, 1),
+        ]
+        .into_iter()
+        .find(|&(_, dx, dy)| {
+            let (x, y) = ((i16::from(me.x) + dx) as u8, (i16::from(me.y) + dy) as u8);
+            now.cell(x, y) == Cell::Floor && !now.bombs().any(|b| (b.x, b.y) == (x, y))
+        })
+        .expect("a free cell beside seat 1")
+        .0;
         let acted = store
             .act(&ActCall {
                 token_hash: *token,
                 game_id,
                 seat: joined.seat,
-                inputs: batch
-                    .map(|(dir, seq)| Input {
-                        seq,
-                        action: Action::Move(dir),
-                    })
-                    .collect(),
+                inputs: vec![
+                    Input {
+                        seq: 3,
+                        action: Action::Bomb,
+                    },
+                    Input {
+                        seq: 4,
+                        action: Action::Move(step),
+                    },
+                ],
                 batch: true,
             })
             .await
             .unwrap();
-        assert_eq!((acted.ack, acted.applied), (7, 2));
+        assert_eq!((acted.ack, acted.applied), (4, 2));
+        let bomb = acted
+            .snapshot
+            .state
+            .bombs()
+            .find(|b| b.owner == joined.seat);
+        assert_eq!(bomb.map(|b| (b.x, b.y)), Some((me.x, me.y)));
         for (token, joined) in &players[1..] {
             store
                 .leave(&LeaveCall {
