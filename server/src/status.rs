@@ -94,7 +94,11 @@ pub fn recent(history: &[TallySnapshot], now: &TallySnapshot) -> Recent {
 }
 
 /// Snapshots the tally into `window` every second until `stop`.
-pub async fn window_task(metrics: Metrics, window: Arc<Window>, mut stop: borbaman_shutdown::Shutdown) {
+pub async fn window_task(
+    metrics: Metrics,
+    window: Arc<Window>,
+    mut stop: borbaman_shutdown::Shutdown,
+) {
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

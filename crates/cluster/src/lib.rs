@@ -27,8 +27,8 @@ pub mod postgres;
 mod process;
 pub mod proxy;
 pub mod ready;
-pub mod wan;
 pub mod wait;
+pub mod wan;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{ClusterConfig, ClusterError, Database, LocalCluster, unlimited_unless_set};
