@@ -351,7 +351,12 @@ mod tests {
             }
         }
         // Blanks that render as nothing are never a name.
-        for blank in ["\u{2800}\u{2800}", "\u{2800}", "\u{3000}", "\u{2009}\u{2009}"] {
+        for blank in [
+            "\u{2800}\u{2800}",
+            "\u{2800}",
+            "\u{3000}",
+            "\u{2009}\u{2009}",
+        ] {
             assert!(check(blank).is_err(), "{blank:?}");
         }
         // A blank inside a name is fine; the key ignores it.
