@@ -461,6 +461,87 @@ async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
     assert_eq!(closed, 3, "one held connection closed per newcomer");
 }
 
+/// An HTTP/2 frame.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The HPACK block of a gRPC call of `Game/Ping` (literals, no indexing).
+fn ping_headers() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    for (prefix, value) in [
+        (&[0x04][..], "/borbaman.v1.Game/Ping"), // :path
+        (&[0x01][..], "localhost"),              // :authority
+        (&[0x0f, 0x10][..], "application/grpc"), // content-type
+    ] {
+        block.extend_from_slice(prefix);
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    block.extend_from_slice(b"\x00\x02te\x08trailers");
+    block
+}
+
+#[tokio::test]
+async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
+    let pg = start_db();
+    // Neither the idle timeout nor the call timeout: only the PINGs.
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &[
+            "--keepalive-interval-ms",
+            "1000",
+            "--keepalive-timeout-ms",
+            "1000",
+            "--idle-connection-timeout-ms",
+            "0",
+            "--call-timeout-ms",
+            "0",
+        ],
+    );
+    let mut stream = TcpStream::connect(&server.addr).await.unwrap();
+    const END_STREAM: u8 = 0x1;
+    const END_HEADERS: u8 = 0x4;
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(0x4, 0, 0, &[])); // SETTINGS
+    // A whole Ping call on stream 1, to show the frames are well formed.
+    hello.extend(h2_frame(0x1, END_HEADERS, 1, &ping_headers()));
+    hello.extend(h2_frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+    stream.write_all(&hello).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut head = [0u8; 9];
+        tokio::time::timeout_at(deadline, stream.read_exact(&mut head))
+            .await
+            .expect("no answer to a well-formed call")
+            .expect("the server closed a well-formed call's connection");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.unwrap();
+        let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        assert_ne!(head[3], 0x7, "GOAWAY: the frames are malformed");
+        if head[3] == 0x1 && stream_id == 1 {
+            break; // the answer's HEADERS
+        }
+    }
+    // Then a call that never ends (its request never finishes), from a peer
+    // that reads nothing more and answers no PING: a dead peer.
+    stream
+        .write_all(&h2_frame(0x1, END_HEADERS, 3, &ping_headers()))
+        .await
+        .unwrap();
+    closed_within(
+        &mut stream,
+        Duration::from_secs(15),
+        "a dead peer's connection",
+    )
+    .await;
+}
+
 // 5. Names held one at a time, released; rankings between identities.
 
 #[tokio::test]
