@@ -180,3 +180,50 @@ impl Store {
         Ok((kept, dropped))
     }
 }
+
+#[cfg(test)]
+mod sql_tests {
+    use super::*;
+
+    /// Names stored under the old rule's keys: after `rekey_names` each is
+    /// under its new key, the older of two that now share a key keeps it,
+    /// and a second run finds nothing to do.
+    #[tokio::test]
+    async fn old_keys_are_recomputed_and_the_older_claim_keeps_a_shared_key() {
+        let (_pg, store) = crate::store::temp_store().await;
+        let pool = store.pool();
+        // The old rule's keys: `Alice` and `ALICE` were two names.
+        for (key, identity, name, age_s) in [
+            ("alice", 1u8, "Alice", 20),
+            ("allce", 2, "ALICE", 10),
+            ("bob", 3, "Bob", 5),
+        ] {
+            sqlx::query(
+                "INSERT INTO names (owner_key, identity_hash, name, claimed_at, key_version) \
+                 VALUES ($1, $2, $3, now() - $4 * interval '1 second', 1)",
+            )
+            .bind(key)
+            .bind(vec![identity; 32])
+            .bind(name)
+            .bind(f64::from(age_s))
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        assert_eq!(store.rekey_names().await.unwrap(), (2, 1));
+        let rows: Vec<(String, Vec<u8>, i16)> =
+            sqlx::query_as("SELECT owner_key, identity_hash, key_version FROM names ORDER BY 1")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (names::owner_key("Alice"), vec![1; 32], KEY_VERSION),
+                (names::owner_key("Bob"), vec![3; 32], KEY_VERSION),
+            ]
+        );
+        assert_eq!(store.rekey_names().await.unwrap(), (0, 0));
+        store.close().await;
+    }
+}
