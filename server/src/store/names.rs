@@ -30,26 +30,50 @@ pub const KEY_VERSION: i16 = 2;
 /// together do it once.
 const REKEY_LOCK: i64 = 0x6e61_6d65_6b65_7932; // "namekey2"
 
-/// The holder of key `$1` and whether it holds it now: not released, or
-/// released less than `$2` ms ago. Locked for the claim's transaction.
-const NAME_HOLDER: &str = "SELECT identity_hash, \
-       released_at IS NULL OR released_at > now() - $2::bigint * interval '1 millisecond' \
-     FROM names WHERE owner_key = $1::text FOR UPDATE";
+/// "Held": not released, or released less than `$hold` ms ago.
+macro_rules! held {
+    ($row:literal, $hold:literal) => {
+        concat!(
+            "(",
+            $row,
+            ".released_at IS NULL OR ",
+            $row,
+            ".released_at > now() - ",
+            $hold,
+            "::bigint * interval '1 millisecond')"
+        )
+    };
+}
 
-/// Releases the name identity `$1` holds, unless its key is `$2`.
-const RELEASE_OTHER: &str = "UPDATE names SET released_at = now() \
-     WHERE identity_hash = $1::bytea AND released_at IS NULL AND owner_key <> $2::text";
-
-/// Identity `$2` holds key `$1`, spelled `$3`, with key version `$4`: its
-/// own again, or taken over once free. Nothing if another identity
-/// inserted it first (the claim is retried and then sees it).
-const HOLD_NAME: &str = "INSERT INTO names AS n \
-       (owner_key, identity_hash, name, key_version, used_at, released_at) \
-     VALUES ($1::text, $2::bytea, $3::text, $4::smallint, now(), NULL) \
-     ON CONFLICT (owner_key) DO UPDATE SET identity_hash = excluded.identity_hash, \
-       name = excluded.name, used_at = now(), released_at = NULL, \
-       claimed_at = CASE WHEN n.identity_hash = excluded.identity_hash \
-                         THEN n.claimed_at ELSE now() END";
+/// Identity `$2` takes key `$1`, spelled `$3`, with key version `$4`
+/// (`$5` the hold, ms), in one statement: if no other identity holds the
+/// key, the name it held is released, then the key is its own (inserted,
+/// kept, or taken over once free). Returns whether it holds the key now.
+/// The insert reads the release's result, so the release is done before
+/// the insert meets the one-held-name-per-identity index. If another
+/// identity inserts the key at the same moment, the insert finds it held
+/// and takes nothing (the name this one held stays its own for the hold).
+const CLAIM_NAME: &str = concat!(
+    "WITH cur AS (SELECT n.identity_hash = $2::bytea OR NOT ",
+    held!("n", "$5"),
+    " AS free FROM names n WHERE n.owner_key = $1::text), \
+     ok AS (SELECT coalesce((SELECT free FROM cur), true) AS free), \
+     rel AS (UPDATE names SET released_at = now() \
+             WHERE identity_hash = $2::bytea AND released_at IS NULL AND owner_key <> $1::text \
+               AND (SELECT free FROM ok) RETURNING 1), \
+     c AS (INSERT INTO names AS n \
+             (owner_key, identity_hash, name, key_version, used_at, released_at) \
+           SELECT $1::text, $2::bytea, $3::text, $4::smallint, now(), NULL FROM ok \
+           WHERE free AND (SELECT count(*) FROM rel) >= 0 \
+           ON CONFLICT (owner_key) DO UPDATE SET identity_hash = excluded.identity_hash, \
+             name = excluded.name, used_at = now(), released_at = NULL, \
+             claimed_at = CASE WHEN n.identity_hash = excluded.identity_hash \
+                               THEN n.claimed_at ELSE now() END \
+           WHERE n.identity_hash = excluded.identity_hash OR NOT ",
+    held!("n", "$5"),
+    " RETURNING 1) \
+     SELECT EXISTS (SELECT 1 FROM c)"
+);
 
 /// Whether anyone holds key `$1` (`$2` the hold, ms).
 const NAME_HELD: &str = "SELECT EXISTS (SELECT 1 FROM names WHERE owner_key = $1::text \
@@ -71,14 +95,7 @@ const REKEYED: &str = "INSERT INTO names \
 
 /// Every statement, for the schema test.
 #[cfg(test)]
-pub const ALL: &[&str] = &[
-    NAME_HOLDER,
-    RELEASE_OTHER,
-    HOLD_NAME,
-    NAME_HELD,
-    OLD_KEYS,
-    REKEYED,
-];
+pub const ALL: &[&str] = &[CLAIM_NAME, NAME_HELD, OLD_KEYS, REKEYED];
 
 /// A name under an old key: identity, name, and its times as text
 /// (passed back unchanged, so no date type is needed).
@@ -94,29 +111,14 @@ impl Store {
         let hold_ms = self.name_hold_ms;
         let mut conn = self.pool.acquire().await?;
         let free = if identity.claims_names {
-            let mut tx = conn.begin().await?;
-            let holder: Option<(Vec<u8>, bool)> = sqlx::query_as(NAME_HOLDER)
+            sqlx::query_scalar::<_, bool>(CLAIM_NAME)
                 .bind(&key)
+                .bind(&identity.hash[..])
+                .bind(name)
+                .bind(KEY_VERSION)
                 .bind(hold_ms)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let free = holder.is_none_or(|(owner, held)| owner == identity.hash || !held);
-            if free {
-                sqlx::query(RELEASE_OTHER)
-                    .bind(&identity.hash[..])
-                    .bind(&key)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(HOLD_NAME)
-                    .bind(&key)
-                    .bind(&identity.hash[..])
-                    .bind(name)
-                    .bind(KEY_VERSION)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-            }
-            free
+                .fetch_one(&mut *conn)
+                .await?
         } else {
             !sqlx::query_scalar::<_, bool>(NAME_HELD)
                 .bind(&key)
