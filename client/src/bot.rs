@@ -180,6 +180,21 @@ pub async fn play_games(
     let mut finished = 0u32;
     let sessions = options.sessions.as_ref();
     let mut follow = options.follow.clone();
+    // A bot that keeps its sessions (the bots beside `play`'s local
+    // cluster) plays as an identity of its own, kept beside them, so its
+    // games with the player are ranked (only games between identified
+    // players are) and its name stays its own. Others play without one.
+    let identity = sessions
+        .and_then(|dir| {
+            let own = StateDir::at(
+                dir.path()
+                    .join(format!("bot-{}", hex::encode(&options.name))),
+            );
+            own.identity()
+                .inspect_err(|e| tracing::warn!(bot = options.name, error = %e, "no identity"))
+                .ok()
+        })
+        .unwrap_or_default();
     // The leader's last game followed: each of its moves is followed once.
     let mut followed = 0u64;
     while options.games.is_none_or(|games| finished < games) && !stop.is_shutdown() {
@@ -188,8 +203,14 @@ pub async fn play_games(
             .as_ref()
             .and_then(SavedSession::token)
             .unwrap_or_else(new_token);
-        let mut session = match GameSession::join_map(&pool, &options.name, token, &options.map)
-            .await
+        let mut session = match GameSession::join_as(
+            &pool,
+            &identity,
+            &options.name,
+            token,
+            &options.map,
+        )
+        .await
         {
             Ok((session, _)) => session,
             Err(e) => {

@@ -14,6 +14,7 @@ pub use pb::*;
 /// smaller; anything bigger is refused before it is decoded.
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024;
 
+pub mod codec;
 pub mod reason;
 pub use reason::Reason;
 

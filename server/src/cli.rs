@@ -14,8 +14,8 @@ use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
 use crate::admission::AdmissionLimits;
-use crate::incoming::{self, ConnectionLimits};
-use crate::limits::CallLimits;
+use crate::incoming::{self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
+use crate::limits::{CallLimits, DEFAULT_READS_PER_IP_PER_S};
 use crate::patroni::Member;
 use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
@@ -96,6 +96,15 @@ pub struct ServerArgs {
     /// at a time deletes what is older, in small batches.
     #[arg(long, default_value = "3d", value_parser = parse_duration)]
     pub retention: Duration,
+    /// A player identity holds one name at a time: how long a name it let
+    /// go of (by joining with another) stays its own before anyone may take
+    /// it (a duration, as --retention).
+    #[arg(long, default_value = "1d", value_parser = parse_duration)]
+    pub name_hold: Duration,
+    /// A name no one joined with for this long is released by retention,
+    /// for anyone to take (a duration, as --retention).
+    #[arg(long, default_value = "180d", value_parser = parse_duration)]
+    pub name_retention: Duration,
     /// Normal play before sudden death in the games this server creates,
     /// in milliseconds (3 minutes; a short round plays a whole game in
     /// seconds, for tests and demonstrations).
@@ -139,6 +148,13 @@ pub struct ServerArgs {
     /// the server and ask another.
     #[arg(long, default_value_t = 100)]
     pub join_queue_ms: u64,
+    /// Sessionless reads one peer address may make on this server per
+    /// second, in units: WatchState and Rankings 1, ListGames 5, GetReplay
+    /// 10 (a spectator polling at 20 Hz spends 20); more get
+    /// RESOURCE_EXHAUSTED. A session's own GetState is limited with its
+    /// acts, at --max-acts-per-s. 0: no limit.
+    #[arg(long, default_value_t = DEFAULT_READS_PER_IP_PER_S)]
+    pub max_reads_per_ip_per_s: u32,
     /// Connections open at once from one peer address; more are closed as
     /// soon as they are accepted. 0: no limit.
     #[arg(long, default_value_t = 64)]
@@ -151,6 +167,26 @@ pub struct ServerArgs {
     /// by then. 0: no timeout.
     #[arg(long, default_value_t = 5000)]
     pub first_bytes_timeout_ms: u64,
+    /// A connection with no call open for this long is closed (clients
+    /// health-check their connections every 500 ms, and reconnect by
+    /// themselves). When --max-connections are open, a newcomer is let in
+    /// by closing an idle one, from the address holding the most. 0: no
+    /// timeout.
+    #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64)]
+    pub idle_connection_timeout_ms: u64,
+    /// The server sends an HTTP/2 PING on every connection this often, and
+    /// closes the connection if the answer does not come within
+    /// --keepalive-timeout-ms: it finds dead peers. 0: no PINGs.
+    #[arg(long, default_value_t = 10_000)]
+    pub keepalive_interval_ms: u64,
+    /// How long the server waits for the answer to a keepalive PING before
+    /// it closes the connection.
+    #[arg(long, default_value_t = 5_000)]
+    pub keepalive_timeout_ms: u64,
+    /// The longest a call may take, receiving its request included; a call
+    /// past it is cancelled. 0: no limit.
+    #[arg(long, default_value_t = 10_000)]
+    pub call_timeout_ms: u64,
     /// Serve TLS only, with this PEM certificate chain (and --tls-key).
     /// Without it the server speaks plaintext.
     #[arg(
@@ -211,6 +247,7 @@ impl ServerArgs {
                     interval: Duration::from_millis(self.patroni_interval_ms.max(1)),
                     request_timeout: Duration::from_millis(self.patroni_timeout_ms.max(1)),
                 }),
+                name_hold: self.name_hold,
             },
             heartbeat: Duration::from_millis(self.heartbeat_ms),
             server_ttl: Duration::from_millis(self.server_ttl_ms),
@@ -219,6 +256,7 @@ impl ServerArgs {
             call_limits: CallLimits {
                 acts_per_s: nonzero(self.max_acts_per_s),
                 joins_per_ip_per_min: nonzero(self.max_joins_per_ip_per_min),
+                reads_per_ip_per_s: nonzero(self.max_reads_per_ip_per_s),
             },
             admission: AdmissionLimits {
                 max_in_flight: nonzero(self.max_db_concurrency),
@@ -230,13 +268,24 @@ impl ServerArgs {
                 total: nonzero(self.max_connections),
                 first_bytes_timeout: nonzero(self.first_bytes_timeout_ms)
                     .map(Duration::from_millis),
+                idle_timeout: nonzero(self.idle_connection_timeout_ms).map(Duration::from_millis),
+                keepalive: nonzero(self.keepalive_interval_ms).map(|every| {
+                    (
+                        Duration::from_millis(every),
+                        Duration::from_millis(self.keepalive_timeout_ms.max(1)),
+                    )
+                }),
+                call_timeout: nonzero(self.call_timeout_ms).map(Duration::from_millis),
             },
             tls: self
                 .tls_cert
                 .clone()
                 .zip(self.tls_key.clone())
                 .map(|(cert, key)| TlsFiles { cert, key }),
-            retention: RetentionOptions::new(self.retention),
+            retention: RetentionOptions {
+                names_unused: self.name_retention,
+                ..RetentionOptions::new(self.retention)
+            },
             metrics_listen: self.metrics_listen,
         }
     }

@@ -1,28 +1,46 @@
-//! The accept loop: connection limits, a first-bytes timeout, and back-off
-//! when file descriptors run out.
+//! The accept loop: connection limits, a first-bytes timeout, an idle
+//! timeout, eviction of idle connections when the server is full, and
+//! back-off when file descriptors run out.
 //!
 //! tonic's own loop retries at once when `accept` fails, so a server out of
 //! file descriptors spins a core. This one waits (10 ms, doubling to 1 s)
-//! and says so in the log. A connection beyond the limits (per peer address,
-//! or in total) is closed as soon as it is accepted, before any byte is
-//! read, and the connections already open are served as before; a slot
-//! frees when its connection closes. A connection that sends nothing
-//! within the first-bytes timeout is closed, so idle sockets cannot hold
-//! the slots.
+//! and says so in the log.
+//!
+//! A connection beyond the per-address limit is closed as soon as it is
+//! accepted, before any byte is read. When the total is reached, the
+//! newcomer is admitted and an idle connection (no call open) is closed
+//! instead, chosen by [`pick_victim`]: one of the address that holds the
+//! most connections, the longest idle of those. So a few silent connections
+//! from each of many addresses cannot lock everyone else out; only when
+//! every connection has a call open is a newcomer refused.
+//!
+//! A connection that sends nothing within the first-bytes timeout is
+//! closed, and so is one with no call open for the idle timeout: calls are
+//! counted per connection by [`TrackCalls`], a layer in front of every
+//! service, which finds its connection's [`ConnState`] in the request (the
+//! connection's [`PeerInfo`], which tonic puts in every request, under TLS
+//! too). The pool of a real client health-checks each connection every
+//! 500 ms, a call each time, so its connections are never idle this long;
+//! a client that goes quiet for longer reconnects on its next call, as
+//! tonic's channels do by themselves. (HTTP/2 keepalive PINGs, which the
+//! server sends to find dead peers, are not calls and keep nothing open.)
 
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::http;
+use tonic::codegen::{Future, Service};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::metrics::{Metrics, Refusal};
@@ -34,6 +52,16 @@ pub struct ConnectionLimits {
     pub total: Option<usize>,
     /// A connection must send its first bytes within this time.
     pub first_bytes_timeout: Option<Duration>,
+    /// A connection with no call open for this long is closed.
+    pub idle_timeout: Option<Duration>,
+    /// HTTP/2 PINGs the server sends on every connection, and how long it
+    /// waits for the answer before it closes the connection: a peer that
+    /// died without closing (power loss, a cable pulled) is found even
+    /// while a call of its is open.
+    pub keepalive: Option<(Duration, Duration)>,
+    /// The longest a call may take, its request's upload included (a
+    /// client that sends half a request and stops holds it no longer).
+    pub call_timeout: Option<Duration>,
 }
 
 impl ConnectionLimits {
@@ -42,7 +70,114 @@ impl ConnectionLimits {
         per_ip: None,
         total: None,
         first_bytes_timeout: None,
+        idle_timeout: None,
+        keepalive: None,
+        call_timeout: None,
     };
+}
+
+/// The default idle timeout: 40 times the 500 ms between a pool's health
+/// checks, so a client's warm connection is never closed, while a silent
+/// one holds its slot for seconds, not forever.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One open connection's calls, shared by the connection and the calls.
+#[derive(Debug)]
+pub struct ConnState {
+    born: Instant,
+    /// Calls open now.
+    calls: AtomicUsize,
+    /// When the last call ended (or the connection was accepted), in
+    /// milliseconds since `born`.
+    quiet_since_ms: AtomicU64,
+    /// Closed to admit another connection.
+    evicted: AtomicBool,
+    /// The connection's reader, to wake when it is evicted.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl ConnState {
+    fn new() -> ConnState {
+        ConnState {
+            born: Instant::now(),
+            calls: AtomicUsize::new(0),
+            quiet_since_ms: AtomicU64::new(0),
+            evicted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// How long the connection has had no call open; `None` while one is.
+    fn idle_for(&self, now: Instant) -> Option<Duration> {
+        if self.calls.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let quiet_since =
+            self.born + Duration::from_millis(self.quiet_since_ms.load(Ordering::Acquire));
+        Some(now.saturating_duration_since(quiet_since))
+    }
+
+    fn call_started(self: &Arc<Self>) -> CallGuard {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        CallGuard(self.clone())
+    }
+
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn register(&self, cx: &Context<'_>) {
+        let mut waker = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+        match waker.as_ref() {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => *waker = Some(cx.waker().clone()),
+        }
+    }
+}
+
+/// One open call; the connection is quiet from when the last one drops.
+struct CallGuard(Arc<ConnState>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let ms = self.0.born.elapsed().as_millis() as u64;
+        self.0.quiet_since_ms.store(ms, Ordering::Release);
+        self.0.calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What tonic puts in every request about its connection: the TCP peer
+/// (re-inserted as [`TcpConnectInfo`] by [`TrackCalls`], so
+/// `Request::remote_addr` works) and the connection's call count.
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    tcp: TcpConnectInfo,
+    state: Arc<ConnState>,
+}
+
+/// A connection that may be closed to admit a newcomer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: u64,
+    /// Connections its address holds.
+    pub of_ip: usize,
+    /// How long it has had no call open; `None` while one is.
+    pub idle: Option<Duration>,
+}
+
+/// The connection to close so a newcomer fits: of those with no call open,
+/// one whose address holds the most connections, the longest idle of
+/// those; `None` if every connection has a call open.
+pub fn pick_victim(candidates: impl IntoIterator<Item = Candidate>) -> Option<u64> {
+    candidates
+        .into_iter()
+        .filter_map(|c| c.idle.map(|idle| (c.of_ip, idle, c.id)))
+        .max()
+        .map(|(_, _, id)| id)
 }
 
 /// Connections open now, per peer address and in total.
@@ -50,6 +185,24 @@ impl ConnectionLimits {
 struct Open {
     per_ip: HashMap<IpAddr, usize>,
     total: usize,
+    conns: HashMap<u64, (IpAddr, Arc<ConnState>)>,
+    next_id: u64,
+}
+
+impl Open {
+    fn remove(&mut self, id: u64) -> bool {
+        let Some((ip, _)) = self.conns.remove(&id) else {
+            return false;
+        };
+        self.total -= 1;
+        if let Some(n) = self.per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
+        true
+    }
 }
 
 /// Admits or refuses new connections; shared by the slots it hands out.
@@ -65,49 +218,67 @@ impl Admission {
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let of_ip = open.per_ip.get(&ip).copied().unwrap_or(0);
-        if self.limits.total.is_some_and(|max| open.total >= max)
-            || self.limits.per_ip.is_some_and(|max| of_ip >= max)
-        {
+        let refused = || {
             if let Some(m) = &self.metrics {
                 m.refused(Refusal::Connection);
             }
+        };
+        if self.limits.per_ip.is_some_and(|max| of_ip >= max) {
+            refused();
             return None;
+        }
+        if self.limits.total.is_some_and(|max| open.total >= max) {
+            let now = Instant::now();
+            let victim = pick_victim(open.conns.iter().map(|(&id, (ip, state))| Candidate {
+                id,
+                of_ip: open.per_ip.get(ip).copied().unwrap_or(0),
+                idle: state.idle_for(now),
+            }));
+            let Some(victim) = victim else {
+                refused();
+                return None;
+            };
+            if let Some((victim_ip, state)) = open.conns.get(&victim) {
+                tracing::debug!(peer = %victim_ip, "closing an idle connection to admit a new one");
+                state.evict();
+            }
+            open.remove(victim);
         }
         if let Some(m) = &self.metrics {
             m.connection_opened();
         }
+        let id = open.next_id;
+        open.next_id += 1;
+        let state = Arc::new(ConnState::new());
         open.total += 1;
         *open.per_ip.entry(ip).or_default() += 1;
+        open.conns.insert(id, (ip, state.clone()));
         Some(Slot {
             admission: self.clone(),
-            ip,
+            id,
+            state,
         })
     }
 }
 
-/// One admitted connection's place in the counts; freed when dropped.
+/// One admitted connection's place in the counts; freed when dropped
+/// (unless it was evicted, which freed it at once).
 #[derive(Debug)]
 struct Slot {
     admission: Arc<Admission>,
-    ip: IpAddr,
+    id: u64,
+    state: Arc<ConnState>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut open = self
-            .admission
+        self.admission
             .open
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        open.total -= 1;
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(self.id);
         if let Some(m) = &self.admission.metrics {
             m.connection_closed();
-        }
-        if let Some(n) = open.per_ip.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.per_ip.remove(&self.ip);
-            }
         }
     }
 }
@@ -116,16 +287,55 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub struct Connection {
     stream: TcpStream,
-    _slot: Slot,
+    slot: Slot,
     /// Until the first bytes arrive: when to give up on them.
     first_bytes: Option<Pin<Box<Sleep>>>,
+    /// The idle timeout and when to look at the connection's calls next.
+    idle: Option<(Duration, Pin<Box<Sleep>>)>,
 }
 
 impl Connected for Connection {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = PeerInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+    fn connect_info(&self) -> PeerInfo {
+        PeerInfo {
+            tcp: self.stream.connect_info(),
+            state: self.slot.state.clone(),
+        }
+    }
+}
+
+impl Connection {
+    /// While the read waits: an error if the connection was evicted or has
+    /// had no call open for the idle timeout, else `None` (and the timer
+    /// re-armed to look again when the timeout could next run out).
+    fn check_idle(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let state = &self.slot.state;
+        state.register(cx);
+        if state.evicted.load(Ordering::Acquire) {
+            return Some(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to admit another client (the server is full)",
+            ));
+        }
+        let (timeout, timer) = self.idle.as_mut()?;
+        while timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let wait = match state.idle_for(now) {
+                Some(idle) if idle >= *timeout => {
+                    return Some(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no call on the connection for the idle timeout",
+                    ));
+                }
+                Some(idle) => *timeout - idle,
+                None => *timeout,
+            };
+            timer
+                .as_mut()
+                .reset(tokio::time::Instant::from_std(now + wait));
+        }
+        None
     }
 }
 
@@ -135,8 +345,19 @@ impl AsyncRead for Connection {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if self.slot.state.evicted.load(Ordering::Acquire) {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed to admit another client (the server is full)",
+            )));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if polled.is_pending()
+            && let Some(err) = self.check_idle(cx)
+        {
+            return Poll::Ready(Err(err));
+        }
         let Some(deadline) = self.first_bytes.as_mut() else {
             return polled;
         };
@@ -181,6 +402,55 @@ impl AsyncWrite for Connection {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+/// A layer in front of every service that counts each connection's open
+/// calls (for the idle timeout and eviction) and puts the connection's
+/// [`TcpConnectInfo`] in the request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrackCallsLayer;
+
+impl<S> tower_layer::Layer<S> for TrackCallsLayer {
+    type Service = TrackCalls<S>;
+
+    fn layer(&self, inner: S) -> TrackCalls<S> {
+        TrackCalls { inner }
+    }
+}
+
+/// See [`TrackCallsLayer`].
+#[derive(Clone, Debug)]
+pub struct TrackCalls<S> {
+    inner: S,
+}
+
+impl<S, B> Service<http::Request<B>> for TrackCalls<S>
+where
+    S: Service<http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let peer = req.extensions().get::<PeerInfo>().cloned();
+        let guard = peer.map(|peer| {
+            let guard = peer.state.call_started();
+            req.extensions_mut().insert(peer.tcp);
+            guard
+        });
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            let reply = call.await;
+            drop(guard);
+            reply
+        })
     }
 }
 
@@ -249,10 +519,15 @@ fn admit(admission: &Arc<Admission>, stream: TcpStream, peer: SocketAddr) -> Opt
         .limits
         .first_bytes_timeout
         .map(|t| Box::pin(tokio::time::sleep(t)));
+    let idle = admission
+        .limits
+        .idle_timeout
+        .map(|t| (t, Box::pin(tokio::time::sleep(t))));
     Some(Connection {
         stream,
-        _slot: slot,
+        slot,
         first_bytes,
+        idle,
     })
 }
 
@@ -294,25 +569,75 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn slots_are_counted_per_address_and_in_total_and_freed_on_drop() {
-        let admission = Arc::new(Admission {
+    fn admission(per_ip: usize, total: usize) -> Arc<Admission> {
+        Arc::new(Admission {
             limits: ConnectionLimits {
-                per_ip: Some(2),
-                total: Some(3),
-                first_bytes_timeout: None,
+                per_ip: Some(per_ip),
+                total: Some(total),
+                ..ConnectionLimits::NONE
             },
             open: Mutex::default(),
             metrics: None,
-        });
+        })
+    }
+
+    #[test]
+    fn slots_are_counted_per_address_and_freed_on_drop() {
+        let admission = admission(2, 3);
         let a = IpAddr::from([10, 0, 0, 1]);
-        let b = IpAddr::from([10, 0, 0, 2]);
         let a1 = admission.admit(a).expect("first");
         let _a2 = admission.admit(a).expect("second");
         assert!(admission.admit(a).is_none(), "a third from one address");
-        let _b1 = admission.admit(b).expect("another address");
-        assert!(admission.admit(b).is_none(), "over the total");
         drop(a1);
         assert!(admission.admit(a).is_some(), "a freed slot is reused");
+    }
+
+    #[test]
+    fn a_full_server_closes_an_idle_connection_for_a_newcomer() {
+        let admission = admission(2, 3);
+        let (a, b, c) = (
+            IpAddr::from([10, 0, 0, 1]),
+            IpAddr::from([10, 0, 0, 2]),
+            IpAddr::from([10, 0, 0, 3]),
+        );
+        let a1 = admission.admit(a).unwrap();
+        let _a1_call = a1.state.call_started();
+        let a2 = admission.admit(a).unwrap();
+        let b1 = admission.admit(b).unwrap();
+        // Full: the newcomer gets in; the idle one of the address with the
+        // most connections goes.
+        let c1 = admission.admit(c).expect("admitted although full");
+        assert!(
+            a2.state.evicted.load(Ordering::Acquire),
+            "a's idle one goes"
+        );
+        assert!(
+            !a1.state.evicted.load(Ordering::Acquire),
+            "not one with a call open"
+        );
+        assert!(!b1.state.evicted.load(Ordering::Acquire));
+        drop(a2); // its connection closes: counted once
+        assert_eq!(admission.open.lock().unwrap().total, 3);
+        // Every connection busy: refused.
+        let _b1_call = b1.state.call_started();
+        let _c1_call = c1.state.call_started();
+        assert!(admission.admit(IpAddr::from([10, 0, 0, 4])).is_none());
+    }
+
+    #[test]
+    fn the_victim_is_idle_and_from_the_busiest_address() {
+        let c = |id, of_ip, idle_ms: Option<u64>| Candidate {
+            id,
+            of_ip,
+            idle: idle_ms.map(Duration::from_millis),
+        };
+        assert_eq!(
+            pick_victim([c(1, 1, Some(9000)), c(2, 2, Some(10))]),
+            Some(2)
+        );
+        assert_eq!(pick_victim([c(1, 2, Some(50)), c(2, 2, Some(10))]), Some(1));
+        assert_eq!(pick_victim([c(1, 5, None), c(2, 1, Some(0))]), Some(2));
+        assert_eq!(pick_victim([c(1, 5, None)]), None);
+        assert_eq!(pick_victim([]), None);
     }
 }

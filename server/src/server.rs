@@ -124,7 +124,13 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     if let Some(timeout) = config.connection_limits.first_bytes_timeout {
         tls = tls.map(|tls| tls.timeout(timeout));
     }
-    let mut builder = tonic::transport::Server::builder();
+    let limits = config.connection_limits;
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(limits.keepalive.map(|(every, _)| every))
+        .http2_keepalive_timeout(limits.keepalive.map(|(_, wait)| wait));
+    if let Some(timeout) = limits.call_timeout {
+        builder = builder.timeout(timeout);
+    }
     match tls {
         Some(tls) => {
             builder = builder
@@ -143,6 +149,19 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let deadline = tokio::time::Instant::now() + config.startup_timeout;
     retry_until(deadline, "applying migrations", || store.migrate()).await?;
     retry_until(deadline, "opening database connections", || store.warm_up()).await?;
+    let session_key = retry_until(deadline, "reading the session-token key", || {
+        store.session_key()
+    })
+    .await?;
+    let (rekeyed, dropped) =
+        retry_until(deadline, "recomputing name keys", || store.rekey_names()).await?;
+    if rekeyed + dropped > 0 {
+        tracing::info!(
+            rekeyed,
+            dropped,
+            "names: keys recomputed by the new look-alike rule"
+        );
+    }
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -230,6 +249,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.slow.clone(),
         Arc::new(CallLimiter::new(config.call_limits)),
         admission.clone(),
+        Arc::new(session_key),
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);
     let health_service = health_service.max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -263,6 +283,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let task = tokio::spawn(async move {
         builder
+            .layer(incoming::TrackCallsLayer)
             .add_service(health_service)
             .add_service(game)
             .add_service(registry)

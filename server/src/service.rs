@@ -12,11 +12,11 @@ use tonic::{Request, Response, Status};
 
 use crate::admission::{Admission, Permit, Priority};
 use crate::error::Error;
-use crate::limits::CallLimiter;
+use crate::limits::{CallLimiter, Read};
 use crate::metrics::calls::note_game;
 use crate::slow::SlowMode;
 use crate::store::{ActCall, Identity, Input, LeaveCall, Store};
-use crate::token;
+use crate::token::{self, JoinToken, SessionKey};
 use crate::wire;
 use borbaman_game::names;
 use borbaman_game::{Action, Arena, SEATS};
@@ -41,6 +41,8 @@ pub struct GameService {
     limiter: Arc<CallLimiter>,
     /// Bounds the calls in flight to the database (see [`crate::admission`]).
     admission: Admission,
+    /// Issues and checks session tokens (see [`crate::token`]).
+    key: Arc<SessionKey>,
 }
 
 impl GameService {
@@ -50,6 +52,7 @@ impl GameService {
         slow: Arc<SlowMode>,
         limiter: Arc<CallLimiter>,
         admission: Admission,
+        key: Arc<SessionKey>,
     ) -> Self {
         GameService {
             store,
@@ -57,6 +60,20 @@ impl GameService {
             slow,
             limiter,
             admission,
+            key,
+        }
+    }
+
+    /// Refuses a sessionless read over `peer`'s budget.
+    fn limit_read(&self, peer: Option<IpAddr>, read: Read) -> Result<(), Error> {
+        if self.limiter.allow_read(peer, read) {
+            Ok(())
+        } else {
+            Err(Error::RateLimited(
+                "too many reads from this address; slow down (a spectator polls at most \
+                 20 times a second)"
+                    .into(),
+            ))
         }
     }
 
@@ -81,12 +98,20 @@ impl GameService {
             ));
         }
         let name = names::check(&req.name).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let token = if req.token.is_empty() {
-            token::draw()
-        } else {
-            req.token
-        };
-        let token_hash = token::check_random(&token, "token")?;
+        let JoinToken { token, nonce } = self.key.for_join(req.token)?;
+        let token_hash = token::hash(&token);
+        if nonce
+            && self
+                .store
+                .session_older_than(&token_hash, token::NONCE_WINDOW)
+                .await?
+        {
+            return Err(Error::Unauthenticated(format!(
+                "this join's nonce was first used more than {} s ago: rejoin with the \
+                 session token the servers returned for it, or join with a fresh nonce",
+                token::NONCE_WINDOW.as_secs()
+            )));
+        }
         // Without an identity the token is one, for this session only.
         let identity = if req.identity.is_empty() {
             Identity::session_only(&token_hash)
@@ -115,7 +140,7 @@ impl GameService {
     async fn act(&self, req: pb::ActRequest) -> Result<pb::ActReply, Error> {
         let (inputs, batch) = check_inputs(&req)?;
         let call = ActCall {
-            token_hash: token::check(&req.token)?,
+            token_hash: self.key.check(&req.token)?,
             game_id: check_game_id(req.game_id)?,
             seat: check_seat(req.seat)?,
             inputs,
@@ -142,8 +167,13 @@ impl GameService {
     }
 
     async fn get_state(&self, req: pb::GetStateRequest) -> Result<pb::StateReply, Error> {
-        let token_hash = token::check(&req.token)?;
+        let token_hash = self.key.check(&req.token)?;
         let game_id = check_game_id(req.game_id)?;
+        if !self.limiter.allow_state(&token_hash) {
+            return Err(Error::RateLimited(
+                "too many state reads from this session; slow down".into(),
+            ));
+        }
         let snapshot = self.store.state(&token_hash, game_id).await?;
         Ok(pb::StateReply {
             state: Some(snapshot.into_proto()),
@@ -152,7 +182,7 @@ impl GameService {
 
     async fn leave(&self, req: pb::LeaveRequest) -> Result<pb::LeaveReply, Error> {
         let call = LeaveCall {
-            token_hash: token::check(&req.token)?,
+            token_hash: self.key.check(&req.token)?,
             game_id: check_game_id(req.game_id)?,
             seat: check_seat(req.seat)?,
             seq: check_seq(req.seq)?,
@@ -161,7 +191,12 @@ impl GameService {
         Ok(pb::LeaveReply { seq: left.seq })
     }
 
-    async fn rankings(&self, req: pb::RankingsRequest) -> Result<pb::RankingsReply, Error> {
+    async fn rankings(
+        &self,
+        req: pb::RankingsRequest,
+        peer: Option<IpAddr>,
+    ) -> Result<pb::RankingsReply, Error> {
+        self.limit_read(peer, Read::Rankings)?;
         let limit = match req.limit {
             0 => DEFAULT_RANKINGS,
             n => n.min(MAX_RANKINGS),
@@ -182,8 +217,13 @@ impl GameService {
 }
 
 impl GameService {
-    async fn get_replay(&self, req: pb::ReplayRequest) -> Result<pb::ReplayReply, Error> {
+    async fn get_replay(
+        &self,
+        req: pb::ReplayRequest,
+        peer: Option<IpAddr>,
+    ) -> Result<pb::ReplayReply, Error> {
         let game_id = check_game_id(req.game_id)?;
+        self.limit_read(peer, Read::GetReplay)?;
         let (game, names) = self.store.replay(game_id).await?;
         Ok(pb::ReplayReply {
             game_id,
@@ -195,7 +235,12 @@ impl GameService {
 }
 
 impl GameService {
-    async fn list_games(&self, req: pb::ListGamesRequest) -> Result<pb::ListGamesReply, Error> {
+    async fn list_games(
+        &self,
+        req: pb::ListGamesRequest,
+        peer: Option<IpAddr>,
+    ) -> Result<pb::ListGamesReply, Error> {
+        self.limit_read(peer, Read::ListGames)?;
         let limit = match req.limit {
             0 => DEFAULT_LIVE_GAMES,
             n => n.min(MAX_LIVE_GAMES),
@@ -209,8 +254,13 @@ impl GameService {
         })
     }
 
-    async fn watch_state(&self, req: pb::WatchStateRequest) -> Result<pb::StateReply, Error> {
+    async fn watch_state(
+        &self,
+        req: pb::WatchStateRequest,
+        peer: Option<IpAddr>,
+    ) -> Result<pb::StateReply, Error> {
         let game_id = check_game_id(req.game_id)?;
+        self.limit_read(peer, Read::WatchState)?;
         let snapshot = self.store.watch(game_id).await?;
         Ok(pb::StateReply {
             state: Some(snapshot.into_proto()),
@@ -225,7 +275,10 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::ListGamesRequest>,
     ) -> Result<Response<pb::ListGamesReply>, Status> {
         let _permit = self.enter(Priority::Spectate, None).await?;
-        Ok(Response::new(self.list_games(req.into_inner()).await?))
+        let peer = req.remote_addr().map(|a| a.ip());
+        Ok(Response::new(
+            self.list_games(req.into_inner(), peer).await?,
+        ))
     }
 
     async fn watch_state(
@@ -234,7 +287,10 @@ impl pb::game_server::Game for GameService {
     ) -> Result<Response<pb::StateReply>, Status> {
         let _permit = self.enter(Priority::Spectate, None).await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.watch_state(req.into_inner()).await?))
+        let peer = req.remote_addr().map(|a| a.ip());
+        Ok(Response::new(
+            self.watch_state(req.into_inner(), peer).await?,
+        ))
     }
 
     async fn get_replay(
@@ -243,7 +299,10 @@ impl pb::game_server::Game for GameService {
     ) -> Result<Response<pb::ReplayReply>, Status> {
         let _permit = self.enter(Priority::Spectate, None).await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.get_replay(req.into_inner()).await?))
+        let peer = req.remote_addr().map(|a| a.ip());
+        Ok(Response::new(
+            self.get_replay(req.into_inner(), peer).await?,
+        ))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
@@ -289,7 +348,8 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::RankingsRequest>,
     ) -> Result<Response<pb::RankingsReply>, Status> {
         let _permit = self.enter(Priority::Spectate, None).await?;
-        Ok(Response::new(self.rankings(req.into_inner()).await?))
+        let peer = req.remote_addr().map(|a| a.ip());
+        Ok(Response::new(self.rankings(req.into_inner(), peer).await?))
     }
 
     /// No database: the network floor.

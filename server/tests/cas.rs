@@ -186,7 +186,7 @@ async fn the_same_call_sent_to_two_servers_at_once_is_applied_once() {
         servers[1].game().await,
         servers[2].game().await,
     ];
-    let players = full_game(&mut clients[0].clone()).await;
+    let players = full_ranked_game(&mut clients[0].clone()).await;
     let game_id = players[0].game_id;
     const ROUNDS: usize = 20;
 
@@ -337,7 +337,7 @@ async fn a_game_the_clock_ends_is_committed_once_by_racing_readers() {
         ServerProcess::start_with(&pg.url(), &short),
     ];
     let clients = [servers[0].game().await, servers[1].game().await];
-    let players = full_game(&mut clients[0].clone()).await;
+    let players = full_ranked_game(&mut clients[0].clone()).await;
     let game_id = players[0].game_id;
 
     let mut tasks = Vec::new();

@@ -241,7 +241,7 @@ async fn get_state_reads_the_callers_game_and_leaving_forfeits() {
     let pg = start_db();
     let server = ServerProcess::start(&pg.url());
     let mut client = server.game().await;
-    let players = full_game(&mut client).await;
+    let players = full_ranked_game(&mut client).await;
     let game_id = players[0].game_id;
 
     let state = client
@@ -301,7 +301,7 @@ async fn get_state_reads_the_callers_game_and_leaving_forfeits() {
             rankings[0].wins,
             rankings[0].games
         ),
-        ("p0", 1, 1)
+        ("r0", 1, 1)
     );
     assert!(rankings[1..].iter().all(|r| r.games == 1 && r.wins == 0));
 

@@ -72,8 +72,9 @@ async fn finished_and_abandoned_games_go_with_all_their_rows_and_running_ones_st
     let db = sql(&pg.url()).await;
     let mut client = a.game().await;
 
-    // A game that finishes: three forfeit.
-    let finished = full_game(&mut client).await;
+    // A game that finishes (between identified players: ranked): three
+    // forfeit.
+    let finished = full_ranked_game(&mut client).await;
     let finished_id = finished[0].game_id;
     for p in &finished[1..] {
         client

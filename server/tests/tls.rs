@@ -109,3 +109,57 @@ async fn a_handshake_left_unfinished_is_closed() {
     .await
     .expect("a stalled handshake is still open after 20 s");
 }
+
+/// A client that finishes its TLS handshake and then says nothing holds no
+/// slot for long: with no call open it is closed at the idle timeout.
+#[tokio::test]
+async fn a_tls_connection_silent_after_its_handshake_is_closed() {
+    use std::sync::Arc;
+    use tokio_rustls::TlsConnector;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let pem = |name: &str| dir.path().join(name).display().to_string();
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &[
+            "--tls-cert",
+            &pem("cert.pem"),
+            "--tls-key",
+            &pem("key.pem"),
+            "--idle-connection-timeout-ms",
+            "1000",
+        ],
+    );
+    let mut roots = RootCertStore::empty();
+    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+    for cert in CertificateDer::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config =
+        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(&server.addr).await.unwrap();
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the TLS handshake");
+    // Silent from here: the server closes it (end of stream or an error).
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, tls.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("a silent TLS connection is still open after 10 s"),
+        }
+    }
+}

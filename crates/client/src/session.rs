@@ -1,8 +1,11 @@
 //! `GameSession`: one player's seat in one game, spoken through a
 //! [`ServerPool`].
 //!
-//! The session owns what makes retries safe: the client-chosen token (16
-//! random bytes, so a `Join` can be retried on any server), and the next
+//! The session owns what makes retries safe: the join's nonce (16 random
+//! bytes the client draws, so a `Join` can be retried on any server and is
+//! answered with the same session), the session token the servers issue
+//! for it (a MAC only the cluster can make: every later call, and a rejoin
+//! after a crash, carries it, never the nonce), and the next
 //! sequence number (each `Act`/`Leave` gets one, kept across the pool's
 //! retries, so a request is applied at most once). It also guards the
 //! player's view: it remembers the highest state version seen and never
@@ -40,10 +43,12 @@ use crate::pool::{CallInfo, PoolError, ServerPool};
 use crate::predict::{Predictor, Pressed};
 use crate::wire_check::check_state;
 
-/// Bytes in a session token.
+/// Bytes in a join's nonce.
 pub const TOKEN_BYTES: usize = 16;
 
-/// A fresh random session token.
+/// A fresh random nonce for a first join. The servers answer it with the
+/// session token ([`GameSession::token`]), which is what a client saves to
+/// rejoin: a nonce alone rejoins only within half a minute of its join.
 pub fn new_token() -> Vec<u8> {
     rand::random::<[u8; TOKEN_BYTES]>().to_vec()
 }
@@ -127,8 +132,9 @@ pub struct GameSession {
 }
 
 impl GameSession {
-    /// Joins (or, with the token of a running session, rejoins) a game.
-    /// Retrying with the same token is safe: the server seats a token once.
+    /// Joins (with a fresh nonce, see [`new_token`]) or, with the session
+    /// token of a running session, rejoins a game. Retrying with the same
+    /// nonce or token is safe: the servers seat a session once.
     pub async fn join(
         pool: &ServerPool,
         name: &str,
@@ -172,6 +178,8 @@ impl GameSession {
                 async move { client.join(request).await }
             })
             .await?;
+        // The servers' token, not the nonce, is the session's credential
+        // (a server of an older version echoes the client's).
         let token = if reply.token.is_empty() {
             token
         } else {

@@ -1,6 +1,7 @@
 //! The saved session: what a restarted `borbaman play` needs to rejoin.
 //!
-//! After every join the client writes its token, game and seat to
+//! After every join the client writes its session token (the one the
+//! servers issued, never the join's nonce), game and seat to
 //! `<state dir>/borbaman/session-<name in hex>.json` (the state dir is
 //! `dirs::state_dir()`, else `dirs::data_local_dir()`). A client that crashed
 //! or lost its network reads it back and joins with the same token: the

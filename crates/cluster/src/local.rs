@@ -831,9 +831,10 @@ fn json_logs_unless_set(args: &[String]) -> Option<&'static str> {
 /// player's rate: the limits are for open networks, and a test of them
 /// sets them.
 pub fn unlimited_unless_set(args: &[String]) -> Vec<String> {
-    const LIMITS: [&str; 4] = [
+    const LIMITS: [&str; 5] = [
         "--max-acts-per-s",
         "--max-joins-per-ip-per-min",
+        "--max-reads-per-ip-per-s",
         "--max-connections-per-ip",
         "--max-connections",
     ];

@@ -34,6 +34,8 @@
 //! - [`audit`]: invariant checks and the bare-transaction floor, for bench
 //!   and chaos runs.
 //! - [`follow`]: following a Patroni-managed primary.
+//! - [`names`]: who holds which name.
+//! - [`keys`]: the cluster's key for session tokens.
 //! - [`retention`]: deleting old finished and abandoned games, on one
 //!   server at a time.
 
@@ -41,6 +43,8 @@ pub mod audit;
 mod census;
 pub mod follow;
 mod gates;
+pub mod keys;
+pub mod names;
 pub mod play;
 mod queries;
 pub mod replay;
@@ -128,6 +132,9 @@ pub struct StoreOptions {
     /// Follow the primary named by these Patroni members instead of the
     /// database URL's host and port (then only the first guess).
     pub follow: Option<FollowOptions>,
+    /// How long a name an identity let go of (by joining with another)
+    /// stays its own before anyone may take it (see [`names`]).
+    pub name_hold: Duration,
 }
 
 impl Default for StoreOptions {
@@ -141,9 +148,15 @@ impl Default for StoreOptions {
             lobby_seat_ttl: Duration::from_millis(3000),
             round: Duration::from_millis(u64::from(ROUND_TICKS * TICK_MS)),
             follow: None,
+            name_hold: DEFAULT_NAME_HOLD,
         }
     }
 }
+
+/// How long a released name stays its owner's: a day, so a player who
+/// renamed by mistake takes it back, and no one passes for the old owner
+/// in the rankings the moment a name is let go.
+pub const DEFAULT_NAME_HOLD: Duration = Duration::from_secs(24 * 3600);
 
 /// A round length in whole ticks, as a game stores it.
 fn round_ticks(round: Duration) -> Result<u16, Error> {
@@ -167,6 +180,8 @@ pub struct Store {
     plain: PgConnectOptions,
     db_timeout: Duration,
     lobby_seat_ttl_ms: i64,
+    /// [`StoreOptions::name_hold`] in milliseconds.
+    name_hold_ms: i64,
     round_ticks: u16,
     /// Following Patroni's primary (`None`: the URL's host and port).
     follow: Option<Arc<Follower>>,
@@ -255,6 +270,7 @@ impl Store {
             plain,
             db_timeout: opts.db_timeout,
             lobby_seat_ttl_ms: i64::try_from(opts.lobby_seat_ttl.as_millis()).unwrap_or(i64::MAX),
+            name_hold_ms: i64::try_from(opts.name_hold.as_millis()).unwrap_or(i64::MAX),
             round_ticks: round_ticks(opts.round)?,
             follow,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),

@@ -80,7 +80,6 @@ use super::Store;
 use super::queries::*;
 use crate::error::Error;
 use crate::token::TokenHash;
-use borbaman_game::names;
 use borbaman_game::{
     Action, Arena, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
 };
@@ -412,39 +411,10 @@ impl Store {
             ended: false,
         };
         let joined = self
-            .seat(&mut conn.conn, token_hash, &identity.hash, name, arena)
+            .seat(&mut conn.conn, token_hash, identity, name, arena)
             .await;
         conn.ended = true;
         joined
-    }
-
-    /// A long-lived identity claims `name` (or finds it already its own);
-    /// a session-only one may only use a name no identity owns. Either way
-    /// a name another identity owns, or one that looks like it, is refused.
-    async fn check_name(&self, identity: &Identity, name: &str) -> Result<(), Error> {
-        let key = names::owner_key(name);
-        let mut conn = self.pool.acquire().await?;
-        let free = if identity.claims_names {
-            sqlx::query_scalar::<_, bool>(CLAIM_NAME)
-                .bind(&key)
-                .bind(&identity.hash[..])
-                .bind(name)
-                .fetch_one(&mut *conn)
-                .await?
-        } else {
-            !sqlx::query_scalar::<_, bool>(NAME_OWNED)
-                .bind(&key)
-                .fetch_one(&mut *conn)
-                .await?
-        };
-        if free {
-            Ok(())
-        } else {
-            Err(Error::NameTaken(format!(
-                "the name {name:?} (or one that looks like it) belongs to another player; \
-                 pick another name"
-            )))
-        }
     }
 
     /// Seats the token's player, in one transaction on `conn`: under the
@@ -454,10 +424,11 @@ impl Store {
         &self,
         conn: &mut PgConnection,
         token_hash: &TokenHash,
-        identity_hash: &TokenHash,
+        identity: &Identity,
         name: &str,
         arena: Option<Arena>,
     ) -> Result<Joined, Error> {
+        let identity_hash = &identity.hash;
         let mut tx = sqlx::Connection::begin(conn).await?;
         let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
             .bind(&token_hash[..])
@@ -537,7 +508,7 @@ impl Store {
         } else {
             query.bind(to_db_id(snapshot.game_id)?)
         };
-        query = query.bind(&identity_hash[..]);
+        query = query.bind(&identity_hash[..]).bind(identity.claims_names);
         let Some(row) = query.fetch_optional(&mut *tx).await? else {
             return Err(Error::Transient(
                 "another join with the same token won the race".into(),
@@ -1255,6 +1226,8 @@ mod sql_tests {
         for sql in super::super::queries::ALL
             .iter()
             .chain(super::super::retention::ALL)
+            .chain(super::super::names::ALL)
+            .chain(super::super::keys::ALL)
         {
             if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await {
                 panic!("{e}\n{sql}");
@@ -1340,13 +1313,13 @@ mod sql_tests {
         let mut tokens = Vec::new();
         for i in 0..SEATS {
             let token = crate::token::hash(&crate::token::draw());
+            // Identified players: only their games are ranked.
+            let identity = Identity {
+                hash: crate::token::identity_hash(&token),
+                claims_names: true,
+            };
             game_id = store
-                .join(
-                    &token,
-                    &Identity::session_only(&token),
-                    &format!("p{i}"),
-                    None,
-                )
+                .join(&token, &identity, &format!("p{i}"), None)
                 .await
                 .unwrap()
                 .game_id;

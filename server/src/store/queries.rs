@@ -175,7 +175,8 @@ macro_rules! session_guard {
 /// if the game update `g` matched: a compare-and-set that lost counts
 /// nothing, so a game is counted once), per identity, under the name it
 /// played this game with; grouped and ordered by identity so two games
-/// finishing at once lock rankings rows in the same order.
+/// finishing at once lock rankings rows in the same order. A game with a
+/// seat of a player without a long-lived identity counts for no one.
 macro_rules! rankings {
     ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
         concat!(
@@ -188,7 +189,10 @@ macro_rules! rankings {
             $when,
             " AND EXISTS (SELECT 1 FROM g) AND game_id = ",
             $game,
-            "::bigint GROUP BY identity_hash ORDER BY identity_hash \
+            "::bigint AND NOT EXISTS (SELECT 1 FROM seats anon WHERE anon.game_id = ",
+            $game,
+            "::bigint AND NOT anon.identified) \
+             GROUP BY identity_hash ORDER BY identity_hash \
              ON CONFLICT (identity_hash) DO UPDATE SET name = excluded.name, \
                games = rk.games + excluded.games, \
                wins = rk.wins + excluded.wins, draws = rk.draws + excluded.draws)"
@@ -444,8 +448,8 @@ pub const WRITE_ADVANCE: &str = concat!(
     " SELECT version FROM g"
 );
 
-/// Seats a session (new or existing) of identity `$8` at `$3` of game `g`.
-/// With `$4` false
+/// Seats a session (new or existing) of identity `$8` (`$9`: a long-lived
+/// one) at `$3` of game `g`. With `$4` false
 /// a session for the token must not exist yet: a racing join that created
 /// one makes this return no row, and the call is retried.
 macro_rules! seat_session {
@@ -456,8 +460,8 @@ macro_rules! seat_session {
                    game_id = excluded.game_id, seat = excluded.seat, in_game = true \
                  WHERE $4::boolean \
                  RETURNING id), \
-           st AS (INSERT INTO seats (game_id, seat, session_id, name, identity_hash) \
-                  SELECT g.id, $3::smallint, s.id, $2::text, $8::bytea FROM g, s) \
+           st AS (INSERT INTO seats (game_id, seat, session_id, name, identity_hash, identified) \
+                  SELECT g.id, $3::smallint, s.id, $2::text, $8::bytea, $9::boolean FROM g, s) \
          SELECT g.id, g.version FROM g, s"
     };
 }
@@ -526,17 +530,6 @@ pub const LOG_SEATS: &str = "INSERT INTO seat_log (game_id, version, kind, seat,
      SELECT $1::bigint, $2::bigint, 1, freed, $3::integer FROM unnest($4::smallint[]) freed \
      UNION ALL SELECT $1::bigint, $2::bigint, 2, $5::smallint, $3::integer";
 
-/// Claims name key `$1` for identity `$2`, spelled `$3`, unless another
-/// identity owns it: true if `$2` owns it now.
-pub const CLAIM_NAME: &str = "WITH c AS (INSERT INTO names AS n (owner_key, identity_hash, name) \
-       VALUES ($1::text, $2::bytea, $3::text) \
-       ON CONFLICT (owner_key) DO UPDATE SET name = excluded.name \
-       WHERE n.identity_hash = excluded.identity_hash RETURNING 1) \
-     SELECT EXISTS (SELECT 1 FROM c)";
-
-/// Whether any identity owns name key `$1`.
-pub const NAME_OWNED: &str = "SELECT EXISTS (SELECT 1 FROM names WHERE owner_key = $1::text)";
-
 /// The best players. `$1` limit.
 pub const RANKINGS: &str = "SELECT name, games, wins, draws FROM rankings \
      ORDER BY wins DESC, draws DESC, games ASC, name LIMIT $1::bigint";
@@ -569,6 +562,4 @@ pub const ALL: &[&str] = &[
     LOG_SEATS,
     RANKINGS,
     LIVE_GAMES,
-    CLAIM_NAME,
-    NAME_OWNED,
 ];

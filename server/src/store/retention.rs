@@ -12,6 +12,8 @@
 //!   [`ABANDONED_TTLS`] lobby seat TTLs goes the same way.
 //! - A session freed from its lobby seat (seat -1) and not seated again
 //!   within the window goes (its log rows stay with their game).
+//! - A name no one joined with for [`RetentionOptions::names_unused`] goes,
+//!   and so does a name released longer ago than that: anyone may take it.
 //!
 //! The job runs on one server at a time: the one whose dedicated
 //! connection holds a PostgreSQL advisory lock ([`LOCK_KEY`]). The lock
@@ -50,7 +52,13 @@ pub struct RetentionOptions {
     /// How often a pass runs (and a server not running the job tries to
     /// take it over).
     pub every: Duration,
+    /// A name no one joined with for this long is released (see
+    /// [`super::names`]).
+    pub names_unused: Duration,
 }
+
+/// The default of [`RetentionOptions::names_unused`]: half a year.
+pub const DEFAULT_NAMES_UNUSED: Duration = Duration::from_secs(180 * 24 * 3600);
 
 impl RetentionOptions {
     /// Passes every tenth of the window, between 1 s and 1 min.
@@ -58,6 +66,7 @@ impl RetentionOptions {
         RetentionOptions {
             window,
             every: (window / 10).clamp(Duration::from_secs(1), Duration::from_secs(60)),
+            names_unused: DEFAULT_NAMES_UNUSED,
         }
     }
 }
@@ -71,6 +80,7 @@ pub struct Deleted {
     pub seats: i64,
     pub actions: i64,
     pub seat_log: i64,
+    pub names: i64,
 }
 
 impl Deleted {
@@ -147,9 +157,16 @@ const DELETE_UNUSED_SESSIONS: &str = "DELETE FROM sessions WHERE id IN ( \
        AND coalesce(freed_at, created_at) < now() - $1::bigint * interval '1 millisecond' \
        LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
 
+/// One batch of names not used for `$1` ms (released or not).
+const DELETE_UNUSED_NAMES: &str = "DELETE FROM names WHERE owner_key IN ( \
+       SELECT owner_key FROM names \
+       WHERE used_at < now() - $1::bigint * interval '1 millisecond' \
+       LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
+
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[
+    DELETE_UNUSED_NAMES,
     DELETE_FINISHED,
     DELETE_ABANDONED,
     DELETE_ACTIONS,
@@ -200,6 +217,7 @@ impl Store {
                     seats = deleted.seats,
                     actions = deleted.actions,
                     seat_log = deleted.seat_log,
+                    names = deleted.names,
                     "retention: deleted"
                 ),
                 Ok(_) => {}
@@ -262,6 +280,8 @@ impl Store {
         sqlx::query(FORGET_PURGED).execute(&mut *conn).await?;
         deleted.sessions +=
             batches(conn, DELETE_UNUSED_SESSIONS, Some(window_ms), shutdown).await?;
+        let names_ms = i64::try_from(opts.names_unused.as_millis()).unwrap_or(i64::MAX);
+        deleted.names = batches(conn, DELETE_UNUSED_NAMES, Some(names_ms), shutdown).await?;
         Ok(deleted)
     }
 }

@@ -206,10 +206,28 @@ impl Player {
 
 /// Joins with a fresh token.
 pub async fn join(client: &mut GameClient<Channel>, name: &str) -> (Player, pb::JoinReply) {
+    join_with_identity(client, name, Vec::new()).await
+}
+
+/// Joins with a fresh token as a fresh long-lived identity (only games
+/// between such players are ranked).
+pub async fn join_identified(
+    client: &mut GameClient<Channel>,
+    name: &str,
+) -> (Player, pb::JoinReply) {
+    join_with_identity(client, name, token()).await
+}
+
+async fn join_with_identity(
+    client: &mut GameClient<Channel>,
+    name: &str,
+    identity: Vec<u8>,
+) -> (Player, pb::JoinReply) {
     let reply = client
         .join(pb::JoinRequest {
             name: name.into(),
             token: token(),
+            identity,
             ..Default::default()
         })
         .await
@@ -229,6 +247,17 @@ pub async fn full_game(client: &mut GameClient<Channel>) -> Vec<Player> {
     let mut players = Vec::new();
     for i in 0..4 {
         let (p, _) = join(client, &format!("p{i}")).await;
+        players.push(p);
+    }
+    assert!(players.iter().all(|p| p.game_id == players[0].game_id));
+    players
+}
+
+/// Four identified players in one running game: its result is ranked.
+pub async fn full_ranked_game(client: &mut GameClient<Channel>) -> Vec<Player> {
+    let mut players = Vec::new();
+    for i in 0..4 {
+        let (p, _) = join_identified(client, &format!("r{i}")).await;
         players.push(p);
     }
     assert!(players.iter().all(|p| p.game_id == players[0].game_id));

@@ -1,0 +1,69 @@
+//! The codec of every generated service and client: prost's, except that a
+//! message that cannot be decoded is `INVALID_ARGUMENT` (the sender's
+//! mistake, not to be retried), where prost's codec says `INTERNAL`.
+
+use std::marker::PhantomData;
+
+use prost::Message;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
+use tonic::{Code, Status};
+use tonic_prost::{ProstCodec, ProstDecoder};
+
+/// [`ProstCodec`], with undecodable messages refused as invalid.
+#[derive(Debug, Clone)]
+pub struct StrictCodec<T, U> {
+    inner: ProstCodec<T, U>,
+    _pd: PhantomData<(T, U)>,
+}
+
+impl<T, U> Default for StrictCodec<T, U> {
+    fn default() -> Self {
+        StrictCodec {
+            inner: ProstCodec::default(),
+            _pd: PhantomData,
+        }
+    }
+}
+
+impl<T, U> Codec for StrictCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
+    type Decoder = StrictDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        self.inner.encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        StrictDecoder(self.inner.decoder())
+    }
+}
+
+/// prost's decoder, its decode errors turned into `INVALID_ARGUMENT`.
+#[derive(Debug)]
+pub struct StrictDecoder<U>(ProstDecoder<U>);
+
+impl<U: Message + Default> Decoder for StrictDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        self.0.decode(buf).map_err(|status| match status.code() {
+            Code::Internal => Status::invalid_argument(format!(
+                "the message is not valid protobuf for this call ({}); \
+                 encode it from proto/borbaman.proto",
+                status.message()
+            )),
+            _ => status,
+        })
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        self.0.buffer_settings()
+    }
+}

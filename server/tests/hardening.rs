@@ -1,0 +1,684 @@
+//! What a hostile client tried and must not get, against real server
+//! processes and a real PostgreSQL: names that pass for another player's,
+//! seats taken by guessing a token, made-up tokens that cost the database,
+//! unlimited reads, connections held open by saying nothing, names held
+//! forever, wins farmed against throwaway players, and undecodable
+//! requests answered as internal errors.
+
+mod common;
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use borbaman_proto::codec::StrictCodec;
+use borbaman_proto::{Reason, pb};
+use common::*;
+use hyper_util::rt::TokioIo;
+use pb::game_client::GameClient;
+use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tonic::Code;
+use tonic::codegen::Service;
+use tonic::codegen::http::Uri;
+use tonic::transport::{Channel, Endpoint};
+
+/// The client preface of HTTP/2.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Joins as `identity` (empty: none) with the nonce `nonce`.
+async fn join_as(
+    client: &mut GameClient<Channel>,
+    identity: &[u8],
+    name: &str,
+    nonce: Vec<u8>,
+) -> Result<(Player, pb::JoinReply), tonic::Status> {
+    let reply = client
+        .join(pb::JoinRequest {
+            name: name.into(),
+            token: nonce,
+            identity: identity.to_vec(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let player = Player {
+        token: reply.token.clone(),
+        game_id: reply.game_id,
+        seat: reply.seat,
+        next_seq: reply.last_seq + 1,
+    };
+    Ok((player, reply))
+}
+
+async fn count(db: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(db).await.unwrap()
+}
+
+/// Dials the server from the loopback address `source`.
+#[derive(Clone)]
+struct From {
+    source: IpAddr,
+    server: SocketAddr,
+}
+
+impl Service<Uri> for From {
+    type Response = TokioIo<TcpStream>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<TcpStream>>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        let (source, server) = (self.source, self.server);
+        Box::pin(async move {
+            let socket = TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(source, 0))?;
+            Ok(TokioIo::new(socket.connect(server).await?))
+        })
+    }
+}
+
+/// A game client whose connection comes from `source`.
+async fn client_from(server: &ServerProcess, source: IpAddr) -> GameClient<Channel> {
+    let channel = Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect_with_connector(From {
+            source,
+            server: server.addr.parse().unwrap(),
+        })
+        .await
+        .expect("connect from another loopback address");
+    GameClient::new(channel)
+}
+
+/// Opens a connection from `source` and sends the HTTP/2 preface: `Some`
+/// (held open, silent) if the server answers, `None` if it closes it.
+async fn silent_connection(server: &ServerProcess, source: IpAddr) -> Option<TcpStream> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let mut stream = socket.connect(server.addr.parse().unwrap()).await.ok()?;
+    stream.write_all(H2_PREFACE).await.ok()?;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => Some(stream),
+        Ok(_) => None,
+        Err(_) => panic!("the server neither answered nor closed a connection"),
+    }
+}
+
+/// Reads until the server closes `stream`; panics if it is still open
+/// after `within`.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    within: Duration,
+    what: &str,
+) {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("{what} is still open after {within:?}"),
+        }
+    }
+}
+
+// 1. Names.
+
+#[tokio::test]
+async fn names_that_differ_by_case_or_blanks_are_refused_to_another_identity() {
+    let pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let db = sql(&pg.url()).await;
+    let mut client = server.game().await;
+    for owned in ["Alice", "Ivan", "Bill", "Ana"] {
+        join_as(&mut client, &token(), owned, token())
+            .await
+            .unwrap_or_else(|e| panic!("{owned}: {e:?}"));
+    }
+    let sessions = count(&db, "SELECT count(*) FROM sessions").await;
+    let intruder = token();
+    for fake in [
+        "ALICE",
+        "ivan",
+        "IVAN",
+        "BILL",
+        "Ana ",
+        " Ana",
+        "Ana\u{00A0}",
+        "Ana\u{3000}",
+        "Ana\u{2800}",
+        "A  na",
+        "A\u{2009}na",
+        "\u{2800}\u{2800}",
+    ] {
+        let err = join_as(&mut client, &intruder, fake, token())
+            .await
+            .map(|_| ())
+            .expect_err(fake);
+        assert!(
+            matches!(err.code(), Code::AlreadyExists | Code::InvalidArgument),
+            "{fake:?}: {err:?}"
+        );
+        // Nor without an identity.
+        let err = join_as(&mut client, &[], fake, token())
+            .await
+            .map(|_| ())
+            .expect_err(fake);
+        assert!(
+            matches!(err.code(), Code::AlreadyExists | Code::InvalidArgument),
+            "{fake:?} anonymous: {err:?}"
+        );
+    }
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM sessions").await,
+        sessions,
+        "a refused join wrote a session"
+    );
+}
+
+// 2. Tokens.
+
+#[tokio::test]
+async fn a_guessed_token_takes_no_seat_and_a_retried_join_gets_the_same_one() {
+    let pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let mut client = server.game().await;
+    // A careless client's nonce: passes the entropy check, easy to guess.
+    let weak = b"0123456789abcdef".to_vec();
+    let (victim, reply) = join_as(&mut client, &[], "victim", weak.clone())
+        .await
+        .unwrap();
+    assert_ne!(reply.token, weak, "the server issues the token");
+    assert_eq!(reply.token.len(), 32);
+
+    // Acting with the nonce, or any token the servers did not issue: refused.
+    for guess in [weak.clone(), token(), vec![7u8; 32]] {
+        let err = client
+            .act(pb::ActRequest {
+                token: guess,
+                game_id: victim.game_id,
+                seat: victim.seat,
+                seq: 1,
+                action: pb::Action::Right as i32,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err:?}");
+        assert_eq!(Reason::of(&err), Some(Reason::UnknownSession));
+    }
+
+    // The join retried (the same nonce, another server): the same seat.
+    let other = ServerProcess::start(&pg.url());
+    let (again, again_reply) = join_as(&mut other.game().await, &[], "victim", weak.clone())
+        .await
+        .unwrap();
+    assert_eq!(again_reply.token, reply.token);
+    assert_eq!((again.game_id, again.seat), (victim.game_id, victim.seat));
+    // A crashed client rejoins with the token it saved.
+    let (_, rejoined) = join_as(&mut client, &[], "victim", reply.token.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        (rejoined.game_id, rejoined.seat),
+        (victim.game_id, victim.seat)
+    );
+    let mut player = victim.clone();
+    client
+        .act(player.act_request(pb::Action::Idle))
+        .await
+        .expect("the holder of the issued token acts");
+}
+
+#[tokio::test]
+async fn made_up_tokens_are_refused_without_the_database_and_cost_no_limit() {
+    let mut pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--max-acts-per-s", "10"]);
+    let mut client = server.game().await;
+    let mut players = full_game(&mut client).await;
+    pg.stop().unwrap();
+    // The database is down: anything that asked it would be UNAVAILABLE.
+    let started = Instant::now();
+    for i in 0..300 {
+        let err = client
+            .act(pb::ActRequest {
+                token: token(),
+                game_id: players[0].game_id,
+                seat: 0,
+                seq: 1,
+                action: pb::Action::Idle as i32,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "call {i}: {err:?}");
+    }
+    let get = client
+        .get_state(pb::GetStateRequest {
+            token: token(),
+            game_id: players[0].game_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(get.code(), Code::Unauthenticated, "{get:?}");
+    eprintln!("300 forged acts refused in {:?}", started.elapsed());
+    pg.start().unwrap();
+    // The real player's budget is untouched by the forgeries.
+    for _ in 0..5 {
+        let req = players[0].act_request(pb::Action::Idle);
+        let mut done = false;
+        for _ in 0..50 {
+            match client.act(req.clone()).await {
+                Ok(_) => {
+                    done = true;
+                    break;
+                }
+                Err(e) if e.code() == Code::Unavailable => {
+                    // The store's connections come back after the restart.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert!(done, "the player never acted after the database came back");
+    }
+}
+
+// 3. Reads.
+
+#[tokio::test]
+async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--max-reads-per-ip-per-s", "50"]);
+    let mut player_client = server.game().await;
+    let players = full_game(&mut player_client).await;
+    let game_id = players[0].game_id;
+
+    // A spectator at 20 Hz for 3 s, with the live games every second.
+    let mut spectator = client_from(&server, IpAddr::from([127, 0, 0, 2])).await;
+    let mut ticker = tokio::time::interval(Duration::from_millis(50));
+    for i in 0..60 {
+        ticker.tick().await;
+        spectator
+            .watch_state(pb::WatchStateRequest { game_id })
+            .await
+            .unwrap_or_else(|e| panic!("watch {i}: {e:?}"));
+        if i % 20 == 0 {
+            spectator
+                .list_games(pb::ListGamesRequest { limit: 100 })
+                .await
+                .unwrap_or_else(|e| panic!("list {i}: {e:?}"));
+        }
+    }
+
+    // A flood of each read (200 at once), from an address of its own:
+    // most refused, as rate-limited.
+    for (n, read) in ["ListGames", "WatchState", "GetReplay", "Rankings"]
+        .into_iter()
+        .enumerate()
+    {
+        let flooder = client_from(&server, IpAddr::from([127, 0, 0, 10 + n as u8])).await;
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..200 {
+            let mut flooder = flooder.clone();
+            calls.spawn(async move {
+                match read {
+                    "ListGames" => flooder
+                        .list_games(pb::ListGamesRequest { limit: 100 })
+                        .await
+                        .map(|_| ()),
+                    "WatchState" => flooder
+                        .watch_state(pb::WatchStateRequest { game_id })
+                        .await
+                        .map(|_| ()),
+                    "GetReplay" => flooder
+                        .get_replay(pb::ReplayRequest { game_id })
+                        .await
+                        .map(|_| ()),
+                    _ => flooder
+                        .rankings(pb::RankingsRequest { limit: 100 })
+                        .await
+                        .map(|_| ()),
+                }
+            });
+        }
+        let mut refused = 0;
+        while let Some(result) = calls.join_next().await {
+            match result.unwrap() {
+                Err(e) if e.code() == Code::ResourceExhausted => {
+                    assert_eq!(Reason::of(&e), Some(Reason::RateLimited), "{e:?}");
+                    refused += 1;
+                }
+                // The replay of a running game is refused as not finished,
+                // and a busy database may not answer all those let through:
+                // both are reads the limit let pass.
+                Err(e)
+                    if (read == "GetReplay" && e.code() == Code::FailedPrecondition)
+                        || e.code() == Code::Unavailable => {}
+                Err(e) => panic!("{read}: {e:?}"),
+                Ok(()) => {}
+            }
+        }
+        assert!(refused >= 100, "{read}: only {refused} of 200 refused");
+    }
+    // The player is not limited by them.
+    player_client
+        .get_state(pb::GetStateRequest {
+            token: players[0].token.clone(),
+            game_id,
+        })
+        .await
+        .expect("a player reads its game");
+}
+
+// 4. Idle and held connections.
+
+#[tokio::test]
+async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--idle-connection-timeout-ms", "1000"]);
+    // Preface only, then silence.
+    let mut preface_only = silent_connection(&server, IpAddr::from([127, 0, 0, 1]))
+        .await
+        .expect("admitted");
+    closed_within(
+        &mut preface_only,
+        Duration::from_secs(10),
+        "a preface-only connection",
+    )
+    .await;
+    // A client that calls now and then is not cut off: a pool's health
+    // checks keep its connection in use.
+    let mut client = server.game().await;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        client
+            .ping(pb::PingRequest { payload: vec![] })
+            .await
+            .expect("a connection in use stays open");
+    }
+}
+
+#[tokio::test]
+async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--max-connections-per-ip", "2", "--max-connections", "6"],
+    );
+    // Three attacking addresses hold two silent connections each: full.
+    let mut held = Vec::new();
+    for n in 2..5u8 {
+        for _ in 0..2 {
+            held.push(
+                silent_connection(&server, IpAddr::from([127, 0, 0, n]))
+                    .await
+                    .expect("within the limits"),
+            );
+        }
+    }
+    // A third from an attacking address: over its own limit.
+    assert!(
+        silent_connection(&server, IpAddr::from([127, 0, 0, 2]))
+            .await
+            .is_none(),
+        "a third connection from one address"
+    );
+    // A player from a new address is served, every time (and stays
+    // connected, so each newcomer finds the server full).
+    let mut players = Vec::new();
+    for n in 20..23u8 {
+        let mut client = client_from(&server, IpAddr::from([127, 0, 0, n])).await;
+        client
+            .ping(pb::PingRequest { payload: vec![1] })
+            .await
+            .unwrap_or_else(|e| panic!("a new address was locked out: {e:?}"));
+        players.push(client);
+    }
+    // To let them in, attackers' connections were closed.
+    let mut closed = 0;
+    for stream in &mut held {
+        let mut buf = [0u8; 1024];
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    closed += 1;
+                    break;
+                }
+                Ok(Ok(_)) => {}
+                Err(_) => break,
+            }
+        }
+    }
+    assert_eq!(closed, 3, "one held connection closed per newcomer");
+}
+
+/// An HTTP/2 frame.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The HPACK block of a gRPC call of `Game/Ping` (literals, no indexing).
+fn ping_headers() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    for (prefix, value) in [
+        (&[0x04][..], "/borbaman.v1.Game/Ping"), // :path
+        (&[0x01][..], "localhost"),              // :authority
+        (&[0x0f, 0x10][..], "application/grpc"), // content-type
+    ] {
+        block.extend_from_slice(prefix);
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    block.extend_from_slice(b"\x00\x02te\x08trailers");
+    block
+}
+
+#[tokio::test]
+async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
+    let pg = start_db();
+    // Neither the idle timeout nor the call timeout: only the PINGs.
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &[
+            "--keepalive-interval-ms",
+            "1000",
+            "--keepalive-timeout-ms",
+            "1000",
+            "--idle-connection-timeout-ms",
+            "0",
+            "--call-timeout-ms",
+            "0",
+        ],
+    );
+    let mut stream = TcpStream::connect(&server.addr).await.unwrap();
+    const END_STREAM: u8 = 0x1;
+    const END_HEADERS: u8 = 0x4;
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(0x4, 0, 0, &[])); // SETTINGS
+    // A whole Ping call on stream 1, to show the frames are well formed.
+    hello.extend(h2_frame(0x1, END_HEADERS, 1, &ping_headers()));
+    hello.extend(h2_frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+    stream.write_all(&hello).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut head = [0u8; 9];
+        tokio::time::timeout_at(deadline, stream.read_exact(&mut head))
+            .await
+            .expect("no answer to a well-formed call")
+            .expect("the server closed a well-formed call's connection");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.unwrap();
+        let stream_id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        assert_ne!(head[3], 0x7, "GOAWAY: the frames are malformed");
+        if head[3] == 0x1 && stream_id == 1 {
+            break; // the answer's HEADERS
+        }
+    }
+    // Then a call that never ends (its request never finishes), from a peer
+    // that reads nothing more and answers no PING: a dead peer.
+    stream
+        .write_all(&h2_frame(0x1, END_HEADERS, 3, &ping_headers()))
+        .await
+        .unwrap();
+    closed_within(
+        &mut stream,
+        Duration::from_secs(15),
+        "a dead peer's connection",
+    )
+    .await;
+}
+
+// 5. Names held one at a time, released; rankings between identities.
+
+#[tokio::test]
+async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--name-hold", "1s"]);
+    let db = sql(&pg.url()).await;
+    let mut client = server.game().await;
+    let (alice, bob) = (token(), token());
+    join_as(&mut client, &alice, "Zed", token()).await.unwrap();
+    join_as(&mut client, &alice, "Yan", token()).await.unwrap();
+    let held = count(&db, "SELECT count(*) FROM names WHERE released_at IS NULL").await;
+    assert_eq!(held, 1, "an identity holds one name at a time");
+    // Let go of, but still held for a while: not anyone's yet.
+    let err = join_as(&mut client, &bob, "zed", token())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    // After the hold, anyone may take it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match join_as(&mut client, &bob, "zed", token()).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::AlreadyExists && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the released name never freed: {e:?}"),
+        }
+    }
+    // And the one Alice holds now is still hers.
+    let err = join_as(&mut client, &bob, "YAN", token())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+}
+
+#[tokio::test]
+async fn a_name_no_one_uses_is_released_by_retention() {
+    let pg = start_db();
+    let server =
+        ServerProcess::start_with(&pg.url(), &["--retention", "10s", "--name-retention", "1s"]);
+    let mut client = server.game().await;
+    join_as(&mut client, &token(), "Squat", token())
+        .await
+        .unwrap();
+    let newcomer = token();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match join_as(&mut client, &newcomer, "Squat", token()).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::AlreadyExists && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the unused name was never released: {e:?}"),
+        }
+    }
+}
+
+/// Four players (identified as given) in one game; all but seat 0 leave,
+/// so seat 0 wins.
+async fn won_by_seat_0(client: &mut GameClient<Channel>, identified: [bool; 4], tag: &str) {
+    let mut players = Vec::new();
+    for (i, id) in identified.into_iter().enumerate() {
+        let identity = if id { token() } else { Vec::new() };
+        let (p, _) = join_as(client, &identity, &format!("{tag}{i}"), token())
+            .await
+            .unwrap();
+        players.push(p);
+    }
+    assert!(players.iter().all(|p| p.game_id == players[0].game_id));
+    for p in &players[1..] {
+        client
+            .leave(pb::LeaveRequest {
+                token: p.token.clone(),
+                game_id: p.game_id,
+                seat: p.seat,
+                seq: p.next_seq,
+            })
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn wins_over_players_without_an_identity_are_not_ranked() {
+    let pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let mut client = server.game().await;
+    won_by_seat_0(&mut client, [true, false, false, false], "farm").await;
+    won_by_seat_0(&mut client, [true, true, true, false], "most").await;
+    let rankings = client
+        .rankings(pb::RankingsRequest { limit: 10 })
+        .await
+        .unwrap()
+        .into_inner()
+        .rankings;
+    assert!(rankings.is_empty(), "{rankings:?}");
+    won_by_seat_0(&mut client, [true; 4], "real").await;
+    let rankings = client
+        .rankings(pb::RankingsRequest { limit: 10 })
+        .await
+        .unwrap()
+        .into_inner()
+        .rankings;
+    assert_eq!(rankings.len(), 4, "{rankings:?}");
+    assert_eq!((rankings[0].name.as_str(), rankings[0].wins), ("real0", 1));
+}
+
+// 6. Malformed requests.
+
+#[tokio::test]
+async fn undecodable_requests_are_invalid_arguments() {
+    let pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let channel = Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    // A length-delimited field 1 where GetReplay expects a number, and
+    // bytes that are not UTF-8 where Join expects a name.
+    for (path, payload) in [
+        ("/borbaman.v1.Game/GetReplay", b"x".to_vec()),
+        ("/borbaman.v1.Game/Join", vec![0xff, 0xfe]),
+    ] {
+        grpc.ready().await.unwrap();
+        let status = grpc
+            .unary(
+                tonic::Request::new(pb::PingRequest { payload }),
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                StrictCodec::<pb::PingRequest, pb::PingReply>::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{path}: {status:?}");
+    }
+}
