@@ -209,6 +209,7 @@ async fn a_guessed_token_takes_no_seat_and_a_retried_join_gets_the_same_one() {
                 seat: victim.seat,
                 seq: 1,
                 action: pb::Action::Right as i32,
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -255,6 +256,7 @@ async fn made_up_tokens_are_refused_without_the_database_and_cost_no_limit() {
                 seat: 0,
                 seq: 1,
                 action: pb::Action::Idle as i32,
+                ..Default::default()
             })
             .await
             .unwrap_err();
