@@ -191,12 +191,7 @@ impl GameService {
         Ok(pb::LeaveReply { seq: left.seq })
     }
 
-    async fn rankings(
-        &self,
-        req: pb::RankingsRequest,
-        peer: Option<IpAddr>,
-    ) -> Result<pb::RankingsReply, Error> {
-        self.limit_read(peer, Read::Rankings)?;
+    async fn rankings(&self, req: pb::RankingsRequest) -> Result<pb::RankingsReply, Error> {
         let limit = match req.limit {
             0 => DEFAULT_RANKINGS,
             n => n.min(MAX_RANKINGS),
@@ -217,13 +212,8 @@ impl GameService {
 }
 
 impl GameService {
-    async fn get_replay(
-        &self,
-        req: pb::ReplayRequest,
-        peer: Option<IpAddr>,
-    ) -> Result<pb::ReplayReply, Error> {
+    async fn get_replay(&self, req: pb::ReplayRequest) -> Result<pb::ReplayReply, Error> {
         let game_id = check_game_id(req.game_id)?;
-        self.limit_read(peer, Read::GetReplay)?;
         let (game, names) = self.store.replay(game_id).await?;
         Ok(pb::ReplayReply {
             game_id,
@@ -235,12 +225,7 @@ impl GameService {
 }
 
 impl GameService {
-    async fn list_games(
-        &self,
-        req: pb::ListGamesRequest,
-        peer: Option<IpAddr>,
-    ) -> Result<pb::ListGamesReply, Error> {
-        self.limit_read(peer, Read::ListGames)?;
+    async fn list_games(&self, req: pb::ListGamesRequest) -> Result<pb::ListGamesReply, Error> {
         let limit = match req.limit {
             0 => DEFAULT_LIVE_GAMES,
             n => n.min(MAX_LIVE_GAMES),
@@ -254,13 +239,8 @@ impl GameService {
         })
     }
 
-    async fn watch_state(
-        &self,
-        req: pb::WatchStateRequest,
-        peer: Option<IpAddr>,
-    ) -> Result<pb::StateReply, Error> {
+    async fn watch_state(&self, req: pb::WatchStateRequest) -> Result<pb::StateReply, Error> {
         let game_id = check_game_id(req.game_id)?;
-        self.limit_read(peer, Read::WatchState)?;
         let snapshot = self.store.watch(game_id).await?;
         Ok(pb::StateReply {
             state: Some(snapshot.into_proto()),
@@ -274,35 +254,41 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::ListGamesRequest>,
     ) -> Result<Response<pb::ListGamesReply>, Status> {
-        let _permit = self.enter(Priority::Spectate, None).await?;
+        // A flood is refused by its sender's budget before it queues
+        // for a place among the database's calls.
         let peer = req.remote_addr().map(|a| a.ip());
-        Ok(Response::new(
-            self.list_games(req.into_inner(), peer).await?,
-        ))
+        self.limit_read(peer, Read::ListGames)
+            .map_err(Status::from)?;
+        let _permit = self.enter(Priority::Spectate, None).await?;
+        Ok(Response::new(self.list_games(req.into_inner()).await?))
     }
 
     async fn watch_state(
         &self,
         req: Request<pb::WatchStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
+        // A flood is refused by its sender's budget before it queues
+        // for a place among the database's calls.
+        let peer = req.remote_addr().map(|a| a.ip());
+        self.limit_read(peer, Read::WatchState)
+            .map_err(Status::from)?;
         let _permit = self.enter(Priority::Spectate, None).await?;
         note_game(req.get_ref().game_id);
-        let peer = req.remote_addr().map(|a| a.ip());
-        Ok(Response::new(
-            self.watch_state(req.into_inner(), peer).await?,
-        ))
+        Ok(Response::new(self.watch_state(req.into_inner()).await?))
     }
 
     async fn get_replay(
         &self,
         req: Request<pb::ReplayRequest>,
     ) -> Result<Response<pb::ReplayReply>, Status> {
+        // A flood is refused by its sender's budget before it queues
+        // for a place among the database's calls.
+        let peer = req.remote_addr().map(|a| a.ip());
+        self.limit_read(peer, Read::GetReplay)
+            .map_err(Status::from)?;
         let _permit = self.enter(Priority::Spectate, None).await?;
         note_game(req.get_ref().game_id);
-        let peer = req.remote_addr().map(|a| a.ip());
-        Ok(Response::new(
-            self.get_replay(req.into_inner(), peer).await?,
-        ))
+        Ok(Response::new(self.get_replay(req.into_inner()).await?))
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
@@ -347,9 +333,13 @@ impl pb::game_server::Game for GameService {
         &self,
         req: Request<pb::RankingsRequest>,
     ) -> Result<Response<pb::RankingsReply>, Status> {
-        let _permit = self.enter(Priority::Spectate, None).await?;
+        // A flood is refused by its sender's budget before it queues
+        // for a place among the database's calls.
         let peer = req.remote_addr().map(|a| a.ip());
-        Ok(Response::new(self.rankings(req.into_inner(), peer).await?))
+        self.limit_read(peer, Read::Rankings)
+            .map_err(Status::from)?;
+        let _permit = self.enter(Priority::Spectate, None).await?;
+        Ok(Response::new(self.rankings(req.into_inner()).await?))
     }
 
     /// No database: the network floor.

@@ -354,10 +354,11 @@ async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
         let mut refused = 0;
         while let Some(result) = calls.join_next().await {
             match result.unwrap() {
-                Err(e) if e.code() == Code::ResourceExhausted => {
-                    assert_eq!(Reason::of(&e), Some(Reason::RateLimited), "{e:?}");
-                    refused += 1;
-                }
+                Err(e) if Reason::of(&e) == Some(Reason::RateLimited) => refused += 1,
+                // Of those the limit let through, the ones over the
+                // spectators' share of the database are told server-full
+                // by admission control: also reads the limit let pass.
+                Err(e) if Reason::of(&e) == Some(Reason::ServerFull) => {}
                 // The replay of a running game is refused as not finished,
                 // and a busy database may not answer all those let through:
                 // both are reads the limit let pass.
