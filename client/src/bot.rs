@@ -306,7 +306,13 @@ async fn play_one(
         // as soon as it comes (its state is the newest the brain sees).
         let result = tokio::select! {
             _ = ticker.tick() => match driver.next(session) {
-                Step::GameOver => return session.latest().cloned(),
+                Step::GameOver => {
+                    // The inputs still on their way land before the bot
+                    // reports the game over (they change nothing in a
+                    // finished game but its clock).
+                    session.flush(Duration::from_secs(5)).await;
+                    return session.latest().cloned();
+                }
                 Step::Act(action) => {
                     session.send_input(action);
                     Ok(())
