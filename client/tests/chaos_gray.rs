@@ -9,24 +9,19 @@
 //! take, is tested call by call in `gray.rs`: timings of a whole run say
 //! more about the machine's load than about the pool.)
 
-use std::path::Path;
-use std::process::Command;
+mod common;
+
+use common::chaos;
 
 /// How long each fault lasts (`--partition-ms`, `--slow-for-ms`).
 const FAULT_MS: u64 = 2000;
 
-fn read_json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
 #[test]
 fn partitions_and_slow_servers_lose_and_duplicate_nothing() {
-    let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_borbaman"))
-        .args([
-            "chaos",
+    let fault_ms = FAULT_MS.to_string();
+    let run = chaos::run(
+        "chaos",
+        &[
             "--servers",
             "3",
             "--faults",
@@ -36,11 +31,11 @@ fn partitions_and_slow_servers_lose_and_duplicate_nothing() {
             "--fault",
             "db-partition,slow",
             "--partition-ms",
-            &FAULT_MS.to_string(),
+            &fault_ms,
             "--slow-ms",
             "200",
             "--slow-for-ms",
-            &FAULT_MS.to_string(),
+            &fault_ms,
             "--clients",
             "8",
             "--warmup-s",
@@ -53,42 +48,18 @@ fn partitions_and_slow_servers_lose_and_duplicate_nothing() {
             // A schedule with both kinds (kinds are drawn from this seed).
             "--seed",
             "749",
-            "--out",
-        ])
-        .arg(out.path())
-        // A database of its own, not whatever DATABASE_URL points at.
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("runs borbaman chaos");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "chaos failed ({}):\n{stdout}\n{stderr}",
-        output.status
+        ],
     );
+    let stdout = &run.stdout;
+    run.assert_nothing_lost(4);
+    assert_eq!(
+        run.n("errors"),
+        0,
+        "every call eventually succeeded: {stdout}"
+    );
+    assert!(run.n("invocations") > 100, "{stdout}");
 
-    let summary = read_json(&out.path().join("summary.json"));
-    let n = |key: &str| {
-        summary[key]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{key} in {summary}"))
-    };
-    assert_eq!(n("faults"), 4, "{stdout}");
-    assert_eq!(n("lost_actions"), 0, "{stdout}");
-    assert_eq!(n("duplicate_actions"), 0, "{stdout}");
-    assert_eq!(n("state_regressions"), 0, "{stdout}");
-    assert_eq!(n("errors"), 0, "every call eventually succeeded: {stdout}");
-    assert!(n("invocations") > 100, "{stdout}");
-    assert_eq!(summary["invariants_ok"], true, "{stdout}");
-
-    // time_s,at_us,kind,target,promoted_ms,committing_ms,recovered_ms,restored_ms,error
-    let faults = std::fs::read_to_string(out.path().join("faults.csv")).unwrap();
-    let rows: Vec<Vec<String>> = faults
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').map(str::to_string).collect())
-        .collect();
+    let (rows, faults) = run.faults();
     assert_eq!(rows.len(), 4, "{faults}");
     for kind in ["db-partition", "slow"] {
         assert!(

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod chaos;
+
 use borbaman_client::pool::ServerPool;
 use borbaman_client::session::{GameSession, new_token};
 use std::time::Duration;
