@@ -1167,6 +1167,7 @@ impl LocalHa {
         } else {
             "''".to_string()
         };
+        let dcs = dcs_settings();
         let yaml = format!(
             r#"# Patroni member {name} of a LocalHa (crates/cluster/src/ha.rs explains the settings).
 scope: {SCOPE}
@@ -1186,30 +1187,7 @@ etcd3:
   hosts: {etcd_hosts}
 
 bootstrap:
-  dcs:
-    ttl: {TTL}
-    loop_wait: {LOOP_WAIT}
-    retry_timeout: {RETRY_TIMEOUT}
-    maximum_lag_on_failover: 1048576
-    primary_start_timeout: 0
-    synchronous_mode: true
-    synchronous_mode_strict: true
-    synchronous_node_count: 1
-    postgresql:
-      use_pg_rewind: true
-      use_slots: false
-      parameters:
-        synchronous_commit: 'on'
-        wal_level: replica
-        hot_standby: 'on'
-        wal_log_hints: 'on'
-        max_wal_senders: 10
-        max_replication_slots: 10
-        wal_keep_size: 256MB
-        max_connections: 200
-        wal_receiver_status_interval: 1s
-        wal_retrieve_retry_interval: 100ms
-  initdb:
+{dcs}  initdb:
     - encoding: UTF8
     - locale: C
     - data-checksums
@@ -1481,6 +1459,30 @@ fn others_can_enter(dir: &Path) -> bool {
     })
 }
 
+/// The Patroni configuration of the containers (docker-compose.ha.yml),
+/// whose `bootstrap.dcs` block is the one source of the cluster-wide
+/// settings: the local members use it as it is.
+const CONTAINER_CONFIG: &str = include_str!("../../../server/patroni/patroni.yml");
+
+/// The `  dcs:` block of [`CONTAINER_CONFIG`] (two-space indented, under
+/// `bootstrap:`), up to the next key at its level.
+fn dcs_settings() -> String {
+    let mut block = String::new();
+    let mut inside = false;
+    for line in CONTAINER_CONFIG.lines() {
+        if line == "  dcs:" {
+            inside = true;
+        } else if inside && !line.starts_with("   ") && !line.trim().is_empty() {
+            break;
+        }
+        if inside {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    block
+}
+
 /// Runs `cmd` to completion, killing it after `timeout`.
 fn output_within(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
     let program = cmd.get_program().to_string_lossy().into_owned();
@@ -1585,6 +1587,22 @@ mod tests {
         }
         assert_eq!(member_index("pg3"), None);
         assert_eq!(member_index("etcd0"), None);
+    }
+
+    #[test]
+    fn the_dcs_settings_come_from_the_container_config_and_match_the_timings() {
+        let dcs = dcs_settings();
+        assert!(dcs.starts_with("  dcs:\n"), "{dcs}");
+        for setting in [
+            format!("    ttl: {TTL}\n"),
+            format!("    loop_wait: {LOOP_WAIT}\n"),
+            format!("    retry_timeout: {RETRY_TIMEOUT}\n"),
+            "    synchronous_mode_strict: true\n".to_string(),
+            "        synchronous_commit: 'on'\n".to_string(),
+        ] {
+            assert!(dcs.contains(&setting), "{setting:?} not in\n{dcs}");
+        }
+        assert!(!dcs.contains("initdb"), "{dcs}");
     }
 
     #[test]
