@@ -5,7 +5,8 @@
 //! dir), `borbaman-game` (the rules), `borbaman-cluster` (a local cluster)
 //! and `borbaman-server` (embedded as `borbaman server`).
 //!
-//! - [`brain`]: the bot AI, a pure function of the game state.
+//! - [`brain`]: the bot AI, a pure function of the game state (it lives in
+//!   `borbaman-client`, where the server's benchmarks can use it too).
 //! - [`driver`]: what a headless player does next, for bots and bench.
 //! - [`shutdown`]: one way to tell tasks to stop, and the signals that do.
 //! - [`args`]: command-line pieces shared by several subcommands.
@@ -22,7 +23,9 @@
 pub mod args;
 pub mod bench;
 pub mod bot;
-pub mod brain;
+pub use borbaman_client::brain;
+#[cfg(test)]
+mod brain_tests;
 pub mod chaos;
 pub mod driver;
 pub mod measure;

@@ -5,20 +5,19 @@
 //! (a counting global allocator; a separate pass, so counting costs the
 //! timed loops nothing beyond two relaxed atomic adds per allocation).
 //!
-//! The games are played by a simple deterministic bot: flee danger, plant
-//! a bomb next to a soft block or a rival when an escape exists, otherwise
-//! walk towards power-ups, soft blocks and rivals.
+//! The games are played by the app's bot AI (`borbaman_client::brain`),
+//! seeded per game, so each seed plays the same game every time.
 //!
 //! Run: `cargo bench -p borbaman-server --bench core -- --warm-up-time 1 --measurement-time 2`
 
-use std::collections::VecDeque;
 use std::hint::black_box;
 
-use borbaman_game::{
-    Action, Cell, Dir, GameState, HEIGHT, MAX_ENCODED_BYTES, Phase, SEATS, Tick, WIDTH,
-};
-use borbaman_server::wire::ToProto;
+use borbaman_client::brain;
+use borbaman_game::{Action, Dir, GameState, MAX_ENCODED_BYTES, Phase, SEATS, Tick};
+use borbaman_server::wire::{ToProto, action_from_proto};
 use criterion::{BatchSize, Criterion, criterion_group};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -27,148 +26,23 @@ use counting_alloc::{Allocated, CountingAlloc};
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-const CELLS: usize = WIDTH as usize * HEIGHT as usize;
 /// A bot acts every this many ticks (100 ms: a brisk human).
 const BOT_EVERY_TICKS: Tick = 2;
 
-fn index(x: u8, y: u8) -> usize {
-    y as usize * WIDTH as usize + x as usize
-}
-
-fn step(x: u8, y: u8, dir: Dir) -> (u8, u8) {
-    match dir {
-        Dir::Up => (x, y.saturating_sub(1)),
-        Dir::Down => (x, (y + 1).min(HEIGHT - 1)),
-        Dir::Left => (x.saturating_sub(1), y),
-        Dir::Right => ((x + 1).min(WIDTH - 1), y),
-    }
-}
-
-/// Cells a player may stand in or walk through.
-fn walkable(g: &GameState, bombs: &[bool; CELLS], x: u8, y: u8) -> bool {
-    matches!(g.cell(x, y), Cell::Floor | Cell::PowerUp(_)) && !bombs[index(x, y)]
-}
-
-/// Cells burning now or in the path of a bomb (traced like the rules do).
-fn danger(g: &GameState, bombs: &[bool; CELLS], extra: Option<(u8, u8, u8)>) -> [bool; CELLS] {
-    let mut out = [false; CELLS];
-    for b in g.blasts() {
-        out[index(b.x, b.y)] = true;
-    }
-    let sources = g.bombs().map(|b| (b.x, b.y, b.range)).chain(extra);
-    for (bx, by, range) in sources {
-        out[index(bx, by)] = true;
-        for dir in Dir::ALL {
-            let (mut x, mut y) = (bx, by);
-            for _ in 0..range {
-                (x, y) = step(x, y, dir);
-                match g.cell(x, y) {
-                    Cell::Pillar | Cell::Closed => break,
-                    Cell::Soft { .. } => {
-                        out[index(x, y)] = true;
-                        break;
-                    }
-                    _ => {
-                        out[index(x, y)] = true;
-                        if bombs[index(x, y)] {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Breadth-first search from (x, y) over walkable cells that are not
-/// `avoid`; returns the first step towards the nearest cell `goal` accepts.
-fn first_step(
-    g: &GameState,
-    bombs: &[bool; CELLS],
-    from: (u8, u8),
-    avoid: &[bool; CELLS],
-    goal: impl Fn(u8, u8) -> bool,
-) -> Option<Option<Dir>> {
-    let mut seen = [false; CELLS];
-    let mut queue = VecDeque::new();
-    seen[index(from.0, from.1)] = true;
-    queue.push_back((from, None));
-    while let Some(((x, y), first)) = queue.pop_front() {
-        if goal(x, y) {
-            return Some(first);
-        }
-        for dir in Dir::ALL {
-            let (nx, ny) = step(x, y, dir);
-            let i = index(nx, ny);
-            if !seen[i] && walkable(g, bombs, nx, ny) && !avoid[i] {
-                seen[i] = true;
-                queue.push_back(((nx, ny), first.or(Some(dir))));
-            }
-        }
-    }
-    None
-}
-
-/// What the bot in `seat` does now.
-fn bot(g: &GameState, seat: u8) -> Action {
-    let me = *g.player(seat).expect("seat exists");
-    let mut bombs = [false; CELLS];
-    for b in g.bombs() {
-        bombs[index(b.x, b.y)] = true;
-    }
-    let here = (me.x, me.y);
-    let unsafe_now = danger(g, &bombs, None);
-    let move_to = |step: Option<Option<Dir>>| match step {
-        Some(Some(dir)) => Action::Move(dir),
-        _ => Action::Idle,
-    };
-
-    // 1. In danger: run to the nearest safe cell, through fire-free cells.
-    if unsafe_now[index(me.x, me.y)] {
-        let mut burning = [false; CELLS];
-        for b in g.blasts() {
-            burning[index(b.x, b.y)] = true;
-        }
-        return move_to(first_step(g, &bombs, here, &burning, |x, y| {
-            !unsafe_now[index(x, y)]
-        }));
-    }
-
-    let rivals: Vec<(u8, u8)> = (0..SEATS as u8)
-        .filter(|&s| s != seat && g.is_alive(s))
-        .filter_map(|s| g.player(s).map(|p| (p.x, p.y)))
-        .collect();
-    let near_target = |x: u8, y: u8| {
-        let soft = Dir::ALL
-            .iter()
-            .any(|&d| matches!(g.cell(step(x, y, d).0, step(x, y, d).1), Cell::Soft { .. }));
-        let rival = rivals
-            .iter()
-            .any(|&(rx, ry)| rx.abs_diff(x) + ry.abs_diff(y) <= 2);
-        soft || rival
-    };
-
-    // 2. Next to a target with a bomb in hand: plant if an escape exists.
-    if near_target(me.x, me.y) && g.bombs_placed(seat) < me.bombs_max && !bombs[index(me.x, me.y)] {
-        let after = danger(g, &bombs, Some((me.x, me.y, me.range)));
-        // The search starts on the bomb's cell: a player may walk off it.
-        if first_step(g, &bombs, here, &unsafe_now, |x, y| !after[index(x, y)]).is_some() {
-            return Action::Bomb;
-        }
-    }
-
-    // 3. Walk (through safe cells) to a power-up, else to a target.
-    let power = first_step(g, &bombs, here, &unsafe_now, |x, y| {
-        matches!(g.cell(x, y), Cell::PowerUp(_))
-    });
-    let step = power.or_else(|| first_step(g, &bombs, here, &unsafe_now, near_target));
-    move_to(step)
+/// What the bot in `seat` does now: the app's bot AI
+/// (`borbaman_client::brain`), on the state as clients see it, with a
+/// generator seeded per game so that a seed always plays the same game.
+fn bot(g: &GameState, seat: u8, rng: &mut StdRng) -> Action {
+    let names = ["a", "b", "c", "d"].map(String::from);
+    let state = g.to_proto(0, 0, &names, [true; SEATS]);
+    let action = brain::decide(&state, u32::from(seat), rng);
+    action_from_proto(action as i32).unwrap_or(Action::Idle)
 }
 
 /// A whole bot game; returns the state after every tick.
 fn bot_game(seed: u64) -> Vec<GameState> {
     let mut g = GameState::new(seed, 0);
+    let mut rng = StdRng::seed_from_u64(seed);
     for _ in 0..SEATS {
         g.seat_player(0);
     }
@@ -181,7 +55,7 @@ fn bot_game(seed: u64) -> Vec<GameState> {
             // Bots act on staggered ticks, like players on different links.
             let turn = (tick + seat as Tick) % BOT_EVERY_TICKS;
             if g.is_alive(seat) && turn == 0 {
-                let action = bot(&g, seat);
+                let action = bot(&g, seat, &mut rng);
                 g.apply(seat, action, tick);
             }
         }

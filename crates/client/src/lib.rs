@@ -1,6 +1,8 @@
 //! How a Borbaman client reaches its game, whatever it draws or decides:
 //! the terminal game, the bots, bench and chaos runs all sit on this.
 //!
+//! - [`brain`]: the bot AI, a pure function of the game state (the app's
+//!   bots and the server's benchmarks play with it).
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
 //! - [`spectator`]: watching a game by its id, with no seat; the live games.
@@ -10,6 +12,7 @@
 //! It knows the wire contract and the game core, never the server or the
 //! database.
 
+pub mod brain;
 pub mod pool;
 pub mod session;
 pub mod spectator;
