@@ -219,8 +219,18 @@ async fn a_frozen_server_does_not_hold_its_games_for_long() {
             (acked + 1, retry_took)
         }));
     }
+    // Stop A once calls flow on it (or, on a loaded machine, once a player
+    // already found a call to A slow and moved on).
     let db = sql(&pg.url()).await;
-    until_logged_actions(&db, game_id, 20).await;
+    borbaman_cluster::wait::until(
+        "calls through A (8 logged actions, or a player moved on)",
+        Duration::from_secs(10),
+        || async {
+            let flowing = logged_actions(&db, game_id).await >= 8;
+            (flowing || tasks.iter().any(|t| t.is_finished())).then_some(())
+        },
+    )
+    .await;
     unsafe { libc::kill(a.pid(), libc::SIGSTOP) };
     let mut acked = 0;
     for t in tasks {
