@@ -157,7 +157,7 @@ async fn a_hung_server_is_hedged_around_and_the_act_applied_once() {
     // answers again it has read it; drained and stopped, it has finished it.
     cluster.resume(index).unwrap();
     common::until_answers(&victim).await;
-    common::drain(&mut cluster, index);
+    common::drain(&mut cluster, index).await;
     let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
     assert_eq!(
         applied.iter().filter(|&&s| s == seq as i64).count(),

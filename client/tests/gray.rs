@@ -163,7 +163,7 @@ async fn a_slow_server_is_hedged_around() {
     // The slow server's copy of the call may still be waiting: stop the
     // server gracefully, which drains its calls, before counting.
     cluster.unslow(index).unwrap();
-    common::drain(&mut cluster, index);
+    common::drain(&mut cluster, index).await;
     let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
     assert_eq!(
         applied.iter().filter(|&&s| s == seq as i64).count(),

@@ -124,13 +124,14 @@ async fn a_stopped_server_holds_nothing_that_blocks_the_other_players() {
     // once each of those calls has come back from A.
     unsafe { libc::kill(a.pid(), libc::SIGCONT) };
     for call in on_a {
-        let answer = tokio::time::timeout(Duration::from_secs(10), call)
+        // Its answer may be an error (stale), a replay, or the original
+        // commit if A was stopped between committing and answering (then
+        // B's copy was the replay): the count below tells them apart from
+        // a duplicate.
+        let _answer = tokio::time::timeout(Duration::from_secs(10), call)
             .await
             .expect("A answers the calls it had when it was stopped within 10 s")
-            .unwrap();
-        if let Ok(reply) = answer {
-            assert!(reply.into_inner().replayed, "A's late answer is a replay");
-        }
+            .expect("the call to A did not panic");
     }
     a.kill();
     assert_eq!(logged_actions(&db, game_id).await as u64, acked);
