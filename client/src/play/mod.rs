@@ -353,6 +353,9 @@ async fn network(
     if local {
         tokio::spawn(local::supervise(cluster_slot.clone(), quit.clone()));
     }
+    // The HUD names the emulated distance beside the measured RTT.
+    let distance = setup.wan.as_ref().map(|wan| format!("{wan} one way"));
+    view.send_modify(|v| v.net.distance = distance);
     let seat = Seat {
         name: setup.name,
         map: setup.map,
