@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use borbaman_client::pool::PoolError;
 use borbaman_client::session::{self, GameSession};
-use borbaman_proto::{Reason, pb, reason};
+use borbaman_proto::{Reason, pb};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -108,13 +108,14 @@ pub fn refusal(error: &PoolError) -> Option<Refusal> {
         Reason::of(status).filter(|r| matches!(r, Reason::ServerFull | Reason::RateLimited))?;
     Some(Refusal {
         reason,
-        pushback: reason::retry_pushback(status),
+        pushback: error.retry_pushback(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use borbaman_proto::reason;
     use tonic::Code;
 
     #[test]
