@@ -4,6 +4,7 @@
 //! Methods are short on purpose: all game logic lives in the core, all SQL
 //! in the store, and all error mapping in [`crate::error`].
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use tonic::{Request, Response, Status};
 use crate::admission::{Admission, Permit, Priority};
 use crate::error::Error;
 use crate::limits::{CallLimiter, Read};
-use crate::metrics::calls::note_game;
+use crate::metrics::calls::{note_game, to_the_end};
 use crate::slow::SlowMode;
 use crate::store::{ActCall, Identity, Input, LeaveCall, Store};
 use crate::token::{self, JoinToken, SessionKey};
@@ -85,6 +86,23 @@ impl GameService {
             .admit(priority, game)
             .await
             .map_err(|refused| Status::from(Error::from(refused)))
+    }
+
+    /// Runs a call's database work to its end while holding `permit`, even
+    /// if the client hangs up meanwhile (see [`to_the_end`]): a call that
+    /// was admitted is carried out, and its connection goes back to the pool
+    /// whole.
+    async fn carry_out<T: Send + 'static>(
+        permit: Permit,
+        work: impl Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<Response<T>, Status> {
+        let done = to_the_end(async move {
+            let _permit = permit;
+            work.await
+        })
+        .await
+        .map_err(|panic| Status::internal(format!("the call failed in the server: {panic}")))?;
+        Ok(Response::new(done?))
     }
 
     async fn join(
@@ -259,8 +277,9 @@ impl pb::game_server::Game for GameService {
         let peer = req.remote_addr().map(|a| a.ip());
         self.limit_read(peer, Read::ListGames)
             .map_err(Status::from)?;
-        let _permit = self.enter(Priority::Spectate, None).await?;
-        Ok(Response::new(self.list_games(req.into_inner()).await?))
+        let permit = self.enter(Priority::Spectate, None).await?;
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.list_games(req).await }).await
     }
 
     async fn watch_state(
@@ -272,9 +291,10 @@ impl pb::game_server::Game for GameService {
         let peer = req.remote_addr().map(|a| a.ip());
         self.limit_read(peer, Read::WatchState)
             .map_err(Status::from)?;
-        let _permit = self.enter(Priority::Spectate, None).await?;
+        let permit = self.enter(Priority::Spectate, None).await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.watch_state(req.into_inner()).await?))
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.watch_state(req).await }).await
     }
 
     async fn get_replay(
@@ -286,47 +306,52 @@ impl pb::game_server::Game for GameService {
         let peer = req.remote_addr().map(|a| a.ip());
         self.limit_read(peer, Read::GetReplay)
             .map_err(Status::from)?;
-        let _permit = self.enter(Priority::Spectate, None).await?;
+        let permit = self.enter(Priority::Spectate, None).await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.get_replay(req.into_inner()).await?))
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.get_replay(req).await }).await
     }
 
     async fn join(&self, req: Request<pb::JoinRequest>) -> Result<Response<pb::JoinReply>, Status> {
-        let _permit = self.enter(Priority::Join, None).await?;
+        let permit = self.enter(Priority::Join, None).await?;
         let peer = req.remote_addr().map(|a| a.ip());
-        let reply = self.join(req.into_inner(), peer).await?;
-        note_game(reply.game_id);
-        Ok(Response::new(reply))
+        let (this, req) = (self.clone(), req.into_inner());
+        let reply = Self::carry_out(permit, async move { this.join(req, peer).await }).await?;
+        note_game(reply.get_ref().game_id);
+        Ok(reply)
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
-        let _permit = self
+        let permit = self
             .enter(Priority::Play, Some(req.get_ref().game_id))
             .await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.act(req.into_inner()).await?))
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.act(req).await }).await
     }
 
     async fn get_state(
         &self,
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
-        let _permit = self
+        let permit = self
             .enter(Priority::Play, Some(req.get_ref().game_id))
             .await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.get_state(req.into_inner()).await?))
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.get_state(req).await }).await
     }
 
     async fn leave(
         &self,
         req: Request<pb::LeaveRequest>,
     ) -> Result<Response<pb::LeaveReply>, Status> {
-        let _permit = self
+        let permit = self
             .enter(Priority::Play, Some(req.get_ref().game_id))
             .await?;
         note_game(req.get_ref().game_id);
-        Ok(Response::new(self.leave(req.into_inner()).await?))
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.leave(req).await }).await
     }
 
     async fn rankings(
@@ -338,8 +363,9 @@ impl pb::game_server::Game for GameService {
         let peer = req.remote_addr().map(|a| a.ip());
         self.limit_read(peer, Read::Rankings)
             .map_err(Status::from)?;
-        let _permit = self.enter(Priority::Spectate, None).await?;
-        Ok(Response::new(self.rankings(req.into_inner()).await?))
+        let permit = self.enter(Priority::Spectate, None).await?;
+        let (this, req) = (self.clone(), req.into_inner());
+        Self::carry_out(permit, async move { this.rankings(req).await }).await
     }
 
     /// No database: the network floor.

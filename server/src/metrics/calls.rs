@@ -100,6 +100,58 @@ pub fn note_cas_retry() {
     let _ = NOTE.try_with(|n| n.cas_retries.set(n.cas_retries.get() + 1));
 }
 
+/// Runs `work` on a task of its own and waits for it: the work goes on to
+/// its end even if this call is dropped (its client hung up: a hedge that
+/// lost, a deadline that passed). Dropping a call in the middle of a
+/// database transaction would close the connection with it (nothing tells
+/// the connection where the dropped statement stopped), and the pool would
+/// open a new one, a process start in PostgreSQL, just when a stall has made
+/// calls late and hedges fire. What the work notes ([`note_db`] and the
+/// others) is added to this call's note when it ends. An `Err` is a panic in
+/// `work`.
+pub async fn to_the_end<T: Send + 'static>(
+    work: impl Future<Output = T> + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    let task = tokio::spawn(NOTE.scope(CallNote::default(), async move {
+        let out = work.await;
+        (out, NOTE.with(CallNote::values))
+    }));
+    let (out, values) = task.await?;
+    let _ = NOTE.try_with(|note| note.add(values));
+    Ok(out)
+}
+
+/// A [`CallNote`]'s values, to carry from one task to another.
+#[derive(Clone, Copy, Debug, Default)]
+struct NoteValues {
+    game: u64,
+    gate_wait_us: u64,
+    db_us: u64,
+    cas_retries: u32,
+}
+
+impl CallNote {
+    fn values(&self) -> NoteValues {
+        NoteValues {
+            game: self.game.get(),
+            gate_wait_us: self.gate_wait_us.get(),
+            db_us: self.db_us.get(),
+            cas_retries: self.cas_retries.get(),
+        }
+    }
+
+    fn add(&self, v: NoteValues) {
+        if v.game != 0 {
+            self.game.set(v.game);
+        }
+        self.gate_wait_us
+            .set(self.gate_wait_us.get().saturating_add(v.gate_wait_us));
+        self.db_us.set(self.db_us.get().saturating_add(v.db_us));
+        self.cas_retries
+            .set(self.cas_retries.get().saturating_add(v.cas_retries));
+    }
+}
+
 fn add_us(cell: &Cell<u64>, d: Duration) {
     cell.set(cell.get().saturating_add(d.as_micros() as u64));
 }

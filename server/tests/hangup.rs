@@ -1,0 +1,127 @@
+//! A client that hangs up in the middle of a call (a hedge that lost, a
+//! deadline that passed) does not cut the call's database work short: the
+//! call is carried out once, and the connection it used stays open. Cutting
+//! it short would close the connection (nothing tells it where the dropped
+//! statement stopped) and make the server open another, a process start in
+//! PostgreSQL, at the moment a stall has made calls late and hedges fire.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use borbaman_cluster::wait;
+use borbaman_proto::pb;
+use common::*;
+use tonic::Request;
+
+/// The client gives up on its call after this.
+const CLIENT_DEADLINE: Duration = Duration::from_millis(300);
+
+/// The database connections the server holds.
+async fn server_backends(db: &sqlx::PgPool) -> BTreeSet<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'borbaman-server'",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+/// The server's backend waiting on a lock, if one is.
+async fn backend_waiting_on_a_lock(db: &sqlx::PgPool) -> Option<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity \
+         WHERE application_name = 'borbaman-server' AND wait_event_type = 'Lock'",
+    )
+    .fetch_optional(db)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_its_client_hung_up_on_is_carried_out_once_on_the_same_connection() {
+    let pg = start_db();
+    // A patient database timeout: the call waits on the lock below for as
+    // long as the test holds it, never giving up by itself.
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--db-timeout-ms", "10000", "--db-min-connections", "4"],
+    );
+    let mut client = server.game().await;
+    let mut players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+    let db = sql(&pg.url()).await;
+    let before = logged_actions(&db, game_id).await;
+    let backends = wait::until(
+        "the server's four warm database connections",
+        Duration::from_secs(10),
+        || async {
+            let pids = server_backends(&db).await;
+            (pids.len() >= 4).then_some(pids)
+        },
+    )
+    .await;
+
+    // Hold the game's row: the call's write waits for it.
+    let mut lock = db.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM games WHERE id = $1 FOR UPDATE")
+        .bind(game_id as i64)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let act = players[0].act_request(pb::Action::Right);
+    let seq = act.seq;
+    let mut call = client.clone();
+    let mut request = Request::new(act.clone());
+    request.set_timeout(CLIENT_DEADLINE);
+    let hung_up = tokio::spawn(async move { call.act(request).await });
+    let waiting = wait::until(
+        "the call's write to wait on the game's row",
+        Duration::from_secs(10),
+        || async { backend_waiting_on_a_lock(&db).await },
+    )
+    .await;
+    let refused = hung_up
+        .await
+        .unwrap()
+        .expect_err("the client's deadline passes first");
+    assert!(
+        matches!(
+            refused.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        "the client gave up on its call: {refused:?}"
+    );
+    lock.commit().await.unwrap();
+
+    // The call goes on without its client and commits the input, once.
+    until_logged_actions(&db, game_id, before + 1).await;
+    let after = server_backends(&db).await;
+    assert!(
+        after.contains(&waiting),
+        "the connection that served the abandoned call (backend {waiting}) is still open: \
+         before {backends:?}, after {after:?}"
+    );
+    assert_eq!(
+        after.difference(&backends).count(),
+        0,
+        "no connection was opened in its place: before {backends:?}, after {after:?}"
+    );
+
+    // The client sends it again, as it would after a timeout: the server
+    // answers with what the first copy did and applies nothing more.
+    let again = client
+        .act(act)
+        .await
+        .expect("the same call again")
+        .into_inner();
+    assert_eq!(again.seq, seq);
+    assert!(
+        again.replayed,
+        "the second copy is answered from the log: {again:?}"
+    );
+    assert_eq!(logged_actions(&db, game_id).await, before + 1);
+}
