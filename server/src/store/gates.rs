@@ -274,6 +274,14 @@ impl<J, R> Gates<J, R> {
     fn len(&self) -> usize {
         self.map().len()
     }
+
+    /// Jobs queued on `game_id`'s gate, not taken yet.
+    #[cfg(test)]
+    pub(crate) fn queued(&self, game_id: u64) -> usize {
+        self.map()
+            .get(&game_id)
+            .map_or(0, |game| lock(&game.queue).len())
+    }
 }
 
 /// A std mutex's guard; a panic while it was held leaves what it guards

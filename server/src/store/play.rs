@@ -1819,6 +1819,145 @@ mod sql_tests {
             .bind(i64::from(TICK_MS))
     }
 
+    /// Calls queued behind a game's gate while another call holds it go
+    /// to the database as one commit: the game's version advances by one,
+    /// the log holds each applied input once, numbered in arrival order,
+    /// and each call gets its own answer, the invalid one its own error.
+    #[tokio::test]
+    async fn calls_queued_behind_the_gate_commit_once_and_each_gets_its_own_answer() {
+        use std::time::Duration;
+        let (_pg, store) = crate::store::temp_store().await;
+        let mut tokens = Vec::new();
+        let mut game_id = 0;
+        for i in 0..SEATS {
+            let token = crate::token::hash(&crate::token::draw());
+            let joined = store
+                .join(
+                    &token,
+                    &Identity::session_only(&token),
+                    &format!("p{i}"),
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(usize::from(joined.seat), i);
+            game_id = joined.game_id;
+            tokens.push(token);
+        }
+        let act = |seat: usize, seqs: &[u64]| ActCall {
+            token_hash: tokens[seat],
+            game_id,
+            seat: seat as u8,
+            inputs: seqs
+                .iter()
+                .map(|&seq| Input {
+                    seq,
+                    action: Action::Idle,
+                })
+                .collect(),
+            batch: true,
+        };
+        let version: i64 = sqlx::query_scalar("SELECT version FROM games WHERE id = $1")
+            .bind(game_id as i64)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+
+        // Hold the game's gate, as a call writing it would.
+        let Turn::Lead(held) = store
+            .gates
+            .turn(game_id, Call::Act(act(0, &[99])), MAX_BATCH)
+            .await
+        else {
+            panic!("nobody else holds the gate");
+        };
+        let calls = vec![
+            Call::Act(act(0, &[1, 2])),
+            // Seat 1's token naming seat 2: refused, alone.
+            Call::Act(ActCall {
+                seat: 2,
+                ..act(1, &[1])
+            }),
+            Call::Act(act(2, &[1])),
+            Call::Leave(LeaveCall {
+                token_hash: tokens[3],
+                game_id,
+                seat: 3,
+                seq: 1,
+            }),
+            // Player 0's next call, its unacknowledged inputs again.
+            Call::Act(act(0, &[1, 2, 3])),
+        ];
+        let mut tasks = Vec::new();
+        for (i, call) in calls.into_iter().enumerate() {
+            let caller = store.clone();
+            tasks.push(tokio::spawn(async move {
+                match call {
+                    Call::Act(call) => caller.act(&call).await.map(Reply::Acted),
+                    Call::Leave(call) => caller.leave(&call).await.map(Reply::Left),
+                }
+            }));
+            // One at a time, so they queue in this order.
+            let what = format!("call {i} queued behind the gate");
+            borbaman_cluster::wait::until(&what, Duration::from_secs(10), || async {
+                (store.gates.queued(game_id) == i + 1).then_some(())
+            })
+            .await;
+        }
+        let _ = held.answer([Err(Error::Internal("held for the test".into()))]);
+
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        let acked = |answer: &Result<Reply, Error>| match answer {
+            Ok(Reply::Acted(acted)) => (acted.ack, acted.applied, acted.snapshot.version),
+            other => panic!("not an Act's reply: {other:?}"),
+        };
+        let next = (version + 1) as u64;
+        assert_eq!(acked(&answers[0]), (2, 2, next));
+        assert!(
+            matches!(answers[1], Err(Error::PermissionDenied(_))),
+            "{:?}",
+            answers[1]
+        );
+        assert_eq!(acked(&answers[2]), (1, 1, next));
+        assert!(matches!(answers[3], Ok(Reply::Left(Left { seq: 1 }))));
+        assert_eq!(acked(&answers[4]), (3, 1, next));
+
+        // One game write, and the log in arrival order.
+        let log: Vec<(i16, i64, i16, i64, i32)> = sqlx::query_as(
+            "SELECT seat, seq, action, version, ord FROM actions WHERE game_id = $1 ORDER BY ord",
+        )
+        .bind(game_id as i64)
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let (idle, leave) = (Action::Idle.code(), KIND_LEAVE);
+        let v = version + 1;
+        assert_eq!(
+            log,
+            vec![
+                (0, 1, idle, v, 1),
+                (0, 2, idle, v, 2),
+                (2, 1, idle, v, 3),
+                (3, 1, leave, v, 4),
+                (0, 3, idle, v, 5)
+            ]
+        );
+        let stored: i64 = sqlx::query_scalar("SELECT version FROM games WHERE id = $1")
+            .bind(game_id as i64)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(stored, v, "one write for the five calls");
+        let audit = crate::store::audit::version_audit(store.pool(), &[game_id as i64])
+            .await
+            .unwrap();
+        assert!(audit.is_clean(), "{audit:?}");
+        store.close().await;
+    }
+
     /// Every statement parses, type-checks and plans against the migrated
     /// schema (PREPARE), without needing the game core.
     #[tokio::test]
