@@ -332,7 +332,8 @@ impl Call {
 /// What a [`Call`] is answered with.
 #[derive(Clone, Debug)]
 pub(crate) enum Reply {
-    Acted(Acted),
+    /// Boxed: it holds a whole game state.
+    Acted(Box<Acted>),
     Left(Left),
 }
 
@@ -416,7 +417,7 @@ impl Answer {
                 replayed,
                 ack,
                 applied,
-            } => Reply::Acted(Acted {
+            } => Reply::Acted(Box::new(Acted {
                 seq,
                 outcome,
                 applied_tick,
@@ -424,7 +425,7 @@ impl Answer {
                 ack,
                 applied,
                 snapshot: snapshot.clone(),
-            }),
+            })),
             Answer::Left { seq } => Reply::Left(Left { seq }),
         }
     }
@@ -654,7 +655,7 @@ impl Store {
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
         match self.write(Call::Act(call.clone())).await? {
-            Reply::Acted(acted) => Ok(acted),
+            Reply::Acted(acted) => Ok(*acted),
             Reply::Left(_) => Err(Error::Internal("an Act was answered as a Leave".into())),
         }
     }
@@ -1893,7 +1894,7 @@ mod sql_tests {
             let caller = store.clone();
             tasks.push(tokio::spawn(async move {
                 match call {
-                    Call::Act(call) => caller.act(&call).await.map(Reply::Acted),
+                    Call::Act(call) => caller.act(&call).await.map(|a| Reply::Acted(Box::new(a))),
                     Call::Leave(call) => caller.leave(&call).await.map(Reply::Left),
                 }
             }));
