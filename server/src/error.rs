@@ -12,8 +12,8 @@ use tonic::{Code, Status};
 
 use crate::admission::{Priority, Refused};
 
-/// Why a call failed.
-#[derive(Debug, thiserror::Error)]
+/// Why a call failed. Clone: one failed commit fails each call it held.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
     /// The request is malformed; the message says which field and why.
     #[error("{0}")]

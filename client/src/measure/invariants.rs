@@ -6,7 +6,7 @@
 //!    log holds each at most once and nothing a client never sent (none
 //!    duplicated);
 //! 2. every game's version only grew (the log's versions rise with each
-//!    session's seq, no two actions of a game share a version, no game is
+//!    session's seq, no two commits of a game claim one version, no game is
 //!    behind an action it acknowledged);
 //! 3. no client ever saw its game's state go backwards;
 //! 4. every game finished with a winner or a draw, or is still consistent
@@ -332,7 +332,7 @@ fn assemble(
             name: "game versions only grew",
             ok: versions.is_clean(),
             detail: format!(
-                "{} out of order, {} shared by two actions, {} ahead of their game",
+                "{} out of order, {} claimed by two commits, {} ahead of their game",
                 versions.out_of_order, versions.shared, versions.ahead_of_game
             ),
         },

@@ -66,13 +66,15 @@ pub async fn applied_actions(
 /// Ways the action log could show a game's version not growing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VersionAudit {
-    /// Actions of one session whose version is below the version of that
-    /// session's previous action (the log is ordered by seq): an input
-    /// applied before one sent earlier. One commit logs all the inputs it
-    /// applied at its version, so equal versions are in order.
+    /// Actions of one session applied before the session's previous
+    /// action (the log is ordered by seq): at a lower version, or within
+    /// one commit (one version) at a lower place (`ord`). An input applied
+    /// before one sent earlier.
     pub out_of_order: i64,
-    /// Versions of one game claimed by more than one session's actions:
-    /// two commits that both started from the same state (a lost update).
+    /// Places in one game's log claimed twice: a version and place (`ord`)
+    /// logged by two commits that both started from the same state (a lost
+    /// update). One commit may log several sessions' inputs, each at its
+    /// own place.
     pub shared: i64,
     /// Actions whose version is above their game's stored version: the game
     /// went back after them.
@@ -89,17 +91,23 @@ impl VersionAudit {
 pub async fn version_audit(db: &PgPool, game_ids: &[i64]) -> Result<VersionAudit, sqlx::Error> {
     let out_of_order: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM ( \
-           SELECT version, lag(version) OVER (PARTITION BY session_id ORDER BY seq) AS previous \
+           SELECT version, ord, \
+                  lag(version) OVER (PARTITION BY session_id ORDER BY seq) AS previous, \
+                  lag(ord) OVER (PARTITION BY session_id ORDER BY seq) AS previous_ord \
            FROM actions WHERE game_id = ANY($1) \
-         ) t WHERE previous IS NOT NULL AND version < previous",
+         ) t WHERE previous IS NOT NULL AND (version, ord) < (previous, previous_ord)",
     )
     .bind(game_ids)
     .fetch_one(db)
     .await?;
+    // Every commit numbers its rows from 1 (`ord`), so two commits at one
+    // version both have a row 1; rows logged before `ord` (0) were one
+    // session's per commit.
     let shared: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM ( \
-           SELECT game_id, version FROM actions WHERE game_id = ANY($1) \
-           GROUP BY game_id, version HAVING count(DISTINCT session_id) > 1 \
+           SELECT game_id, version, ord FROM actions WHERE game_id = ANY($1) \
+           GROUP BY game_id, version, ord \
+           HAVING count(DISTINCT session_id) > 1 OR (ord > 0 AND count(*) > 1) \
          ) t",
     )
     .bind(game_ids)

@@ -192,7 +192,7 @@ pub struct Store {
     /// by all clones of this store.
     cas_retries: Arc<AtomicU64>,
     /// Calls writing one game through this server take turns.
-    gates: Arc<gates::Gates>,
+    gates: Arc<play::CallGates>,
     /// Where database latency, CAS retries and gate waits are counted.
     metrics: Metrics,
 }
@@ -283,7 +283,7 @@ impl Store {
     /// Counts this store's database latency, CAS retries, gate waits and
     /// retention deletes in `metrics`. Call before cloning the store.
     pub fn with_metrics(mut self, metrics: Metrics) -> Store {
-        self.gates = Arc::new(gates::Gates::observed(metrics.clone()));
+        self.gates = Arc::new(play::CallGates::observed(metrics.clone()));
         self.metrics = metrics;
         self
     }

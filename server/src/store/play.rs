@@ -77,6 +77,7 @@ use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgRow, PgTypeInfo};
 use sqlx::{Postgres, Row, Transaction};
 
 use super::Store;
+use super::gates::Turn;
 use super::queries::*;
 use crate::error::Error;
 use crate::token::TokenHash;
@@ -250,7 +251,7 @@ pub struct Ranking {
 enum Written<T> {
     Done(T),
     /// Boxed: a read holds a whole game state, and misses are the rare case.
-    Missed(Option<Box<Read>>),
+    Missed(Option<Box<Reads>>),
 }
 
 /// The caller's session and game, as one statement read them.
@@ -269,6 +270,368 @@ struct Read {
     /// The database clock at the read, in microseconds.
     read_us: i64,
     roster: Roster,
+}
+
+/// The reads of a commit's callers, by token hash (one per known token).
+type Reads = Vec<(TokenHash, Read)>;
+
+/// A caller's session as read, and as the calls of a commit before its own
+/// left it (its last sequence number and reply move on as they apply).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SessionRead {
+    session_id: i64,
+    /// The session's game (not necessarily the one the call names).
+    game_id: i64,
+    /// -1 once its lobby seat was given away.
+    seat: i16,
+    in_game: bool,
+    last_seq: i64,
+    last_kind: i16,
+    last_outcome: i16,
+    last_tick: i32,
+}
+
+/// The game a commit writes, as read.
+struct GameRead {
+    state: GameState,
+    version: i64,
+    now_tick: Tick,
+    /// The database clock at the read, in microseconds.
+    read_us: i64,
+    roster: Roster,
+}
+
+/// The most calls one commit writes. The four players of a game, each
+/// with a copy or two in flight (a hedge, a retry), fit; a game's queue
+/// longer than that is a backlog, and its next calls go in the next commit.
+const MAX_BATCH: usize = 16;
+
+/// An Act or a Leave, as queued on its game's gate.
+#[derive(Clone, Debug)]
+pub(crate) enum Call {
+    Act(ActCall),
+    Leave(LeaveCall),
+}
+
+impl Call {
+    fn game_id(&self) -> u64 {
+        match self {
+            Call::Act(call) => call.game_id,
+            Call::Leave(call) => call.game_id,
+        }
+    }
+
+    fn token_hash(&self) -> &TokenHash {
+        match self {
+            Call::Act(call) => &call.token_hash,
+            Call::Leave(call) => &call.token_hash,
+        }
+    }
+}
+
+/// What a [`Call`] is answered with.
+#[derive(Clone, Debug)]
+pub(crate) enum Reply {
+    /// Boxed: it holds a whole game state.
+    Acted(Box<Acted>),
+    Left(Left),
+}
+
+/// The gates of the games written through one server, queuing [`Call`]s.
+pub(crate) type CallGates = super::gates::Gates<Call, Result<Reply, Error>>;
+
+/// What one commit writes besides the game row.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Commit {
+    /// The sessions it writes for, once each.
+    writers: Vec<Writer>,
+    /// Its action-log rows, in the order they were applied.
+    rows: Vec<LogRow>,
+}
+
+/// A session a commit writes for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Writer {
+    session_id: i64,
+    seat: i16,
+    /// It left the game.
+    leaving: bool,
+    /// It left while the game was waiting: its seat is free again.
+    freed: bool,
+}
+
+/// One action-log row of a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct LogRow {
+    session_id: i64,
+    seq: i64,
+    seat: i16,
+    action: i16,
+    outcome: i16,
+}
+
+impl Commit {
+    fn write_for(&mut self, session: &SessionRead, leaving: bool, freed: bool) {
+        match self
+            .writers
+            .iter_mut()
+            .find(|w| w.session_id == session.session_id)
+        {
+            Some(writer) => {
+                writer.leaving |= leaving;
+                writer.freed |= freed;
+            }
+            None => self.writers.push(Writer {
+                session_id: session.session_id,
+                seat: session.seat,
+                leaving,
+                freed,
+            }),
+        }
+    }
+}
+
+/// A call's answer before the commit: the reply without the state.
+#[derive(Clone, Debug, PartialEq)]
+enum Answer {
+    Acted {
+        seq: u64,
+        outcome: Option<Outcome>,
+        applied_tick: Tick,
+        replayed: bool,
+        ack: u64,
+        applied: u32,
+    },
+    Left {
+        seq: u64,
+    },
+}
+
+impl Answer {
+    fn into_reply(self, snapshot: &Snapshot) -> Reply {
+        match self {
+            Answer::Acted {
+                seq,
+                outcome,
+                applied_tick,
+                replayed,
+                ack,
+                applied,
+            } => Reply::Acted(Box::new(Acted {
+                seq,
+                outcome,
+                applied_tick,
+                replayed,
+                ack,
+                applied,
+                snapshot: snapshot.clone(),
+            })),
+            Answer::Left { seq } => Reply::Left(Left { seq }),
+        }
+    }
+}
+
+/// What [`apply_calls`] did to a game.
+#[derive(Debug)]
+struct Applied {
+    /// The tick every input was applied at.
+    tick: Tick,
+    commit: Commit,
+    /// Each call's answer, in the calls' order.
+    answers: Vec<Result<Answer, Error>>,
+}
+
+/// Applies `calls` (oldest first) to `state`, the game they name, read at
+/// the clock's `now_tick`, with their sessions as read (`sessions`, by
+/// token hash; updated as the calls apply). Pure: the decisions of one
+/// commit. Each call in turn: checked on its own (a call that fails gets
+/// its error and changes nothing; the others go on); an Act applies the
+/// inputs its session has not applied yet (see [`plan`]), in seq order; a
+/// Leave unseats or forfeits; a repeat is answered from its session's last
+/// reply. Every input at one tick, the current one (a move during the move
+/// cooldown queues, as it would from calls arriving within one tick).
+fn apply_calls(
+    calls: &[Call],
+    sessions: &mut std::collections::HashMap<TokenHash, SessionRead>,
+    state: &mut GameState,
+    now_tick: Tick,
+) -> Applied {
+    let tick = state.tick().max(now_tick);
+    let mut commit = Commit::default();
+    let answers = calls
+        .iter()
+        .map(|call| {
+            let session = sessions
+                .get_mut(call.token_hash())
+                .ok_or_else(unknown_token)?;
+            match call {
+                Call::Act(call) => act_on(call, session, state, tick, &mut commit),
+                Call::Leave(call) => leave_on(call, session, state, tick, &mut commit),
+            }
+        })
+        .collect();
+    Applied {
+        tick,
+        commit,
+        answers,
+    }
+}
+
+/// One Act of [`apply_calls`].
+fn act_on(
+    call: &ActCall,
+    session: &mut SessionRead,
+    state: &mut GameState,
+    tick: Tick,
+    commit: &mut Commit,
+) -> Result<Answer, Error> {
+    check_owner(session, call.game_id, call.seat)?;
+    let newest = call.newest()?;
+    let from = match plan(
+        &call.inputs,
+        call.batch,
+        session.last_seq,
+        session.last_kind,
+    )? {
+        Plan::Apply { from } => from,
+        Plan::Repeat { newest_is_last } => {
+            let outcome = newest_is_last
+                .then(|| outcome_from_code(session.last_outcome))
+                .transpose()?;
+            return Ok(Answer::Acted {
+                seq: newest.seq,
+                outcome,
+                applied_tick: if newest_is_last {
+                    session.last_tick.max(0) as Tick
+                } else {
+                    0
+                },
+                replayed: true,
+                ack: session.last_seq.max(0) as u64,
+                applied: 0,
+            });
+        }
+    };
+    check_in_game(session)?;
+    let fresh = &call.inputs[from..];
+    let seqs = fresh
+        .iter()
+        .map(|input| to_db_seq(input.seq))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut outcome = Outcome::NoEffect;
+    for (input, &seq) in fresh.iter().zip(&seqs) {
+        outcome = state.apply(call.seat, input.action, tick);
+        commit.rows.push(LogRow {
+            session_id: session.session_id,
+            seq,
+            seat: session.seat,
+            action: input.action.code(),
+            outcome: outcome.code(),
+        });
+    }
+    session.last_seq = to_db_seq(newest.seq)?;
+    session.last_kind = newest.action.code();
+    session.last_outcome = outcome.code();
+    session.last_tick = tick as i32;
+    commit.write_for(session, false, false);
+    Ok(Answer::Acted {
+        seq: newest.seq,
+        outcome: Some(outcome),
+        applied_tick: tick,
+        replayed: false,
+        ack: newest.seq,
+        applied: fresh.len() as u32,
+    })
+}
+
+/// One Leave of [`apply_calls`].
+fn leave_on(
+    call: &LeaveCall,
+    session: &mut SessionRead,
+    state: &mut GameState,
+    tick: Tick,
+    commit: &mut Commit,
+) -> Result<Answer, Error> {
+    check_owner(session, call.game_id, call.seat)?;
+    let seq = to_db_seq(call.seq)?;
+    if seq == session.last_seq && session.last_kind == KIND_LEAVE {
+        return Ok(Answer::Left { seq: call.seq });
+    }
+    check_fresh(session, seq)?;
+    state.advance(tick);
+    let waiting = state.phase() == Phase::Waiting;
+    match state.phase() {
+        Phase::Waiting => state.unseat_player(call.seat),
+        Phase::Playing => state.forfeit(call.seat, tick),
+        Phase::Finished => {}
+    }
+    commit.rows.push(LogRow {
+        session_id: session.session_id,
+        seq,
+        seat: session.seat,
+        action: KIND_LEAVE,
+        outcome: Outcome::APPLIED_CODE,
+    });
+    session.last_seq = seq;
+    session.last_kind = KIND_LEAVE;
+    session.last_outcome = Outcome::APPLIED_CODE;
+    session.last_tick = tick as i32;
+    session.in_game = false;
+    commit.write_for(session, true, waiting);
+    Ok(Answer::Left { seq: call.seq })
+}
+
+/// Splits the callers' reads into the game `game_id` (`None` if no
+/// caller's session is in it) and each caller's session. `None` if the
+/// reads saw the game at different versions (a read again after a lost
+/// write reads each caller apart): read them anew, in one snapshot.
+fn split_reads(
+    reads: Reads,
+    game_id: u64,
+) -> Option<(
+    Option<GameRead>,
+    std::collections::HashMap<TokenHash, SessionRead>,
+)> {
+    let mut game: Option<GameRead> = None;
+    let mut sessions = std::collections::HashMap::with_capacity(reads.len());
+    for (token, read) in reads {
+        sessions.insert(token, read.session());
+        if read.game_id as u64 != game_id {
+            continue;
+        }
+        match &game {
+            Some(seen) if seen.version != read.version => return None,
+            Some(_) => {}
+            None => {
+                game = Some(GameRead {
+                    state: read.state,
+                    version: read.version,
+                    now_tick: read.now_tick,
+                    read_us: read.read_us,
+                    roster: read.roster,
+                })
+            }
+        }
+    }
+    Some((game, sessions))
+}
+
+/// Why `call` is refused when no caller's session is in the game it names.
+fn refusal_without_game(
+    call: &Call,
+    sessions: &std::collections::HashMap<TokenHash, SessionRead>,
+) -> Error {
+    let Some(session) = sessions.get(call.token_hash()) else {
+        return unknown_token();
+    };
+    let (game_id, seat) = match call {
+        Call::Act(call) => (call.game_id, call.seat),
+        Call::Leave(call) => (call.game_id, call.seat),
+    };
+    match check_owner(session, game_id, seat) {
+        Err(err) => err,
+        Ok(()) => Error::Internal(format!("game {game_id} was not read")),
+    }
 }
 
 impl Store {
@@ -291,78 +654,96 @@ impl Store {
     /// Applies one action at the current tick, exactly once per sequence
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
-        self.retrying(|| async {
-            let _turn = self.gates.enter(call.game_id).await;
-            // A leased connection: if the deadline cuts this attempt (a
-            // commit waiting for a synchronous standby that is gone), the
-            // connection is dropped, never pooled, pinged or cancelled.
-            let mut lease = self.lease().await?;
-            let result = async {
-                let conn = lease.conn();
-                let mut read = load(conn, &call.token_hash).await?;
-                let mut retries = 0;
-                loop {
-                    match self.act_once(conn, call, read).await? {
-                        Written::Done(acted) => return Ok(acted),
-                        Written::Missed(again) => {
-                            read = self
-                                .read_again(conn, &call.token_hash, again, &mut retries)
-                                .await?;
-                        }
-                    }
-                }
-            }
-            .await;
-            lease.settle_commit(self, result)
-        })
-        .await
+        match self.write(Call::Act(call.clone())).await? {
+            Reply::Acted(acted) => Ok(*acted),
+            Reply::Left(_) => Err(Error::Internal("an Act was answered as a Leave".into())),
+        }
     }
 
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
     /// number.
     pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
-        self.retrying(|| async {
-            let _turn = self.gates.enter(call.game_id).await;
-            let mut lease = self.lease().await?;
-            let result = async {
-                let conn = lease.conn();
-                let mut read = load(conn, &call.token_hash).await?;
-                let mut retries = 0;
-                loop {
-                    match self.leave_once(conn, call, read).await? {
-                        Written::Done(left) => return Ok(left),
-                        Written::Missed(again) => {
-                            read = self
-                                .read_again(conn, &call.token_hash, again, &mut retries)
-                                .await?;
-                        }
+        match self.write(Call::Leave(call.clone())).await? {
+            Reply::Left(left) => Ok(left),
+            Reply::Acted(_) => Err(Error::Internal("a Leave was answered as an Act".into())),
+        }
+    }
+
+    /// An Act or a Leave: queued on its game's gate, and written in one
+    /// commit with the calls queued there with it, by whichever of them
+    /// gets the gate (see [`gates`](super::gates)); answered with its own
+    /// reply or error.
+    async fn write(&self, call: Call) -> Result<Reply, Error> {
+        let game_id = call.game_id();
+        let deadline = tokio::time::Instant::now() + self.db_timeout;
+        loop {
+            let turn = self.gates.turn(game_id, call.clone(), MAX_BATCH);
+            let Ok(turn) = tokio::time::timeout_at(deadline, turn).await else {
+                return Err(self.timed_out());
+            };
+            match turn {
+                Turn::Answered(answer) => return answer,
+                // The call that took it was dropped: its outcome is
+                // unknown, and the sequence numbers make writing it again
+                // safe.
+                Turn::Dropped => continue,
+                Turn::Lead(batch) => {
+                    let calls: Vec<Call> = batch.jobs().cloned().collect();
+                    let answers = match self.retrying(|| self.commit_calls(game_id, &calls)).await {
+                        Ok(answers) => answers,
+                        Err(err) => vec![Err(err); calls.len()],
+                    };
+                    return batch.answer(answers).unwrap_or_else(|| {
+                        Err(Error::Internal("a batch lost its caller's answer".into()))
+                    });
+                }
+            }
+        }
+    }
+
+    /// One attempt at `calls` (on game `game_id`, oldest first): one read of
+    /// the callers' sessions and their game, then one compare-and-set write
+    /// of all of them, read and applied again for as long as another
+    /// server's call writes first (see [`Store::lost`]).
+    async fn commit_calls(
+        &self,
+        game_id: u64,
+        calls: &[Call],
+    ) -> Result<Vec<Result<Reply, Error>>, Error> {
+        let mut tokens: Vec<&[u8]> = Vec::with_capacity(calls.len());
+        for call in calls {
+            let token = &call.token_hash()[..];
+            if !tokens.contains(&token) {
+                tokens.push(token);
+            }
+        }
+        // A leased connection: if the deadline cuts this attempt (a commit
+        // waiting for a synchronous standby that is gone), the connection
+        // is dropped, never pooled, pinged or cancelled.
+        let mut lease = self.lease().await?;
+        let result = async {
+            let conn = lease.conn();
+            let mut read = load_callers(conn, &tokens).await?;
+            let mut retries = 0;
+            loop {
+                match self
+                    .write_calls(conn, game_id, calls, &tokens, read)
+                    .await?
+                {
+                    Written::Done(answers) => return Ok(answers),
+                    Written::Missed(again) => {
+                        retries += 1;
+                        let slept = self.lost(retries).await?;
+                        read = match again {
+                            Some(read) if !slept => *read,
+                            _ => load_callers(conn, &tokens).await?,
+                        };
                     }
                 }
             }
-            .await;
-            lease.settle_commit(self, result)
-        })
-        .await
-    }
-
-    /// After a compare-and-set write of the caller's call lost to another
-    /// call: counts and bounds the retry and pauses (see [`Store::lost`]),
-    /// then returns the read to apply the call on again: the one the
-    /// losing write returned (`again`), unless the pause was long enough
-    /// for it to be stale, or the write returned none.
-    async fn read_again(
-        &self,
-        conn: &mut PgConnection,
-        token_hash: &TokenHash,
-        again: Option<Box<Read>>,
-        retries: &mut u32,
-    ) -> Result<Read, Error> {
-        *retries += 1;
-        let slept = self.lost(*retries).await?;
-        match again {
-            Some(read) if !slept => Ok(*read),
-            _ => load(conn, token_hash).await,
         }
+        .await;
+        lease.settle_commit(self, result)
     }
 
     /// The caller's game advanced to the current tick. A plain read; only
@@ -566,156 +947,95 @@ impl Store {
         }))
     }
 
-    /// Applies the call on `read` and writes it, compare-and-set, unless it
-    /// repeats the last applied call (then only a game the clock ended is
-    /// written). `Missed`: another call changed the game or the session
-    /// since `read`, and nothing was written.
-    async fn act_once(
+    /// Applies `calls` on `read` (see [`apply_calls`]) and writes what they
+    /// applied in one compare-and-set write; when none applied anything,
+    /// only a game the clock ended is written. `Missed`: another call
+    /// changed the game or a session since `read`, and nothing was written.
+    async fn write_calls(
         &self,
         conn: &mut PgConnection,
-        call: &ActCall,
-        mut read: Read,
-    ) -> Result<Written<Acted>, Error> {
-        check_owner(&read, call.game_id, call.seat)?;
-        let newest = call.newest()?;
-        let from = match plan(&call.inputs, call.batch, read.last_seq, read.last_kind)? {
-            Plan::Apply { from } => from,
-            Plan::Repeat { newest_is_last } => {
-                let outcome = newest_is_last
-                    .then(|| outcome_from_code(read.last_outcome))
-                    .transpose()?;
-                let applied_tick = if newest_is_last {
-                    read.last_tick.max(0) as Tick
-                } else {
-                    0
-                };
-                let ack = read.last_seq.max(0) as u64;
-                let now_tick = read.now_tick;
-                let mut snapshot = read.into_snapshot();
-                if let Some(before) = advance_to(&mut snapshot, now_tick)
-                    && !commit_clock(conn, &mut snapshot, before).await?
-                {
-                    return Ok(Written::Missed(None));
-                }
-                return Ok(Written::Done(Acted {
-                    seq: newest.seq,
-                    outcome,
-                    applied_tick,
-                    replayed: true,
-                    ack,
-                    applied: 0,
-                    snapshot,
-                }));
+        game_id: u64,
+        calls: &[Call],
+        tokens: &[&[u8]],
+        read: Reads,
+    ) -> Result<Written<Vec<Result<Reply, Error>>>, Error> {
+        let Some((mut game, mut sessions)) = split_reads(read, game_id) else {
+            // Two snapshots (a read again after a lost write): read anew.
+            return Ok(Written::Missed(None));
+        };
+        let Some(game) = game.as_mut() else {
+            // Nobody's session is in the game: every call is refused.
+            let answers = calls
+                .iter()
+                .map(|call| Err(refusal_without_game(call, &sessions)))
+                .collect();
+            return Ok(Written::Done(answers));
+        };
+        let before = game.state.phase();
+        let applied = apply_calls(calls, &mut sessions, &mut game.state, game.now_tick);
+        let mut snapshot = Snapshot {
+            game_id,
+            version: game.version as u64,
+            state: game.state.clone(),
+            roster: game.roster.clone(),
+        };
+        if applied.commit.rows.is_empty() {
+            if let Some(before) = advance_to(&mut snapshot, game.now_tick)
+                && !commit_clock(conn, &mut snapshot, before).await?
+            {
+                return Ok(Written::Missed(None));
             }
-        };
-        check_in_game(&read)?;
-        let fresh = &call.inputs[from..];
-        let state = &mut read.state;
-        let before = state.phase();
-        // Every input of the call at the tick it is applied: the current
-        // one (a move during the move cooldown queues, as it would from
-        // calls arriving within one tick).
-        let tick = state.tick().max(read.now_tick);
-        let mut seqs = Vec::with_capacity(fresh.len());
-        let mut kinds = Vec::with_capacity(fresh.len());
-        let mut outcomes = Vec::with_capacity(fresh.len());
-        let mut outcome = Outcome::NoEffect;
-        for input in fresh {
-            outcome = state.apply(call.seat, input.action, tick);
-            seqs.push(to_db_seq(input.seq)?);
-            kinds.push(input.action.code());
-            outcomes.push(outcome.code());
-        }
-        let ending = finishing(before, state);
-        let sql = if ending.is_some() {
-            WRITE_ACT_FINISHING
         } else {
-            WRITE_ACT
-        };
-        let mut query = sqlx::query(sql)
-            .bind(Packed(state))
-            .bind(state.phase().code())
-            .bind(read.game_id)
-            .bind(read.session_id)
-            .bind(&seqs)
-            .bind(&kinds)
-            .bind(tick as i32)
-            .bind(read.seat)
-            .bind(&outcomes)
-            .bind(read.version)
-            .bind(read.read_us)
-            .bind(self.max_write_lag_us)
-            .bind(&call.token_hash[..])
-            .bind(i64::from(TICK_MS));
-        if ending.is_some() {
-            query = query
+            let commit = &applied.commit;
+            let ending = finishing(before, &snapshot.state);
+            let rows = sqlx::query(WRITE_CALLS)
+                .bind(Packed(&snapshot.state))
+                .bind(snapshot.state.phase().code())
+                .bind(to_db_id(game_id)?)
+                .bind(game.version)
+                .bind(game.read_us)
+                .bind(self.max_write_lag_us)
+                .bind(applied.tick as i32)
                 .bind(winner_code(ending))
-                .bind(ending == Some(Ending::Draw));
+                .bind(ending == Some(Ending::Draw))
+                .bind(ending.is_some())
+                .bind(
+                    commit
+                        .writers
+                        .iter()
+                        .map(|w| w.session_id)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(commit.writers.iter().map(|w| w.seat).collect::<Vec<_>>())
+                .bind(commit.writers.iter().map(|w| w.leaving).collect::<Vec<_>>())
+                .bind(commit.writers.iter().map(|w| w.freed).collect::<Vec<_>>())
+                .bind(commit.rows.iter().map(|r| r.session_id).collect::<Vec<_>>())
+                .bind(commit.rows.iter().map(|r| r.seq).collect::<Vec<_>>())
+                .bind(commit.rows.iter().map(|r| r.seat).collect::<Vec<_>>())
+                .bind(commit.rows.iter().map(|r| r.action).collect::<Vec<_>>())
+                .bind(commit.rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
+                .bind(tokens)
+                .bind(i64::from(TICK_MS))
+                .fetch_all(&mut *conn)
+                .await?;
+            snapshot.version = match written(rows)? {
+                Written::Done(version) => version as u64,
+                Written::Missed(again) => return Ok(Written::Missed(again)),
+            };
+            for writer in &commit.writers {
+                let seat = seat_index(writer.seat)?;
+                snapshot.roster.connected[seat] = !writer.leaving;
+                if writer.freed {
+                    snapshot.roster.names[seat].clear();
+                }
+            }
         }
-        let version = match written(query.fetch_optional(&mut *conn).await?)? {
-            Written::Done(version) => version,
-            Written::Missed(again) => return Ok(Written::Missed(again)),
-        };
-        read.roster.connected[seat_index(read.seat)?] = true;
-        read.version = version;
-        Ok(Written::Done(Acted {
-            seq: newest.seq,
-            outcome: Some(outcome),
-            applied_tick: tick,
-            replayed: false,
-            ack: newest.seq,
-            applied: fresh.len() as u32,
-            snapshot: read.into_snapshot(),
-        }))
-    }
-
-    /// As [`Store::act_once`], for a leave.
-    async fn leave_once(
-        &self,
-        conn: &mut PgConnection,
-        call: &LeaveCall,
-        mut read: Read,
-    ) -> Result<Written<Left>, Error> {
-        check_owner(&read, call.game_id, call.seat)?;
-        let seq = to_db_seq(call.seq)?;
-        if seq == read.last_seq && read.last_kind == KIND_LEAVE {
-            return Ok(Written::Done(Left { seq: call.seq }));
-        }
-        check_fresh(&read, seq)?;
-        let state = &mut read.state;
-        let before = state.phase();
-        let tick = state.tick().max(read.now_tick);
-        state.advance(tick);
-        let waiting = state.phase() == Phase::Waiting;
-        match state.phase() {
-            Phase::Waiting => state.unseat_player(call.seat),
-            Phase::Playing => state.forfeit(call.seat, tick),
-            Phase::Finished => {}
-        }
-        let ending = finishing(before, state);
-        let row = sqlx::query(WRITE_LEAVE)
-            .bind(Packed(state))
-            .bind(state.phase().code())
-            .bind(read.game_id)
-            .bind(read.session_id)
-            .bind(seq)
-            .bind(tick as i32)
-            .bind(read.seat)
-            .bind(waiting)
-            .bind(winner_code(ending))
-            .bind(ending == Some(Ending::Draw))
-            .bind(ending.is_some())
-            .bind(read.version)
-            .bind(read.read_us)
-            .bind(self.max_write_lag_us)
-            .bind(&call.token_hash[..])
-            .bind(i64::from(TICK_MS))
-            .fetch_optional(&mut *conn)
-            .await?;
-        Ok(match written(row)? {
-            Written::Done(_) => Written::Done(Left { seq: call.seq }),
-            Written::Missed(again) => Written::Missed(again),
-        })
+        let answers = applied
+            .answers
+            .into_iter()
+            .map(|answer| answer.map(|a| a.into_reply(&snapshot)))
+            .collect();
+        Ok(Written::Done(answers))
     }
 
     /// One read, and a compare-and-set write only when the clock alone
@@ -809,19 +1129,26 @@ async fn free_silent_seats(
     Ok(freed)
 }
 
-/// Reads the caller's session and game in one statement, without a lock;
-/// an unknown token is `UNAUTHENTICATED`.
-async fn load(conn: &mut PgConnection, token_hash: &TokenHash) -> Result<Read, Error> {
-    let row = sqlx::query(LOAD)
-        .bind(&token_hash[..])
+/// Reads the callers' sessions (`tokens`) and their games in one
+/// statement, without a lock; an unknown token has no read.
+async fn load_callers(conn: &mut PgConnection, tokens: &[&[u8]]) -> Result<Reads, Error> {
+    let rows = sqlx::query(LOAD_CALLERS)
+        .bind(tokens)
         .bind(i64::from(TICK_MS))
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or_else(unknown_token)?;
-    read_row(&row, 0)
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(|row| caller_row(row, 0)).collect()
 }
 
-/// Parses [`LOAD`]'s columns, starting at column `at`.
+/// Parses [`LOAD_CALLERS`]'s columns, starting at column `at`.
+fn caller_row(row: &PgRow, at: usize) -> Result<(TokenHash, Read), Error> {
+    let token: &[u8] = row.try_get(at)?;
+    let token = TokenHash::try_from(token)
+        .map_err(|_| Error::Corrupt(format!("a stored token hash has {} bytes", token.len())))?;
+    Ok((token, read_row(row, at + 1)?))
+}
+
+/// Parses `game_call_read`'s columns, starting at column `at`.
 fn read_row(row: &PgRow, at: usize) -> Result<Read, Error> {
     let (now_tick, snapshot) = game_row(row, at + 7)?;
     Ok(Read {
@@ -841,17 +1168,21 @@ fn read_row(row: &PgRow, at: usize) -> Result<Read, Error> {
     })
 }
 
-/// What a compare-and-set write of an Act or a Leave returned (see
+/// What a compare-and-set write of Acts and Leaves returned (see
 /// `read_again!` in the queries): the new version, or nothing written and
-/// the caller's read done again after the commit it lost to.
-fn written(row: Option<PgRow>) -> Result<Written<i64>, Error> {
-    let Some(row) = row else {
+/// the callers' read done again after the commit it lost to.
+fn written(rows: Vec<PgRow>) -> Result<Written<i64>, Error> {
+    let Some(first) = rows.first() else {
         return Ok(Written::Missed(None));
     };
-    if let Some(version) = row.try_get::<Option<i64>, _>(0)? {
+    if let Some(version) = first.try_get::<Option<i64>, _>(0)? {
         return Ok(Written::Done(version));
     }
-    Ok(Written::Missed(Some(Box::new(read_row(&row, 1)?))))
+    let again = rows
+        .iter()
+        .map(|row| caller_row(row, 1))
+        .collect::<Result<Reads, Error>>()?;
+    Ok(Written::Missed(Some(Box::new(again))))
 }
 
 /// Advances `snapshot` (as read) to the clock's `now_tick`. Returns the
@@ -893,12 +1224,16 @@ async fn commit_clock(
 }
 
 impl Read {
-    fn into_snapshot(self) -> Snapshot {
-        Snapshot {
-            game_id: self.game_id as u64,
-            version: self.version as u64,
-            state: self.state,
-            roster: self.roster,
+    fn session(&self) -> SessionRead {
+        SessionRead {
+            session_id: self.session_id,
+            game_id: self.game_id,
+            seat: self.seat,
+            in_game: self.in_game,
+            last_seq: self.last_seq,
+            last_kind: self.last_kind,
+            last_outcome: self.last_outcome,
+            last_tick: self.last_tick,
         }
     }
 }
@@ -917,7 +1252,7 @@ fn unknown_token() -> Error {
 
 /// The request's game and seat must be the session's, and the session must
 /// still hold its seat.
-fn check_owner(read: &Read, game_id: u64, seat: u8) -> Result<(), Error> {
+fn check_owner(read: &SessionRead, game_id: u64, seat: u8) -> Result<(), Error> {
     if read.seat < 0 {
         return Err(seat_freed(read.game_id));
     }
@@ -993,7 +1328,7 @@ fn plan(inputs: &[Input], batch: bool, last_seq: i64, last_kind: i16) -> Result<
 
 /// A new call needs a newer sequence number and a session still in its
 /// game.
-fn check_fresh(read: &Read, seq: i64) -> Result<(), Error> {
+fn check_fresh(read: &SessionRead, seq: i64) -> Result<(), Error> {
     if seq == read.last_seq {
         return Err(Error::FailedPrecondition(format!(
             "sequence number {seq} was already used by a different call"
@@ -1009,7 +1344,7 @@ fn check_fresh(read: &Read, seq: i64) -> Result<(), Error> {
 }
 
 /// A session that left its game applies nothing more.
-fn check_in_game(read: &Read) -> Result<(), Error> {
+fn check_in_game(read: &SessionRead) -> Result<(), Error> {
     if !read.in_game {
         return Err(Error::FailedPrecondition(format!(
             "you left game {}; join again to play",
@@ -1101,6 +1436,231 @@ fn winner_code(ending: Option<Ending>) -> i16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A game of four seated players, their sessions (session id 10 + seat,
+    /// token `[seat; 32]`), none of which applied anything yet.
+    fn four_players() -> (GameState, std::collections::HashMap<TokenHash, SessionRead>) {
+        let mut state = GameState::new(7, 0);
+        let mut sessions = std::collections::HashMap::new();
+        for seat in 0..SEATS as u8 {
+            assert_eq!(state.seat_player(0), Some(seat));
+            sessions.insert(
+                [seat; 32],
+                SessionRead {
+                    session_id: 10 + i64::from(seat),
+                    game_id: 1,
+                    seat: i16::from(seat),
+                    in_game: true,
+                    last_seq: 0,
+                    last_kind: 0,
+                    last_outcome: 0,
+                    last_tick: 0,
+                },
+            );
+        }
+        (state, sessions)
+    }
+
+    fn act_call(seat: u8, seqs: &[u64], batch: bool) -> Call {
+        Call::Act(ActCall {
+            token_hash: [seat; 32],
+            game_id: 1,
+            seat,
+            inputs: seqs
+                .iter()
+                .map(|&seq| Input {
+                    seq,
+                    action: if seq % 2 == 0 {
+                        Action::Idle
+                    } else {
+                        Action::Bomb
+                    },
+                })
+                .collect(),
+            batch,
+        })
+    }
+
+    fn leave_call(seat: u8, seq: u64) -> Call {
+        Call::Leave(LeaveCall {
+            token_hash: [seat; 32],
+            game_id: 1,
+            seat,
+            seq,
+        })
+    }
+
+    /// (session, seq) of a commit's log rows, in the order applied.
+    fn logged(commit: &Commit) -> Vec<(i64, i64)> {
+        commit.rows.iter().map(|r| (r.session_id, r.seq)).collect()
+    }
+
+    fn acked(answer: &Result<Answer, Error>) -> (u64, u32, bool) {
+        match answer {
+            Ok(Answer::Acted {
+                ack,
+                applied,
+                replayed,
+                ..
+            }) => (*ack, *applied, *replayed),
+            other => panic!("not an applied Act: {other:?}"),
+        }
+    }
+
+    /// The calls queued behind a game's gate, applied in one commit: each
+    /// caller's inputs its session has not applied yet, each once, in the
+    /// calls' arrival order and each session's seq order, at one tick; one
+    /// writer per session; each call answered for itself.
+    #[test]
+    fn a_commit_applies_each_callers_new_inputs_once_in_arrival_order() {
+        let (mut state, mut sessions) = four_players();
+        let calls = [
+            act_call(0, &[1, 2], true),
+            act_call(1, &[1], false),
+            // Player 0 again, its batch repeating 1 and 2 (not yet
+            // acknowledged when it sent this): only 3 is new.
+            act_call(0, &[1, 2, 3], true),
+            leave_call(3, 1),
+            act_call(2, &[1], true),
+        ];
+        let mut expected = state.clone();
+        let applied = apply_calls(&calls, &mut sessions, &mut state, 5);
+        assert_eq!(applied.tick, 5);
+        assert_eq!(
+            logged(&applied.commit),
+            vec![(10, 1), (10, 2), (11, 1), (10, 3), (13, 1), (12, 1)]
+        );
+        let writers: Vec<(i64, bool, bool)> = applied
+            .commit
+            .writers
+            .iter()
+            .map(|w| (w.session_id, w.leaving, w.freed))
+            .collect();
+        assert_eq!(
+            writers,
+            vec![
+                (10, false, false),
+                (11, false, false),
+                (13, true, false),
+                (12, false, false)
+            ],
+            "one writer per session; the leaver forfeits (four seated: the game runs)"
+        );
+        assert_eq!(acked(&applied.answers[0]), (2, 2, false));
+        assert_eq!(acked(&applied.answers[1]), (1, 1, false));
+        assert_eq!(acked(&applied.answers[2]), (3, 1, false));
+        assert!(matches!(applied.answers[3], Ok(Answer::Left { seq: 1 })));
+        assert_eq!(acked(&applied.answers[4]), (1, 1, false));
+        // The state is the inputs applied one by one, in that order.
+        for row in &applied.commit.rows {
+            let seat = row.seat as u8;
+            match Action::from_code(row.action) {
+                Some(action) => {
+                    assert_eq!(expected.apply(seat, action, 5).code(), row.outcome);
+                }
+                None => {
+                    expected.advance(5);
+                    assert_eq!(expected.phase(), Phase::Playing);
+                    expected.forfeit(seat, 5);
+                }
+            }
+        }
+        assert_eq!(state.encode(), expected.encode());
+        assert_eq!(sessions[&[0; 32]].last_seq, 3);
+        assert!(!sessions[&[3; 32]].in_game);
+    }
+
+    /// A call that fails its own checks gets its error, applies nothing,
+    /// and does not fail the others.
+    #[test]
+    fn a_call_that_fails_its_checks_is_refused_alone() {
+        let (mut state, mut sessions) = four_players();
+        let unknown = Call::Leave(LeaveCall {
+            token_hash: [9; 32],
+            game_id: 1,
+            seat: 0,
+            seq: 1,
+        });
+        let calls = [
+            act_call(0, &[1], true),
+            // Seat 1's token naming seat 2.
+            Call::Act(ActCall {
+                seat: 2,
+                ..match act_call(1, &[1], true) {
+                    Call::Act(call) => call,
+                    Call::Leave(_) => unreachable!(),
+                }
+            }),
+            unknown,
+            // Player 0 skipping input 2.
+            act_call(0, &[3], true),
+            act_call(2, &[1], true),
+        ];
+        let mut alone = state.clone();
+        let applied = apply_calls(&calls, &mut sessions, &mut state, 0);
+        assert_eq!(logged(&applied.commit), vec![(10, 1), (12, 1)]);
+        assert!(matches!(
+            applied.answers[1],
+            Err(Error::PermissionDenied(_))
+        ));
+        assert!(matches!(applied.answers[2], Err(Error::Unauthenticated(_))));
+        assert!(matches!(
+            applied.answers[3],
+            Err(Error::FailedPrecondition(_))
+        ));
+        assert_eq!(acked(&applied.answers[4]), (1, 1, false));
+        alone.apply(0, Action::Bomb, 0);
+        alone.apply(2, Action::Bomb, 0);
+        assert_eq!(
+            state.encode(),
+            alone.encode(),
+            "the refused calls changed nothing"
+        );
+        assert_eq!(sessions[&[1; 32]].last_seq, 0);
+    }
+
+    /// A second copy of a call in one commit (a hedge through the same
+    /// server) is a repeat of the first, answered with the first's outcome;
+    /// an Act after its session's Leave is refused.
+    #[test]
+    fn a_copy_in_the_same_commit_is_a_repeat() {
+        let (mut state, mut sessions) = four_players();
+        let calls = [
+            act_call(1, &[1], false),
+            act_call(1, &[1], false),
+            leave_call(2, 1),
+            act_call(2, &[2], true),
+            leave_call(2, 1),
+        ];
+        let applied = apply_calls(&calls, &mut sessions, &mut state, 4);
+        assert_eq!(logged(&applied.commit), vec![(11, 1), (12, 1)]);
+        let first = applied.answers[0].as_ref().unwrap();
+        let Ok(Answer::Acted {
+            outcome,
+            replayed,
+            applied_tick,
+            ..
+        }) = &applied.answers[1]
+        else {
+            panic!("the copy is answered");
+        };
+        let Answer::Acted {
+            outcome: first_outcome,
+            ..
+        } = first
+        else {
+            panic!("an Act");
+        };
+        assert_eq!(
+            (*replayed, *applied_tick, outcome),
+            (true, 4, first_outcome)
+        );
+        assert!(matches!(
+            applied.answers[3],
+            Err(Error::FailedPrecondition(_))
+        ));
+        assert!(matches!(applied.answers[4], Ok(Answer::Left { seq: 1 })));
+    }
 
     #[test]
     fn a_stored_seat_out_of_range_is_corrupt_not_seat_0() {
@@ -1214,6 +1774,190 @@ mod sql_tests {
     use crate::store::StoreOptions;
     use borbaman_cluster::{LocalPostgres, PgOptions};
     use sqlx::Executor;
+    use sqlx::postgres::PgArguments;
+
+    /// What [`one_write`] writes.
+    struct OneWrite<'a> {
+        state: &'a GameState,
+        phase: Phase,
+        game: i64,
+        session: i64,
+        seat: i16,
+        /// The log row: seq, action, outcome.
+        row: (i64, i16, i16),
+        leaving: bool,
+        version: i64,
+        read_us: i64,
+        lag_us: i64,
+        token: &'a [u8],
+        /// Winner or -1, draw, finishing.
+        ending: (i16, bool, bool),
+    }
+
+    /// [`WRITE_CALLS`] of one call of one session.
+    fn one_write<'a>(w: &OneWrite<'a>) -> sqlx::query::Query<'a, Postgres, PgArguments> {
+        sqlx::query(WRITE_CALLS)
+            .bind(Packed(w.state))
+            .bind(w.phase.code())
+            .bind(w.game)
+            .bind(w.version)
+            .bind(w.read_us)
+            .bind(w.lag_us)
+            .bind(0i32)
+            .bind(w.ending.0)
+            .bind(w.ending.1)
+            .bind(w.ending.2)
+            .bind(vec![w.session])
+            .bind(vec![w.seat])
+            .bind(vec![w.leaving])
+            .bind(vec![false])
+            .bind(vec![w.session])
+            .bind(vec![w.row.0])
+            .bind(vec![w.seat])
+            .bind(vec![w.row.1])
+            .bind(vec![w.row.2])
+            .bind(vec![w.token])
+            .bind(i64::from(TICK_MS))
+    }
+
+    /// Calls queued behind a game's gate while another call holds it go
+    /// to the database as one commit: the game's version advances by one,
+    /// the log holds each applied input once, numbered in arrival order,
+    /// and each call gets its own answer, the invalid one its own error.
+    #[tokio::test]
+    async fn calls_queued_behind_the_gate_commit_once_and_each_gets_its_own_answer() {
+        use std::time::Duration;
+        let (_pg, store) = crate::store::temp_store().await;
+        let mut tokens = Vec::new();
+        let mut game_id = 0;
+        for i in 0..SEATS {
+            let token = crate::token::hash(&crate::token::draw());
+            let joined = store
+                .join(
+                    &token,
+                    &Identity::session_only(&token),
+                    &format!("p{i}"),
+                    None,
+                )
+                .await
+                .unwrap();
+            assert_eq!(usize::from(joined.seat), i);
+            game_id = joined.game_id;
+            tokens.push(token);
+        }
+        let act = |seat: usize, seqs: &[u64]| ActCall {
+            token_hash: tokens[seat],
+            game_id,
+            seat: seat as u8,
+            inputs: seqs
+                .iter()
+                .map(|&seq| Input {
+                    seq,
+                    action: Action::Idle,
+                })
+                .collect(),
+            batch: true,
+        };
+        let version: i64 = sqlx::query_scalar("SELECT version FROM games WHERE id = $1")
+            .bind(game_id as i64)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+
+        // Hold the game's gate, as a call writing it would.
+        let Turn::Lead(held) = store
+            .gates
+            .turn(game_id, Call::Act(act(0, &[99])), MAX_BATCH)
+            .await
+        else {
+            panic!("nobody else holds the gate");
+        };
+        let calls = vec![
+            Call::Act(act(0, &[1, 2])),
+            // Seat 1's token naming seat 2: refused, alone.
+            Call::Act(ActCall {
+                seat: 2,
+                ..act(1, &[1])
+            }),
+            Call::Act(act(2, &[1])),
+            Call::Leave(LeaveCall {
+                token_hash: tokens[3],
+                game_id,
+                seat: 3,
+                seq: 1,
+            }),
+            // Player 0's next call, its unacknowledged inputs again.
+            Call::Act(act(0, &[1, 2, 3])),
+        ];
+        let mut tasks = Vec::new();
+        for (i, call) in calls.into_iter().enumerate() {
+            let caller = store.clone();
+            tasks.push(tokio::spawn(async move {
+                match call {
+                    Call::Act(call) => caller.act(&call).await.map(|a| Reply::Acted(Box::new(a))),
+                    Call::Leave(call) => caller.leave(&call).await.map(Reply::Left),
+                }
+            }));
+            // One at a time, so they queue in this order.
+            let what = format!("call {i} queued behind the gate");
+            borbaman_cluster::wait::until(&what, Duration::from_secs(10), || async {
+                (store.gates.queued(game_id) == i + 1).then_some(())
+            })
+            .await;
+        }
+        let _ = held.answer([Err(Error::Internal("held for the test".into()))]);
+
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        let acked = |answer: &Result<Reply, Error>| match answer {
+            Ok(Reply::Acted(acted)) => (acted.ack, acted.applied, acted.snapshot.version),
+            other => panic!("not an Act's reply: {other:?}"),
+        };
+        let next = (version + 1) as u64;
+        assert_eq!(acked(&answers[0]), (2, 2, next));
+        assert!(
+            matches!(answers[1], Err(Error::PermissionDenied(_))),
+            "{:?}",
+            answers[1]
+        );
+        assert_eq!(acked(&answers[2]), (1, 1, next));
+        assert!(matches!(answers[3], Ok(Reply::Left(Left { seq: 1 }))));
+        assert_eq!(acked(&answers[4]), (3, 1, next));
+
+        // One game write, and the log in arrival order.
+        let log: Vec<(i16, i64, i16, i64, i32)> = sqlx::query_as(
+            "SELECT seat, seq, action, version, ord FROM actions WHERE game_id = $1 ORDER BY ord",
+        )
+        .bind(game_id as i64)
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let (idle, leave) = (Action::Idle.code(), KIND_LEAVE);
+        let v = version + 1;
+        assert_eq!(
+            log,
+            vec![
+                (0, 1, idle, v, 1),
+                (0, 2, idle, v, 2),
+                (2, 1, idle, v, 3),
+                (3, 1, leave, v, 4),
+                (0, 3, idle, v, 5)
+            ]
+        );
+        let stored: i64 = sqlx::query_scalar("SELECT version FROM games WHERE id = $1")
+            .bind(game_id as i64)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(stored, v, "one write for the five calls");
+        let audit = crate::store::audit::version_audit(store.pool(), &[game_id as i64])
+            .await
+            .unwrap();
+        assert!(audit.is_clean(), "{audit:?}");
+        store.close().await;
+    }
 
     /// Every statement parses, type-checks and plans against the migrated
     /// schema (PREPARE), without needing the game core.
@@ -1343,29 +2087,26 @@ mod sql_tests {
         let state = GameState::decode(&state).unwrap();
         let before = dump(pool, game).await;
         let lag_us = 10_000_000i64;
-        let finishing_act = |version: i64, seat: i16, read_us: i64, lag_us: i64| {
-            sqlx::query(WRITE_ACT_FINISHING)
-                .bind(Packed(&state))
-                .bind(Phase::Finished.code())
-                .bind(game)
-                .bind(session)
-                .bind(vec![1i64])
-                .bind(vec![Action::Bomb.code()])
-                .bind(0i32)
-                .bind(seat)
-                .bind(vec![Outcome::NoEffect.code()])
-                .bind(version)
-                .bind(read_us)
-                .bind(lag_us)
-                .bind(token)
-                .bind(tick_ms)
-                .bind(0i16)
-                .bind(false)
+        let finishing_act = |version: i64, seat: i16, read_us: i64, lag_us: i64| OneWrite {
+            state: &state,
+            phase: Phase::Finished,
+            game,
+            session,
+            seat,
+            row: (1, Action::Bomb.code(), Outcome::NoEffect.code()),
+            leaving: false,
+            version,
+            read_us,
+            lag_us,
+            token,
+            ending: (0, false, true),
         };
-        // A missed write's row: no version, then the read again.
-        let read_again = |row: PgRow| {
-            assert_eq!(row.get::<Option<i64>, _>(0), None);
-            let read = read_row(&row, 1).unwrap();
+        // A missed write's rows: no version, then the read again.
+        let read_again = |rows: Vec<PgRow>| {
+            assert_eq!(rows.len(), 1, "one caller, one read again");
+            assert_eq!(rows[0].get::<Option<i64>, _>(0), None);
+            let (hash, read) = caller_row(&rows[0], 1).unwrap();
+            assert_eq!(&hash[..], token);
             (read.session_id, read.game_id, read.version, read.last_seq)
         };
         let missed = [
@@ -1378,34 +2119,21 @@ mod sql_tests {
                 "a read too old",
                 finishing_act(version, 0, clock - 2 * lag_us, lag_us),
             ),
+            (
+                "a leave at an older version",
+                OneWrite {
+                    row: (1, KIND_LEAVE, Outcome::APPLIED_CODE),
+                    leaving: true,
+                    ending: (1, false, true),
+                    ..finishing_act(version - 1, 0, clock, lag_us)
+                },
+            ),
         ];
         for (why, write) in missed {
-            let row = write.fetch_one(pool).await.unwrap();
-            assert_eq!(read_again(row), (session, game, version, 0), "{why}");
+            let rows = one_write(&write).fetch_all(pool).await.unwrap();
+            assert_eq!(read_again(rows), (session, game, version, 0), "{why}");
             assert_eq!(dump(pool, game).await, before, "{why}");
         }
-        let leave = sqlx::query(WRITE_LEAVE)
-            .bind(Packed(&state))
-            .bind(Phase::Finished.code())
-            .bind(game)
-            .bind(session)
-            .bind(1i64)
-            .bind(0i32)
-            .bind(0i16)
-            .bind(false)
-            .bind(1i16)
-            .bind(false)
-            .bind(true)
-            .bind(version - 1)
-            .bind(clock)
-            .bind(lag_us)
-            .bind(token)
-            .bind(tick_ms)
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        assert_eq!(read_again(leave), (session, game, version, 0));
-        assert_eq!(dump(pool, game).await, before, "leave");
         let advance = sqlx::query(WRITE_ADVANCE)
             .bind(Packed(&state))
             .bind(Phase::Finished.code())
@@ -1421,7 +2149,7 @@ mod sql_tests {
         assert_eq!(dump(pool, game).await, before, "advance");
 
         // The same write, current: the game, its log and the rankings.
-        let row = finishing_act(version, 0, clock, lag_us)
+        let row = one_write(&finishing_act(version, 0, clock, lag_us))
             .fetch_one(pool)
             .await
             .unwrap();
@@ -1434,10 +2162,10 @@ mod sql_tests {
         .unwrap();
         assert_eq!(counts, (1, SEATS as i64));
 
-        // The function a missed write reads again with is LOAD, column for
-        // column (but for the clock, read a moment later).
-        let load = sqlx::query(LOAD)
-            .bind(token)
+        // The function a missed write reads again with is LOAD_CALLERS,
+        // column for column (but for the clock, read a moment later).
+        let load = sqlx::query(LOAD_CALLERS)
+            .bind(vec![token])
             .bind(tick_ms)
             .fetch_one(pool)
             .await
@@ -1448,7 +2176,10 @@ mod sql_tests {
             .fetch_one(pool)
             .await
             .unwrap();
-        let (load, function) = (read_row(&load, 0).unwrap(), read_row(&function, 0).unwrap());
+        let (load, function) = (
+            caller_row(&load, 0).unwrap().1,
+            read_row(&function, 0).unwrap(),
+        );
         assert_eq!(function.last_seq, 1);
         let columns = |r: &Read| {
             (
@@ -1521,24 +2252,23 @@ mod sql_tests {
 
         let state = joined.snapshot.state.clone();
         let loser = tokio::spawn(async move {
-            sqlx::query(WRITE_ACT)
-                .bind(Packed(&state))
-                .bind(state.phase().code())
-                .bind(game)
-                .bind(session)
-                .bind(vec![1i64])
-                .bind(vec![Action::Idle.code()])
-                .bind(0i32)
-                .bind(0i16)
-                .bind(vec![Outcome::NoEffect.code()])
-                .bind(version)
-                .bind(clock)
-                .bind(60_000_000i64)
-                .bind(&token[..])
-                .bind(i64::from(TICK_MS))
-                .fetch_one(&pool)
-                .await
-                .unwrap()
+            one_write(&OneWrite {
+                state: &state,
+                phase: state.phase(),
+                game,
+                session,
+                seat: 0,
+                row: (1, Action::Idle.code(), Outcome::NoEffect.code()),
+                leaving: false,
+                version,
+                read_us: clock,
+                lag_us: 60_000_000,
+                token: &token[..],
+                ending: (-1, false, false),
+            })
+            .fetch_all(&pool)
+            .await
+            .unwrap()
         });
         // The loser starts, and waits for the winner's lock on the game.
         let waiting = async {
@@ -1560,9 +2290,9 @@ mod sql_tests {
             .expect("the write waits for the winner's row lock");
         winner.commit().await.unwrap();
 
-        let row = loser.await.unwrap();
-        assert_eq!(row.get::<Option<i64>, _>(0), None, "nothing written");
-        let again = read_row(&row, 1).unwrap();
+        let rows = loser.await.unwrap();
+        assert_eq!(rows[0].get::<Option<i64>, _>(0), None, "nothing written");
+        let again = caller_row(&rows[0], 1).unwrap().1;
         assert_eq!((again.version, again.last_seq), (version + 1, 1));
         assert_eq!(
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM actions")

@@ -9,8 +9,9 @@
 //! version the caller read (`cas_game!`), and whose every other part reads
 //! that update's row (`FROM g` or `EXISTS (SELECT 1 FROM g)`), so a write
 //! that lost the race changes nothing at all and returns no new version
-//! (an Act's or a Leave's returns the caller's read done again instead,
-//! see `read_again!`).
+//! (a commit of Acts and Leaves returns the callers' read done again
+//! instead, see `read_again!`). Acts and Leaves share one statement,
+//! [`WRITE_CALLS`], whether it commits one call or several.
 
 use borbaman_game::Phase;
 use borbaman_game::codes::CONNECTED_WINDOW_MS;
@@ -119,17 +120,18 @@ macro_rules! clock_us {
     };
 }
 
-/// The compare-and-set game update of an Act or a Leave: it matches only
-/// while the game is still at the version the caller read (`$version`), the
-/// caller's session is still seated in it (`sl`), and the write is not older
+/// The compare-and-set game update of a commit of Acts and Leaves: it
+/// matches only while the game is still at the version the caller read
+/// (`$version`), every session the commit writes for is still seated in it
+/// (`sl` holds as many rows as `$sessions` has), and the write is not older
 /// than `$lag_us` by the database clock since the read at `$read_us`. The
 /// last condition keeps a server that stalled between its read and its
-/// write (a stopped process, a CPU stall) from committing, much later, an
-/// action computed at a tick long gone, in a game nobody else touched
-/// meanwhile: the call reads again and applies it at the current tick.
+/// write (a stopped process, a CPU stall) from committing, much later,
+/// actions computed at a tick long gone, in a game nobody else touched
+/// meanwhile: the calls read again and apply at the current tick.
 macro_rules! cas_game {
     ($state:literal, $phase:literal, $game:literal, $extra:literal,
-     $version:literal, $read_us:literal, $lag_us:literal) => {
+     $version:literal, $read_us:literal, $lag_us:literal, $sessions:literal) => {
         update_game!(
             $state,
             $phase,
@@ -138,7 +140,9 @@ macro_rules! cas_game {
             concat!(
                 " AND version = ",
                 $version,
-                "::bigint AND EXISTS (SELECT 1 FROM sl) AND ",
+                "::bigint AND (SELECT count(*) FROM sl) = cardinality(",
+                $sessions,
+                "::bigint[]) AND ",
                 clock_us!(),
                 " <= ",
                 $read_us,
@@ -150,23 +154,22 @@ macro_rules! cas_game {
     };
 }
 
-/// The caller's session (`$session`) still seated at `$seat` of `$game`
-/// and in it: locked for the statement only (`$lock`), so a join moving
-/// the session elsewhere (it locks the session across its transaction)
-/// either finished before, and this finds no row, or waits for this write.
-/// No lock outlives the statement.
-macro_rules! session_guard {
-    ($session:literal, $game:literal, $seat:literal, $lock:literal) => {
+/// The sessions a commit writes for (`w`: `$sessions` with their `$seats`)
+/// still seated there in `$game` and in it: locked for the statement only,
+/// in id order (two commits sharing sessions lock them in one order), so a
+/// join moving a session elsewhere (it locks the session across its
+/// transaction) either finished before, and this finds fewer rows, or
+/// waits for this write. Locked as for an update, since a leave updates
+/// its session: an Act and a Leave of one session never both hold it
+/// shared while each waits for the other's game update. No lock outlives
+/// the statement.
+macro_rules! sessions_guard {
+    ($game:literal) => {
         concat!(
-            "sl AS MATERIALIZED (SELECT id FROM sessions WHERE id = ",
-            $session,
-            "::bigint AND game_id = ",
+            "sl AS MATERIALIZED (SELECT s.id FROM sessions s JOIN w ON w.session = s.id \
+               AND w.seat = s.seat WHERE s.game_id = ",
             $game,
-            "::bigint AND seat = ",
-            $seat,
-            "::smallint AND in_game ",
-            $lock,
-            ")"
+            "::bigint AND s.in_game ORDER BY s.id FOR NO KEY UPDATE OF s)"
         )
     };
 }
@@ -200,21 +203,23 @@ macro_rules! rankings {
     };
 }
 
-/// The caller's session, its newest action-log row (its last applied
-/// sequence number and reply), its game and the database clock in
-/// microseconds, as one snapshot; locks nothing. `$1` token hash, `$2` tick
-/// length. The function `game_call_read` (migration `cas_reads`) is the
-/// same query, for a write that lost its race to read again (`read_again!`).
-pub const LOAD: &str = concat!(
-    "SELECT s.id, s.seat, s.in_game, coalesce(l.seq, 0), coalesce(l.action, 0::smallint), \
-            coalesce(l.outcome, 0::smallint), coalesce(l.tick, 0), ",
+/// The callers' sessions (`$1`, token hashes), each with its newest
+/// action-log row (its last applied sequence number and reply), its game
+/// and the database clock in microseconds, as one snapshot; locks nothing.
+/// One row per known token: the token hash, then the columns of the
+/// function `game_call_read` (migration `cas_reads`), which a write that
+/// lost its race reads again with (`read_again!`). `$2` tick length.
+pub const LOAD_CALLERS: &str = concat!(
+    "SELECT s.token_hash, s.id, s.seat, s.in_game, coalesce(l.seq, 0), \
+            coalesce(l.action, 0::smallint), coalesce(l.outcome, 0::smallint), \
+            coalesce(l.tick, 0), ",
     game_cols!("$2"),
     ", ",
     clock_us!(),
-    " FROM sessions s JOIN games g ON g.id = s.game_id \
+    " FROM unnest($1::bytea[]) t(h) JOIN sessions s ON s.token_hash = t.h \
+     JOIN games g ON g.id = s.game_id \
      LEFT JOIN LATERAL (SELECT a.seq, a.action, a.outcome, a.tick FROM actions a \
-                        WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true \
-     WHERE s.token_hash = $1::bytea"
+                        WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true"
 );
 
 /// The caller's game, without locking anything, then the caller's seat
@@ -313,125 +318,85 @@ pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game
      WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
 
 /// The end of a compare-and-set write: its new version in the first
-/// column, the rest NULL; or, if it wrote nothing, NULL then the caller's
-/// read done again ([`LOAD`]'s columns, from `game_call_read`, which sees
-/// the commit the write lost to). `$token` token hash, `$tick` tick length.
+/// column, the rest NULL; or, if it wrote nothing, NULL then the callers'
+/// read done again ([`LOAD_CALLERS`]'s columns, one row per token, from
+/// `game_call_read`, which sees the commit the write lost to). `$tokens`
+/// token hashes, `$tick` tick length.
 macro_rules! read_again {
-    ($token:literal, $tick:literal) => {
+    ($tokens:literal, $tick:literal) => {
         concat!(
-            " SELECT version, NULL::bigint, NULL::smallint, NULL::boolean, NULL::bigint, \
-                     NULL::smallint, NULL::smallint, NULL::integer, NULL::bigint, NULL::bytea, \
-                     NULL::bigint, NULL::bigint, NULL::text[], NULL::boolean[], NULL::bigint \
+            " SELECT version, NULL::bytea, NULL::bigint, NULL::smallint, NULL::boolean, \
+                     NULL::bigint, NULL::smallint, NULL::smallint, NULL::integer, NULL::bigint, \
+                     NULL::bytea, NULL::bigint, NULL::bigint, NULL::text[], NULL::boolean[], \
+                     NULL::bigint \
               FROM g \
               UNION ALL \
-              SELECT NULL::bigint, r.* FROM game_call_read(",
-            $token,
-            "::bytea, ",
+              SELECT NULL::bigint, t.h, r.* FROM unnest(",
+            $tokens,
+            "::bytea[]) t(h), game_call_read(t.h, ",
             $tick,
             "::bigint) r WHERE NOT EXISTS (SELECT 1 FROM g)"
         )
     };
 }
 
-/// The action-log rows of an Act's applied inputs, one per input, all of
-/// the commit's version (`g`): `$5` their seqs, `$6` their actions and `$9`
-/// their outcomes (arrays in input order, of equal length), `$7` the tick
-/// they were applied at, `$4` session, `$8` seat.
-macro_rules! log_inputs {
-    () => {
-        "a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
-           SELECT $4::bigint, i.seq, g.id, $8::smallint, $7::integer, i.action, i.outcome, \
-                  g.version \
-           FROM g, unnest($5::bigint[], $6::smallint[], $9::smallint[]) AS i(seq, action, outcome))"
-    };
-}
-
-/// Writes an applied Act, compare-and-set (see `cas_game!`): the game row
-/// and one action-log row per input it applied, or nothing. The session's
-/// last sequence number is its newest log row, so the log rows are the
-/// session's update; the log's primary key (session, seq) refuses a
-/// sequence number twice even if everything else let it through (the
-/// whole statement fails). Returns the new version, or, if the game or the
-/// session changed since the read, the read again (see `read_again!`).
-/// `$1` state, `$2` phase, `$3` game, `$4` session, `$5` seqs, `$6`
-/// actions, `$7` tick, `$8` seat, `$9` outcomes (see `log_inputs!`), `$10`
-/// version read, `$11` clock read (µs), `$12` longest read-to-write lag
-/// (µs), `$13` token hash, `$14` tick length.
-pub const WRITE_ACT: &str = concat!(
-    "WITH ",
-    session_guard!("$4", "$3", "$8", "FOR SHARE"),
+/// Writes one commit of the Acts and Leaves queued behind a game's gate
+/// (one call, or several, of one session or several), compare-and-set (see
+/// `cas_game!`): the game row, one action-log row per input applied (`ord`
+/// numbers them in the order they were applied), and for each session that
+/// left its session, its seat and (if the game was waiting) its name; the
+/// rankings if this commit finishes the game. Or nothing at all. The
+/// session's last sequence number is its newest log row, so the log rows
+/// are an Act's session update; the log's primary key (session, seq)
+/// refuses a sequence number twice even if everything else let it through
+/// (the whole statement fails). Returns the new version, or, if the game or
+/// a session changed since the read, the read again (see `read_again!`).
+///
+/// `$1` state, `$2` phase, `$3` game, `$4` version read, `$5` clock read
+/// (µs), `$6` longest read-to-write lag (µs), `$7` the tick the inputs
+/// were applied at, `$8` winner seat or -1, `$9` draw, `$10` this commit
+/// finishes the game. Per session written for (arrays of equal length):
+/// `$11` session, `$12` seat, `$13` it left, `$14` it left a waiting game
+/// (its seat is freed). Per log row, in the order applied: `$15` session,
+/// `$16` seq, `$17` seat, `$18` action, `$19` outcome. `$20` the callers'
+/// token hashes and `$21` the tick length, for the read again.
+pub const WRITE_CALLS: &str = concat!(
+    "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
+                                     $14::boolean[]) AS w(session, seat, leaving, freed)), ",
+    sessions_guard!("$3"),
     ", ",
     cas_game!(
         "$1",
         "$2",
         "$3",
-        ", active_at[$8::smallint + 1] = now()",
-        "$10",
-        "$11",
-        "$12"
+        ", active_at = ARRAY(SELECT CASE \
+             WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1 AND w.leaving) THEN NULL \
+             WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1) THEN now() \
+             ELSE active_at[i] END FROM generate_series(1, 4) i ORDER BY i), \
+           names = ARRAY(SELECT CASE \
+             WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1 AND w.freed) THEN '' \
+             ELSE names[i] END FROM generate_series(1, 4) i ORDER BY i)",
+        "$4",
+        "$5",
+        "$6",
+        "$11"
     ),
-    ", ",
-    log_inputs!(),
-    read_again!("$13", "$14")
-);
-
-/// [`WRITE_ACT`] for the Act that finishes the game: also the rankings.
-/// `$15` winner seat or -1, `$16` draw.
-pub const WRITE_ACT_FINISHING: &str = concat!(
-    "WITH ",
-    session_guard!("$4", "$3", "$8", "FOR SHARE"),
-    ", ",
-    cas_game!(
-        "$1",
-        "$2",
-        "$3",
-        ", active_at[$8::smallint + 1] = now()",
-        "$10",
-        "$11",
-        "$12"
-    ),
-    ", ",
-    log_inputs!(),
-    ", ",
-    rankings!("$3", "$15", "$16", "true"),
-    read_again!("$13", "$14")
-);
-
-/// Writes an applied Leave, compare-and-set like [`WRITE_ACT`]: game,
-/// session, seat, action log, and the rankings if the forfeit finished the
-/// game, or nothing (then the read again). The session is locked as for
-/// an update (it is updated), so a Leave and an Act of one session never
-/// hold it shared while each waits for the other's game update. `$1`
-/// state, `$2` phase, `$3` game, `$4` session, `$5` seq, `$6` tick, `$7`
-/// seat, `$8` the game was waiting (the seat is freed), `$9` winner or -1,
-/// `$10` draw, `$11` finishing, `$12` version read, `$13` clock read (µs),
-/// `$14` longest read-to-write lag (µs), `$15` token hash, `$16` tick
-/// length.
-pub const WRITE_LEAVE: &str = concat!(
-    "WITH ",
-    session_guard!("$4", "$3", "$7", "FOR NO KEY UPDATE"),
-    ", ",
-    cas_game!(
-        "$1",
-        "$2",
-        "$3",
-        ", active_at[$7::smallint + 1] = NULL, \
-         names[$7::smallint + 1] = CASE WHEN $8::boolean THEN '' ELSE names[$7::smallint + 1] END",
-        "$12",
-        "$13",
-        "$14"
-    ),
-    ", s AS (UPDATE sessions SET in_game = false \
-             WHERE id = $4::bigint AND EXISTS (SELECT 1 FROM g)), \
-     a AS (INSERT INTO actions (session_id, seq, game_id, seat, tick, action, outcome, version) \
-           SELECT $4::bigint, $5::bigint, id, $7::smallint, $6::integer, 7, 1, version FROM g), \
-     d AS (DELETE FROM seats WHERE $8::boolean AND game_id = $3::bigint AND seat = $7::smallint \
-           AND EXISTS (SELECT 1 FROM g)), \
-     l AS (UPDATE seats SET left_at = now() \
-           WHERE NOT $8::boolean AND game_id = $3::bigint AND seat = $7::smallint \
-           AND EXISTS (SELECT 1 FROM g)), ",
-    rankings!("$3", "$9", "$10", "$11::boolean"),
-    read_again!("$15", "$16")
+    ", a AS (INSERT INTO actions \
+               (session_id, seq, game_id, seat, tick, action, outcome, version, ord) \
+             SELECT i.session, i.seq, g.id, i.seat, $7::integer, i.action, i.outcome, \
+                    g.version, i.ord::integer \
+             FROM g, unnest($15::bigint[], $16::bigint[], $17::smallint[], $18::smallint[], \
+                            $19::smallint[]) WITH ORDINALITY \
+                     AS i(session, seq, seat, action, outcome, ord)), \
+       s AS (UPDATE sessions SET in_game = false \
+             WHERE id IN (SELECT session FROM w WHERE leaving) AND EXISTS (SELECT 1 FROM g)), \
+       d AS (DELETE FROM seats WHERE game_id = $3::bigint \
+             AND seat IN (SELECT seat FROM w WHERE freed) AND EXISTS (SELECT 1 FROM g)), \
+       l AS (UPDATE seats SET left_at = now() WHERE game_id = $3::bigint \
+             AND seat IN (SELECT seat FROM w WHERE leaving AND NOT freed) \
+             AND EXISTS (SELECT 1 FROM g)), ",
+    rankings!("$3", "$8", "$9", "$10::boolean"),
+    read_again!("$20", "$21")
 );
 
 /// Writes a state advanced by the clock alone (a game that just ended),
@@ -545,7 +510,7 @@ pub const LIVE_GAMES: &str = concat!(
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[
-    LOAD,
+    LOAD_CALLERS,
     READ_STATE,
     READ_GAME,
     READ_JOINER,
@@ -553,9 +518,7 @@ pub const ALL: &[&str] = &[
     LOAD_WAITING_LOCKED,
     FREE_SILENT_SEATS,
     LOAD_SESSION_LOCKED,
-    WRITE_ACT,
-    WRITE_ACT_FINISHING,
-    WRITE_LEAVE,
+    WRITE_CALLS,
     WRITE_ADVANCE,
     WRITE_JOIN_WAITING,
     WRITE_JOIN_NEW,

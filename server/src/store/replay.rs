@@ -80,17 +80,19 @@ pub async fn finished_games(
     .await?;
     let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
     // Within one commit (one version) seat changes come first: a join's
-    // freed seats, then its seat. The action rows of one commit are one
+    // freed seats, then its seat. The action rows of one commit are in the
+    // order they were applied (`ord`; a commit may hold several sessions'
+    // inputs); rows logged before `ord` existed have 0 and are one
     // session's inputs, applied in seq order.
     let log: Vec<(i64, i16, i16, i16, i32)> = sqlx::query_as(
         "SELECT game_id, src, kind, seat, tick FROM ( \
            SELECT game_id, version, 0::smallint AS src, kind, seat, tick, \
-                  kind::bigint AS ord FROM seat_log \
+                  kind::integer AS ord, 0::bigint AS seq FROM seat_log \
              WHERE game_id = ANY($1::bigint[]) \
            UNION ALL \
-           SELECT game_id, version, 1::smallint, action, seat, tick, seq FROM actions \
+           SELECT game_id, version, 1::smallint, action, seat, tick, ord, seq FROM actions \
              WHERE game_id = ANY($1::bigint[])) e \
-         ORDER BY game_id, version, src, ord, seat",
+         ORDER BY game_id, version, src, ord, seq, seat",
     )
     .bind(&ids)
     .fetch_all(&mut *tx)
