@@ -82,16 +82,12 @@ async fn a_player_100ms_away_never_fails_over() {
 async fn a_killed_server_100ms_away_is_left_and_the_call_answered() {
     let mut cluster = far_cluster();
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "farkill").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "farkill").await;
     let player = &mut players[0];
     for _ in 0..3 {
         player.act(Action::Idle).await.unwrap();
     }
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (victim, index) = common::current_server(&pool, &cluster);
     common::blocking(|| cluster.kill(index)).unwrap();
 
     let seq = player.next_seq();
@@ -111,16 +107,12 @@ async fn a_killed_server_100ms_away_is_left_and_the_call_answered() {
 async fn a_hung_server_100ms_away_is_left_and_the_call_answered() {
     let mut cluster = far_cluster();
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "farhang").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "farhang").await;
     let player = &mut players[0];
     for _ in 0..3 {
         player.act(Action::Idle).await.unwrap();
     }
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (victim, index) = common::current_server(&pool, &cluster);
     cluster.hang(index).unwrap();
 
     let seq = player.next_seq();
