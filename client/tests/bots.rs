@@ -1,6 +1,6 @@
 //! Four bots play a whole game against a real cluster and finish it with a
 //! winner or a draw (sudden death guarantees an end; the servers create
-//! games with a 3-second round, so the arena starts closing early).
+//! games with a 1-second round, so the arena starts closing early).
 
 mod common;
 
@@ -10,8 +10,8 @@ use borbaman_client::pool::PoolConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_bots_finish_a_game() {
-    let cluster = common::cluster_with(3, &["--round-ms=3000"]);
-    // A 3-second round, then sudden death closes the 113 open cells, one
+    let cluster = common::cluster_with(3, &["--round-ms=1000"]);
+    // A 1-second round, then sudden death closes the 113 open cells, one
     // every 3 ticks: about 20 s in all.
     let finished = common::bot_game(
         &cluster.addresses(),

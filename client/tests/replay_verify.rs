@@ -27,7 +27,7 @@ fn verify_all(database_url: &str) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_on_a_bot_game_and_fails_once_its_state_is_altered() {
-    let cluster = common::cluster_with(2, &["--round-ms=3000"]);
+    let cluster = common::cluster_with(2, &["--round-ms=1000"]);
     let game_id = bot_game(&cluster, "corridors").await;
 
     let db = common::database(&cluster).await;
@@ -98,7 +98,7 @@ async fn a_replay_stepped_to_its_end_is_the_stored_state_and_is_drawn() {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
-    let cluster = common::cluster_with(2, &["--round-ms=3000"]);
+    let cluster = common::cluster_with(2, &["--round-ms=1000"]);
     let game_id = bot_game(&cluster, "open").await;
     let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
         .await

@@ -57,7 +57,7 @@ async fn bots_that_trust_the_ca_play_a_game_over_tls() {
     let (cert, key) = (pem("cert.pem"), pem("key.pem"));
     let cluster = common::cluster_with(
         2,
-        &["--round-ms=3000", "--tls-cert", &cert, "--tls-key", &key],
+        &["--round-ms=1000", "--tls-cert", &cert, "--tls-key", &key],
     );
 
     // Without the CA: no server can be reached.

@@ -62,7 +62,7 @@ async fn best_ping(channel: &Channel) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_game_plays_through_delay_proxies_the_registry_hands_out() {
-    let cluster = wan_cluster(&["50ms"], &["--round-ms=3000"]);
+    let cluster = wan_cluster(&["50ms"], &["--round-ms=1000"]);
     let advertised = cluster.addresses();
     let listening: HashSet<String> = cluster.listen_addresses().into_iter().collect();
     assert!(
