@@ -84,11 +84,7 @@ async fn a_killed_server_100ms_away_is_left_and_the_call_answered() {
     let db = common::database(&cluster).await;
     let (pool, mut players) = common::pool_and_game(&cluster, "farkill").await;
     let player = &mut players[0];
-    for _ in 0..3 {
-        player.act(Action::Idle).await.unwrap();
-    }
-    let (victim, index) = common::current_server(&pool, &cluster);
-    common::blocking(|| cluster.kill(index)).unwrap();
+    let victim = common::kill_current_after(&mut cluster, &pool, player, 3).await;
 
     let seq = player.next_seq();
     let (reply, info) = player.act(Action::Bomb).await.expect("the call fails over");

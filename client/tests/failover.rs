@@ -17,11 +17,7 @@ async fn killing_the_current_server_retries_the_same_seq_on_another() {
     let db = common::database(&cluster).await;
     let (pool, mut players) = common::pool_and_game(&cluster, "kill").await;
     let player = &mut players[0];
-    for _ in 0..3 {
-        player.act(Action::Idle).await.unwrap();
-    }
-    let (victim, index) = common::current_server(&pool, &cluster);
-    common::blocking(|| cluster.kill(index)).unwrap();
+    let victim = common::kill_current_after(&mut cluster, &pool, player, 3).await;
 
     let seq = player.next_seq();
     let (reply, info) = player.act(Action::Idle).await.expect("the call fails over");

@@ -232,3 +232,23 @@ pub fn current_server(pool: &ServerPool, cluster: &LocalCluster) -> (String, usi
         .unwrap_or_else(|| panic!("{current} is not a server of the cluster"));
     (current, index)
 }
+
+/// `player` has `calls` idle acts answered (its pool has a current server
+/// and a game under way there), then that server is SIGKILLed; its
+/// address.
+pub async fn kill_current_after(
+    cluster: &mut LocalCluster,
+    pool: &ServerPool,
+    player: &mut GameSession,
+    calls: usize,
+) -> String {
+    for _ in 0..calls {
+        player
+            .act(borbaman_proto::pb::Action::Idle)
+            .await
+            .expect("an idle act before the kill");
+    }
+    let (victim, index) = current_server(pool, cluster);
+    blocking(|| cluster.kill(index)).expect("kill the current server");
+    victim
+}
