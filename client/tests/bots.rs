@@ -1,45 +1,26 @@
 //! Four bots play a whole game against a real cluster and finish it with a
 //! winner or a draw (sudden death guarantees an end; the servers create
-//! games with a 3-second round, so the arena starts closing early).
+//! games with a 1-second round, so the arena starts closing early).
 
 mod common;
 
 use std::time::Duration;
 
-use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
 use borbaman_client::pool::PoolConfig;
-use tokio::sync::mpsc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_bots_finish_a_game() {
-    let cluster = common::cluster_with(3, &["--round-ms=3000"]);
-    let (_stopper, stop) = borbaman::shutdown::channel();
-    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
-    let bots = spawn_bots(
+    let cluster = common::cluster_with(3, &["--round-ms=1000"]);
+    // A 1-second round, then sudden death closes the 113 open cells, one
+    // every 3 ticks: about 20 s in all.
+    let finished = common::bot_game(
         &cluster.addresses(),
         PoolConfig::default(),
-        &BotTeam {
-            games: Some(1),
-            ..BotTeam::new(4)
-        },
-        stop,
-        outcome_tx,
+        "",
+        Duration::from_secs(90),
+        "the game before sudden death has closed the arena",
     )
-    .await
-    .unwrap();
-
-    // A 3-second round, then sudden death closes the 113 open cells, one
-    // every 3 ticks: about 20 s in all.
-    let deadline = Duration::from_secs(90);
-    let mut finished: Vec<GameOutcome> = Vec::new();
-    while finished.len() < 4 {
-        let outcome = tokio::time::timeout(deadline, outcomes.recv())
-            .await
-            .expect("the game ends before sudden death has closed the arena")
-            .expect("bots report before they stop");
-        finished.push(outcome);
-    }
-    bots.join_all().await;
+    .await;
 
     let game = finished[0].game_id;
     assert!(

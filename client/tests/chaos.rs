@@ -14,25 +14,20 @@ fn three_kills_lose_and_duplicate_nothing() {
     let run = chaos::run(
         "chaos",
         &[
-            "--servers",
-            "3",
-            "--faults",
-            "3",
-            "--fault-interval-s",
-            "4",
-            "--fault",
-            "kill",
-            "--clients",
-            "8",
-            "--warmup-s",
-            "2",
-            "--tail-s",
-            "1",
-            "--floor-samples",
-            "50",
-            "--no-fsync",
-            "--server-arg=--round-ms=1000",
-        ],
+            chaos::SHORT_RUN,
+            &[
+                "--servers",
+                "3",
+                "--faults",
+                "3",
+                "--fault-interval-s",
+                "4",
+                "--fault",
+                "kill",
+                "--server-arg=--round-ms=1000",
+            ],
+        ]
+        .concat(),
     );
     let (stdout, summary) = (&run.stdout, &run.summary);
     run.assert_nothing_lost(3);

@@ -6,17 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_proto::pb::Action;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_is_waited_out_without_dropping_servers() {
     let mut cluster = common::cluster(3);
     let db_url = cluster.database_url().to_string();
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "dbdown").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "dbdown").await;
     let mut player = players.remove(0);
     player.act(Action::Idle).await.unwrap();
 

@@ -82,17 +82,9 @@ async fn a_player_100ms_away_never_fails_over() {
 async fn a_killed_server_100ms_away_is_left_and_the_call_answered() {
     let mut cluster = far_cluster();
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "farkill").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "farkill").await;
     let player = &mut players[0];
-    for _ in 0..3 {
-        player.act(Action::Idle).await.unwrap();
-    }
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
-    common::blocking(|| cluster.kill(index)).unwrap();
+    let victim = common::kill_current_after(&mut cluster, &pool, player, 3).await;
 
     let seq = player.next_seq();
     let (reply, info) = player.act(Action::Bomb).await.expect("the call fails over");
@@ -111,16 +103,12 @@ async fn a_killed_server_100ms_away_is_left_and_the_call_answered() {
 async fn a_hung_server_100ms_away_is_left_and_the_call_answered() {
     let mut cluster = far_cluster();
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "farhang").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "farhang").await;
     let player = &mut players[0];
     for _ in 0..3 {
         player.act(Action::Idle).await.unwrap();
     }
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (victim, index) = common::current_server(&pool, &cluster);
     cluster.hang(index).unwrap();
 
     let seq = player.next_seq();

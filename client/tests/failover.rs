@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_cluster::wait;
 use borbaman_proto::pb::Action;
 
@@ -16,17 +15,9 @@ use borbaman_proto::pb::Action;
 async fn killing_the_current_server_retries_the_same_seq_on_another() {
     let mut cluster = common::cluster(3);
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "kill").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "kill").await;
     let player = &mut players[0];
-    for _ in 0..3 {
-        player.act(Action::Idle).await.unwrap();
-    }
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
-    common::blocking(|| cluster.kill(index)).unwrap();
+    let victim = common::kill_current_after(&mut cluster, &pool, player, 3).await;
 
     let seq = player.next_seq();
     let (reply, info) = player.act(Action::Idle).await.expect("the call fails over");
@@ -53,10 +44,7 @@ async fn killing_the_current_server_retries_the_same_seq_on_another() {
 async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
     let mut cluster = common::cluster(3);
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "stream").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "stream").await;
     let mut player = players.remove(0);
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
@@ -101,8 +89,7 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
     };
     calls_after(10).await;
     for _ in 0..2 {
-        let victim = pool.status().current.expect("a current server");
-        let index = cluster.index_of(&victim).unwrap();
+        let (_victim, index) = common::current_server(&pool, &cluster);
         common::blocking(|| cluster.kill(index)).unwrap();
         calls_after(answered.load(Ordering::Relaxed) + 10).await;
     }
@@ -128,14 +115,10 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
 async fn a_hung_server_is_hedged_around_and_the_act_applied_once() {
     let mut cluster = common::cluster(3);
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "hang").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "hang").await;
     let player = &mut players[0];
     player.act(Action::Idle).await.unwrap();
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (victim, index) = common::current_server(&pool, &cluster);
     cluster.hang(index).unwrap();
 
     let seq = player.next_seq();
@@ -171,10 +154,7 @@ async fn a_hung_server_is_hedged_around_and_the_act_applied_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_server_down_a_call_waits_says_so_and_goes_on_when_one_is_back() {
     let mut cluster = common::cluster(2);
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "wait").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "wait").await;
     let mut player = players.remove(0);
     player.act(Action::Idle).await.unwrap();
     common::blocking(|| {

@@ -8,7 +8,6 @@ mod common;
 
 use std::time::Duration;
 
-use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_cluster::wait;
 use borbaman_proto::pb::Action;
 
@@ -20,14 +19,10 @@ use borbaman_proto::pb::Action;
 async fn a_partitioned_server_is_left_for_one_that_can_commit() {
     let mut cluster = common::cluster_with_proxies(3, &[]);
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "cut").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "cut").await;
     let player = &mut players[0];
     player.act(Action::Idle).await.unwrap();
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (victim, index) = common::current_server(&pool, &cluster);
     cluster.partition_database(index).unwrap();
     assert_eq!(cluster.proxy(index).unwrap().open_connections(), 0);
 
@@ -87,14 +82,10 @@ async fn a_partitioned_server_is_left_for_one_that_can_commit() {
 async fn a_partitioned_server_beside_a_slow_one_does_not_stall_calls() {
     let mut cluster = common::cluster_with_proxies(2, &["--slow-mode-ms=300"]);
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "both").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "both").await;
     let player = &mut players[0];
     player.act(Action::Idle).await.unwrap();
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (_, index) = common::current_server(&pool, &cluster);
     let other = 1 - index;
     cluster.partition_database(index).unwrap();
     cluster.slow(other).unwrap();
@@ -135,14 +126,10 @@ async fn a_slow_server_is_hedged_around() {
     const SLOW: Duration = Duration::from_millis(1000);
     let mut cluster = common::cluster_with(3, &["--slow-mode-ms=1000"]);
     let db = common::database(&cluster).await;
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "slow").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "slow").await;
     let player = &mut players[0];
     player.act(Action::Idle).await.unwrap();
-    let victim = pool.status().current.expect("a current server");
-    let index = cluster.index_of(&victim).unwrap();
+    let (victim, index) = common::current_server(&pool, &cluster);
     cluster.slow(index).unwrap();
     // The signal is handled by a task of the server's: until it logs so,
     // the next call can still find the server fast.

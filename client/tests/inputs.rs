@@ -6,16 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_proto::pb;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_inputs_sent_without_waiting_are_all_applied() {
     let cluster = common::cluster(2);
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "keys").await;
+    let (_pool, mut players) = common::pool_and_game(&cluster, "keys").await;
     let db = common::database(&cluster).await;
     let player = &mut players[0];
 

@@ -173,7 +173,7 @@ async fn r_after_dying_starts_the_next_game_with_the_bots_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r_after_a_game_starts_the_next_game_with_the_bots_at_once() {
-    let cluster = common::cluster_with(3, &["--round-ms=3000"]);
+    let cluster = common::cluster_with(3, &["--round-ms=1000"]);
     let home = tempfile::tempdir().unwrap();
     let Playing {
         view,
@@ -183,7 +183,7 @@ async fn r_after_a_game_starts_the_next_game_with_the_bots_at_once() {
     } = start_play(&cluster, home.path());
     let first = first_game(&view).await;
 
-    // The player does nothing; a 3-second round, then the arena closes.
+    // The player does nothing; a 1-second round, then the arena closes.
     until(&view, Duration::from_secs(120), "the game ends", |v| {
         v.state
             .as_ref()

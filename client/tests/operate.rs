@@ -14,10 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::PoolConfig;
 use common::http_get;
-use tokio::sync::mpsc;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -180,27 +178,14 @@ async fn prometheus_scrapes_calls_and_latency_of_every_server_during_a_bot_game(
     let prom = common::blocking(|| Prometheus::start(&prometheus, &targets));
 
     // A short bot game: 4 bots, one game.
-    let (_stopper, stop) = borbaman::shutdown::channel();
-    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
-    let bots = spawn_bots(
+    common::bot_game(
         &cluster.addresses(),
         PoolConfig::default(),
-        &BotTeam {
-            games: Some(1),
-            ..BotTeam::new(4)
-        },
-        stop,
-        outcome_tx,
+        "",
+        Duration::from_secs(90),
+        "the bots' game",
     )
-    .await
-    .unwrap();
-    for _ in 0..4 {
-        tokio::time::timeout(Duration::from_secs(90), outcomes.recv())
-            .await
-            .expect("the bots finish their game")
-            .expect("bots report before they stop");
-    }
-    bots.join_all().await;
+    .await;
 
     // Every server counted calls (health checks and registry lists reach
     // each one; the game's calls go where the bots' pools sent them) and

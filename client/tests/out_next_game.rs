@@ -7,17 +7,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use borbaman::ui::out_of_game;
-use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_proto::pb::{Action, Phase};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_player_who_is_out_leaves_and_joins_the_next_game() {
     let cluster = common::cluster(2);
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let mut players = common::seat_four(&pool, "out").await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "out").await;
     let old_game = players[0].game_id();
 
     // The player bombs its own cell and stays there.

@@ -12,31 +12,13 @@ use std::time::{Duration, Instant};
 
 use borbaman::play::network_task;
 use borbaman::shutdown;
+use borbaman::ui::View;
 use borbaman::ui::input::Command;
-use borbaman::ui::{ColorMode, View, draw};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_client::state_dir::StateDir;
 use borbaman_proto::pb;
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 use tokio::sync::{mpsc, watch};
-
-/// The screen as text rows.
-fn screen(view: &View) -> Vec<String> {
-    let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
-    terminal
-        .draw(|frame| draw::draw(frame, view, ColorMode::Indexed256))
-        .unwrap();
-    let buffer = terminal.backend().buffer();
-    (0..buffer.area.height)
-        .map(|y| {
-            (0..buffer.area.width)
-                .map(|x| buffer[(x, y)].symbol())
-                .collect::<String>()
-        })
-        .collect()
-}
 
 /// Where `glyph` is drawn on the board (the left box; the HUD beside it
 /// names the player too): (column, row).
@@ -57,7 +39,7 @@ async fn until_view(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let snapshot = view.borrow_and_update().clone();
-        let rows = screen(&snapshot);
+        let rows = common::screen_rows(&snapshot);
         if done(&snapshot, &rows) {
             return (snapshot, rows);
         }

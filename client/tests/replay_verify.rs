@@ -9,9 +9,7 @@ mod common;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::PoolConfig;
-use tokio::sync::mpsc;
 
 fn verify_all(database_url: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_borbaman"))
@@ -29,7 +27,7 @@ fn verify_all(database_url: &str) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_on_a_bot_game_and_fails_once_its_state_is_altered() {
-    let cluster = common::cluster_with(2, &["--round-ms=3000"]);
+    let cluster = common::cluster_with(2, &["--round-ms=1000"]);
     let game_id = bot_game(&cluster, "corridors").await;
 
     let db = common::database(&cluster).await;
@@ -76,31 +74,15 @@ async fn verify_passes_on_a_bot_game_and_fails_once_its_state_is_altered() {
 
 /// Four bots play one game on `map` to its end; returns its id.
 async fn bot_game(cluster: &borbaman_cluster::local::LocalCluster, map: &str) -> u64 {
-    let (_stopper, stop) = borbaman::shutdown::channel();
-    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
-    let bots = spawn_bots(
+    let finished = common::bot_game(
         &cluster.addresses(),
         PoolConfig::default(),
-        &BotTeam {
-            games: Some(1),
-            map: map.into(),
-            ..BotTeam::new(4)
-        },
-        stop,
-        outcome_tx,
+        map,
+        Duration::from_secs(90),
+        "the game before sudden death has closed the arena",
     )
-    .await
-    .unwrap();
-    let mut game_id = 0;
-    for _ in 0..4 {
-        let outcome = tokio::time::timeout(Duration::from_secs(90), outcomes.recv())
-            .await
-            .expect("the game ends before sudden death has closed the arena")
-            .expect("bots report before they stop");
-        game_id = outcome.game_id;
-    }
-    bots.join_all().await;
-    game_id
+    .await;
+    finished[0].game_id
 }
 
 /// `borbaman replay GAME_ID`: a finished game fetched through the servers
@@ -116,7 +98,7 @@ async fn a_replay_stepped_to_its_end_is_the_stored_state_and_is_drawn() {
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
-    let cluster = common::cluster_with(2, &["--round-ms=3000"]);
+    let cluster = common::cluster_with(2, &["--round-ms=1000"]);
     let game_id = bot_game(&cluster, "open").await;
     let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
         .await

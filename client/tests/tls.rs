@@ -6,11 +6,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-use tokio::sync::mpsc;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
 /// A CA and a certificate for 127.0.0.1 signed by it, written to `dir` as
@@ -59,7 +57,7 @@ async fn bots_that_trust_the_ca_play_a_game_over_tls() {
     let (cert, key) = (pem("cert.pem"), pem("key.pem"));
     let cluster = common::cluster_with(
         2,
-        &["--round-ms=3000", "--tls-cert", &cert, "--tls-key", &key],
+        &["--round-ms=1000", "--tls-cert", &cert, "--tls-key", &key],
     );
 
     // Without the CA: no server can be reached.
@@ -104,29 +102,14 @@ async fn bots_that_trust_the_ca_play_a_game_over_tls() {
         tls: Some(ClientTlsConfig::new().ca_certificate(ca)),
         ..PoolConfig::default()
     };
-    let (_stopper, stop) = borbaman::shutdown::channel();
-    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
-    let bots = spawn_bots(
+    let finished = common::bot_game(
         &cluster.addresses(),
         trusted,
-        &BotTeam {
-            games: Some(1),
-            ..BotTeam::new(4)
-        },
-        stop,
-        outcome_tx,
+        "",
+        Duration::from_secs(90),
+        "the game over TLS",
     )
-    .await
-    .expect("bots connect over TLS");
-    let mut finished: Vec<GameOutcome> = Vec::new();
-    while finished.len() < 4 {
-        let outcome = tokio::time::timeout(Duration::from_secs(90), outcomes.recv())
-            .await
-            .expect("the game ends")
-            .expect("bots report before they stop");
-        finished.push(outcome);
-    }
-    bots.join_all().await;
+    .await;
     let first = &finished[0];
     assert!(first.draw || first.winner.is_some(), "{first:?}");
 }

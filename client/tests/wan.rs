@@ -12,7 +12,6 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use borbaman::bot::{BotTeam, GameOutcome, spawn_bots};
 use borbaman::measure::floors;
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_cluster::WanSpec;
@@ -20,7 +19,6 @@ use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, PingRequest};
-use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 fn wan_cluster(wan: &[&str], server_args: &[&str]) -> LocalCluster {
@@ -64,7 +62,7 @@ async fn best_ping(channel: &Channel) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bot_game_plays_through_delay_proxies_the_registry_hands_out() {
-    let cluster = wan_cluster(&["50ms"], &["--round-ms=3000"]);
+    let cluster = wan_cluster(&["50ms"], &["--round-ms=1000"]);
     let advertised = cluster.addresses();
     let listening: HashSet<String> = cluster.listen_addresses().into_iter().collect();
     assert!(
@@ -95,29 +93,14 @@ async fn a_bot_game_plays_through_delay_proxies_the_registry_hands_out() {
         "a ping to {address} crosses 50 ms each way: took {ping:?}"
     );
 
-    let (_stopper, stop) = borbaman::shutdown::channel();
-    let (outcome_tx, mut outcomes) = mpsc::unbounded_channel();
-    let bots = spawn_bots(
+    let finished = common::bot_game(
         &advertised,
         far_pool(),
-        &BotTeam {
-            games: Some(1),
-            ..BotTeam::new(4)
-        },
-        stop,
-        outcome_tx,
+        "",
+        Duration::from_secs(120),
+        "the game at 50 ms before sudden death has closed the arena",
     )
-    .await
-    .expect("four bots connect through the proxies");
-    let mut finished: Vec<GameOutcome> = Vec::new();
-    while finished.len() < 4 {
-        let outcome = tokio::time::timeout(Duration::from_secs(120), outcomes.recv())
-            .await
-            .expect("the game at 50 ms ends before sudden death has closed the arena")
-            .expect("bots report before they stop");
-        finished.push(outcome);
-    }
-    bots.join_all().await;
+    .await;
     let game = finished[0].game_id;
     assert!(finished.iter().all(|o| o.game_id == game), "{finished:?}");
     assert!(

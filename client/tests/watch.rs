@@ -8,30 +8,16 @@ mod common;
 use std::time::{Duration, Instant};
 
 use borbaman::shutdown;
-use borbaman::ui::{ColorMode, View, draw};
+use borbaman::ui::View;
 use borbaman::watch::follow_game;
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::spectator::live_games;
 use borbaman_proto::pb::Phase;
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 use tokio::sync::watch;
 
-/// The screen as text, one string per row.
+/// The screen as text, one line per row.
 fn screen(view: &View) -> String {
-    let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
-    terminal
-        .draw(|frame| draw::draw(frame, view, ColorMode::Indexed256))
-        .unwrap();
-    let buffer = terminal.backend().buffer();
-    (0..buffer.area.height)
-        .map(|y| {
-            (0..buffer.area.width)
-                .map(|x| buffer[(x, y)].symbol())
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    common::screen_rows(view).join("\n")
 }
 
 /// The tick the HUD shows ("Tick   N").
@@ -73,10 +59,7 @@ async fn screen_past(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_game_keeps_updating_while_its_server_is_killed() {
     let mut cluster = common::cluster(3);
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let players = common::seat_four(&pool, "seen").await;
+    let (pool, players) = common::pool_and_game(&cluster, "seen").await;
     let game_id = players[0].game_id();
 
     // The list offers the game, running with its four players.
@@ -165,10 +148,7 @@ async fn a_waiting_player_watches_another_game_until_its_own_starts() {
     use tokio::sync::mpsc;
 
     let cluster = common::cluster(2);
-    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
-        .await
-        .unwrap();
-    let running = common::seat_four(&pool, "live").await;
+    let (pool, running) = common::pool_and_game(&cluster, "live").await;
     let watched = running[0].game_id();
 
     let home = tempfile::tempdir().unwrap();

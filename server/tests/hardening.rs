@@ -27,34 +27,6 @@ use tonic::codegen::Service;
 use tonic::codegen::http::Uri;
 use tonic::transport::{Channel, Endpoint};
 
-/// The client preface of HTTP/2.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Joins as `identity` (empty: none) with the nonce `nonce`.
-async fn join_as(
-    client: &mut GameClient<Channel>,
-    identity: &[u8],
-    name: &str,
-    nonce: Vec<u8>,
-) -> Result<(Player, pb::JoinReply), tonic::Status> {
-    let reply = client
-        .join(pb::JoinRequest {
-            name: name.into(),
-            token: nonce,
-            identity: identity.to_vec(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let player = Player {
-        token: reply.token.clone(),
-        game_id: reply.game_id,
-        seat: reply.seat,
-        next_seq: reply.last_seq + 1,
-    };
-    Ok((player, reply))
-}
-
 async fn count(db: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(db).await.unwrap()
 }
@@ -98,19 +70,9 @@ async fn client_from(server: &ServerProcess, source: IpAddr) -> GameClient<Chann
     GameClient::new(channel)
 }
 
-/// Opens a connection from `source` and sends the HTTP/2 preface: `Some`
-/// (held open, silent) if the server answers, `None` if it closes it.
+/// [`h2_connection`] to `server`.
 async fn silent_connection(server: &ServerProcess, source: IpAddr) -> Option<TcpStream> {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(SocketAddr::new(source, 0)).unwrap();
-    let mut stream = socket.connect(server.addr.parse().unwrap()).await.ok()?;
-    stream.write_all(H2_PREFACE).await.ok()?;
-    let mut buf = [0u8; 64];
-    match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
-        Ok(Ok(n)) if n > 0 => Some(stream),
-        Ok(_) => None,
-        Err(_) => panic!("the server neither answered nor closed a connection"),
-    }
+    h2_connection(server.addr.parse().unwrap(), source).await
 }
 
 /// Reads until the server closes `stream`; panics if it is still open

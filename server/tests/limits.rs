@@ -11,32 +11,12 @@ use std::time::Duration;
 
 use borbaman_proto::{MAX_REQUEST_BYTES, Reason, pb};
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
-
-/// The client preface of HTTP/2: a server that takes the connection
-/// answers it with its settings.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// Opens a connection from `source` to `server` and sends the HTTP/2
-/// preface: `Some` (kept open) if the server answers, `None` if it closes
-/// the connection instead.
-async fn h2_connection(server: SocketAddr, source: IpAddr) -> Option<TcpStream> {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(SocketAddr::new(source, 0)).unwrap();
-    let mut stream = socket.connect(server).await.ok()?;
-    stream.write_all(H2_PREFACE).await.ok()?;
-    let mut buf = [0u8; 64];
-    match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
-        Ok(Ok(n)) if n > 0 => Some(stream),
-        Ok(_) => None,
-        Err(_) => panic!("the server neither answered nor closed a connection"),
-    }
-}
 
 /// Whether the server closes `stream` within `within` (what it sent before
 /// is read and dropped).

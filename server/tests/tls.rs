@@ -3,30 +3,11 @@
 
 mod common;
 
-use std::path::Path;
-
 use borbaman_proto::pb;
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
-
-/// A CA and a server certificate for 127.0.0.1 and localhost, written to
-/// `dir` as ca.pem, cert.pem and key.pem.
-fn make_certificates(dir: &Path) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-}
 
 async fn channel(url: String, tls: Option<ClientTlsConfig>) -> Result<Channel, String> {
     let mut endpoint = Endpoint::from_shared(url).unwrap();
@@ -46,14 +27,7 @@ async fn ping(channel: Channel) -> Result<(), String> {
 
 #[tokio::test]
 async fn only_a_client_that_trusts_the_ca_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    let pem = |name: &str| dir.path().join(name).display().to_string();
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--tls-cert", &pem("cert.pem"), "--tls-key", &pem("key.pem")],
-    );
+    let (dir, _pg, server) = tls_server(&[]);
     let https = format!("https://{}", server.addr);
 
     // Without TLS: the server speaks only TLS.
@@ -83,21 +57,7 @@ async fn only_a_client_that_trusts_the_ca_is_served() {
 
 #[tokio::test]
 async fn a_handshake_left_unfinished_is_closed() {
-    let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    let pem = |name: &str| dir.path().join(name).display().to_string();
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &[
-            "--tls-cert",
-            &pem("cert.pem"),
-            "--tls-key",
-            &pem("key.pem"),
-            "--first-bytes-timeout-ms",
-            "300",
-        ],
-    );
+    let (_dir, _pg, server) = tls_server(&["--first-bytes-timeout-ms", "300"]);
     // The first byte of a TLS record (a handshake), then nothing.
     let mut stalled = TcpStream::connect(&server.addr).await.unwrap();
     stalled.write_all(&[0x16]).await.unwrap();
@@ -120,21 +80,7 @@ async fn a_tls_connection_silent_after_its_handshake_is_closed() {
     use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
     use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
-    let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    let pem = |name: &str| dir.path().join(name).display().to_string();
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &[
-            "--tls-cert",
-            &pem("cert.pem"),
-            "--tls-key",
-            &pem("key.pem"),
-            "--idle-connection-timeout-ms",
-            "1000",
-        ],
-    );
+    let (dir, _pg, server) = tls_server(&["--idle-connection-timeout-ms", "1000"]);
     let mut roots = RootCertStore::empty();
     let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
     for cert in CertificateDer::pem_slice_iter(&ca) {

@@ -7,6 +7,21 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The short run both local chaos tests make around their faults: 8
+/// clients, 2 s of warm-up, 1 s of calm after the last fault, 50 samples
+/// of the idle floors, no fsync.
+pub const SHORT_RUN: &[&str] = &[
+    "--clients",
+    "8",
+    "--warmup-s",
+    "2",
+    "--tail-s",
+    "1",
+    "--floor-samples",
+    "50",
+    "--no-fsync",
+];
+
 /// A finished run: its output directory, stdout and `summary.json`.
 pub struct ChaosRun {
     pub out: tempfile::TempDir,

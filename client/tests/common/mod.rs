@@ -153,3 +153,102 @@ pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
     }
     Ok(body.to_string())
 }
+
+/// Four bots that play one game on `map` (empty: any) on `servers`, with
+/// the pool settings `pool`, until each has reported its end; fails naming
+/// `what` if the game has not ended within `within`. The four outcomes, in
+/// the order the bots reported them.
+pub async fn bot_game(
+    servers: &[String],
+    pool: borbaman_client::pool::PoolConfig,
+    map: &str,
+    within: Duration,
+    what: &str,
+) -> Vec<borbaman::bot::GameOutcome> {
+    use borbaman::bot::{BotTeam, spawn_bots};
+    let (_stopper, stop) = borbaman::shutdown::channel();
+    let (outcome_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
+    let bots = spawn_bots(
+        servers,
+        pool,
+        &BotTeam {
+            games: Some(1),
+            map: map.into(),
+            ..BotTeam::new(4)
+        },
+        stop,
+        outcome_tx,
+    )
+    .await
+    .expect("four bots connect");
+    let deadline = tokio::time::Instant::now() + within;
+    let mut finished = Vec::new();
+    while finished.len() < 4 {
+        let outcome = tokio::time::timeout_at(deadline, outcomes.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no end within {within:?}; ended {finished:?}"))
+            .expect("bots report before they stop");
+        finished.push(outcome);
+    }
+    bots.join_all().await;
+    finished
+}
+
+/// `view` drawn on ratatui's test backend of 100×30 cells, as rows of
+/// text.
+pub fn screen_rows(view: &borbaman::ui::View) -> Vec<String> {
+    use borbaman::ui::{ColorMode, draw};
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
+    terminal
+        .draw(|frame| draw::draw(frame, view, ColorMode::Indexed256))
+        .unwrap();
+    let buffer = terminal.backend().buffer();
+    (0..buffer.area.height)
+        .map(|y| {
+            (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect()
+}
+
+/// A pool with default settings on every server of `cluster`, and four
+/// players (`prefix1`…`prefix4`) seated through it in one running game.
+pub async fn pool_and_game(cluster: &LocalCluster, prefix: &str) -> (ServerPool, Vec<GameSession>) {
+    let pool = ServerPool::connect(&cluster.addresses(), Default::default())
+        .await
+        .expect("connect to the cluster");
+    let players = seat_four(&pool, prefix).await;
+    (pool, players)
+}
+
+/// The server the pool's calls go to now, and its slot in `cluster`.
+pub fn current_server(pool: &ServerPool, cluster: &LocalCluster) -> (String, usize) {
+    let current = pool.status().current.expect("a current server");
+    let index = cluster
+        .index_of(&current)
+        .unwrap_or_else(|| panic!("{current} is not a server of the cluster"));
+    (current, index)
+}
+
+/// `player` has `calls` idle acts answered (its pool has a current server
+/// and a game under way there), then that server is SIGKILLed; its
+/// address.
+pub async fn kill_current_after(
+    cluster: &mut LocalCluster,
+    pool: &ServerPool,
+    player: &mut GameSession,
+    calls: usize,
+) -> String {
+    for _ in 0..calls {
+        player
+            .act(borbaman_proto::pb::Action::Idle)
+            .await
+            .expect("an idle act before the kill");
+    }
+    let (victim, index) = current_server(pool, cluster);
+    blocking(|| cluster.kill(index)).expect("kill the current server");
+    victim
+}

@@ -10,6 +10,12 @@
 //!
 //! The handle stops the cluster when dropped; a throwaway cluster
 //! ([`LocalPostgres::start_temp`]) also removes its directory.
+//!
+//! A throwaway cluster is a copy of a template that `initdb` made once per
+//! machine (per PostgreSQL binaries and user, under a lock in /tmp), with
+//! the `borbaman` database already in it: `initdb` starts a dozen
+//! processes and takes seconds on a busy machine, and the test suite starts
+//! a throwaway cluster per test; a copy of 40 MB takes a fraction of that.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -23,6 +29,23 @@ pub const DATABASE: &str = "borbaman";
 
 /// Longest unix socket path PostgreSQL accepts (sun_path is 108 bytes).
 pub(crate) const MAX_SOCKET_DIR_BYTES: usize = 90;
+
+/// Bumped when the template's contents change, so that an old one is not
+/// copied.
+const TEMPLATE_FORMAT: u32 = 1;
+
+/// The file that marks a template complete.
+const TEMPLATE_READY: &str = "ready";
+
+/// How an empty data directory is filled.
+#[derive(Clone, Copy, Debug)]
+enum Init {
+    /// `initdb`, then the database is created once the server runs.
+    Initdb,
+    /// A copy of the template ([`LocalPostgres::template`]), database
+    /// included.
+    FromTemplate,
+}
 
 /// How a cluster runs.
 #[derive(Clone, Copy, Debug)]
@@ -106,10 +129,9 @@ impl LocalPostgres {
         let data_dir = temp.path().join("data");
         // Inside the data dir: the postgres user must be able to write it.
         let log_file = data_dir.join("postgres.log");
-        let mut pg = Self::prepare(data_dir, log_file, opts)?;
+        let mut pg = Self::prepare(data_dir, log_file, opts, Init::FromTemplate)?;
         pg.temp = Some(temp);
         pg.start()?;
-        pg.create_database()?;
         Ok(pg)
     }
 
@@ -119,7 +141,7 @@ impl LocalPostgres {
     pub fn start_in(dir: &Path, opts: PgOptions) -> Result<LocalPostgres, PgError> {
         let data_dir = absolute(dir)?;
         let log_file = data_dir.join("postgres.log");
-        let mut pg = Self::prepare(data_dir, log_file, opts)?;
+        let mut pg = Self::prepare(data_dir, log_file, opts, Init::Initdb)?;
         if pg
             .pg_ctl(&["status"])
             .map(|o| o.status.success())
@@ -133,7 +155,12 @@ impl LocalPostgres {
     }
 
     /// Finds the binaries, creates and initialises the data dir if needed.
-    fn prepare(data_dir: PathBuf, log_file: PathBuf, opts: PgOptions) -> Result<Self, PgError> {
+    fn prepare(
+        data_dir: PathBuf,
+        log_file: PathBuf,
+        opts: PgOptions,
+        init: Init,
+    ) -> Result<Self, PgError> {
         let bin_dir = find_bin_dir()?;
         let run_as = if unsafe { libc::geteuid() } == 0 {
             Some(postgres_user()?)
@@ -154,11 +181,11 @@ impl LocalPostgres {
             running: false,
             temp: None,
         };
-        pg.init_if_empty()?;
+        pg.init_if_empty(init)?;
         Ok(pg)
     }
 
-    fn init_if_empty(&self) -> Result<(), PgError> {
+    fn init_if_empty(&self, init: Init) -> Result<(), PgError> {
         let dir = &self.data_dir;
         let empty = match fs::read_dir(dir) {
             Ok(mut entries) => entries.next().is_none(),
@@ -180,21 +207,128 @@ impl LocalPostgres {
         if !empty {
             return Ok(());
         }
+        match init {
+            Init::Initdb => self.initdb(dir, false),
+            Init::FromTemplate => {
+                let template = self.template()?;
+                // -a keeps the postgres user's ownership when we are root.
+                let out = Command::new("cp")
+                    .arg("-a")
+                    .arg("--reflink=auto")
+                    .arg(template.join("."))
+                    .arg(dir)
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .map_err(io_err("running cp"))?;
+                check(out, "copying the template cluster")
+            }
+        }
+    }
+
+    fn initdb(&self, dir: &Path, no_sync: bool) -> Result<(), PgError> {
         let data = dir.to_string_lossy();
-        let out = self.run(
-            "initdb",
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-instructions",
-            ],
-        )?;
+        let mut args = vec![
+            "-D",
+            &data,
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-instructions",
+        ];
+        if no_sync {
+            args.push("--no-sync");
+        }
+        let out = self.run("initdb", &args)?;
         check(out, "initdb")
+    }
+
+    /// The template cluster's data directory for throwaway ones, made on
+    /// first use: an
+    /// initdb'd data directory holding the `borbaman` database. Made under
+    /// an exclusive lock, in a directory named for the binaries and the
+    /// user, and marked complete last, so that concurrent test processes
+    /// make it once and never copy half of one.
+    fn template(&self) -> Result<PathBuf, PgError> {
+        let postgres = self.bin_dir.join("postgres");
+        let built = fs::metadata(&postgres)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
+        let mut key = 0xcbf2_9ce4_8422_2325_u64;
+        for byte in format!("{}@{built}", self.bin_dir.display()).bytes() {
+            key = (key ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        let uid = unsafe { libc::geteuid() };
+        let dir = PathBuf::from(format!(
+            "/tmp/borbaman-pg-template-{uid}-{key:016x}-{TEMPLATE_FORMAT}"
+        ));
+        let lock_path = dir.with_extension("lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(format!("opening {}", lock_path.display())))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor we own; released when `lock` closes.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io_err(format!("locking {}", lock_path.display()))(
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let data = dir.join("data");
+        let ready = dir.join(TEMPLATE_READY);
+        if ready.exists() {
+            return Ok(data);
+        }
+        // Left half made by a process that died: start again.
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(io_err(format!("removing {}", dir.display())))?;
+        }
+        fs::create_dir_all(&data).map_err(io_err(format!("creating {}", data.display())))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))
+            .map_err(io_err(format!("chmod of {}", dir.display())))?;
+        if let Some((uid, gid)) = self.run_as {
+            std::os::unix::fs::chown(&data, Some(uid), Some(gid))
+                .map_err(io_err(format!("chown of {}", data.display())))?;
+        }
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o700))
+            .map_err(io_err(format!("chmod of {}", data.display())))?;
+        self.initdb(&data, true)?;
+        // The database every cluster holds, made in single-user mode (no
+        // port, no socket, no server to stop).
+        let mut single = self.command("postgres");
+        single
+            .args(["--single", "-D"])
+            .arg(&data)
+            .args(["-c", "fsync=off", "postgres"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = single
+            .spawn()
+            .map_err(io_err("running postgres --single"))?;
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            writeln!(stdin, "CREATE DATABASE {DATABASE};")
+                .map_err(io_err("writing to postgres --single"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(io_err("running postgres --single"))?;
+        let created = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() || created.contains("ERROR") {
+            return Err(PgError::Command {
+                what: format!("CREATE DATABASE {DATABASE} in the template"),
+                detail: describe(&out),
+            });
+        }
+        fs::write(&ready, b"").map_err(io_err(format!("writing {}", ready.display())))?;
+        Ok(data)
     }
 
     /// Every ancestor of `dir` must be searchable by "others" for the

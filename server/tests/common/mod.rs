@@ -223,15 +223,27 @@ async fn join_with_identity(
     name: &str,
     identity: Vec<u8>,
 ) -> (Player, pb::JoinReply) {
+    join_as(client, &identity, name, token())
+        .await
+        .expect("join")
+}
+
+/// Joins as `identity` (empty: none) with the nonce `nonce`: the player
+/// and the reply, or the refusal.
+pub async fn join_as(
+    client: &mut GameClient<Channel>,
+    identity: &[u8],
+    name: &str,
+    nonce: Vec<u8>,
+) -> Result<(Player, pb::JoinReply), tonic::Status> {
     let reply = client
         .join(pb::JoinRequest {
             name: name.into(),
-            token: token(),
-            identity,
+            token: nonce,
+            identity: identity.to_vec(),
             ..Default::default()
         })
-        .await
-        .expect("join")
+        .await?
         .into_inner();
     let player = Player {
         token: reply.token.clone(),
@@ -239,7 +251,62 @@ async fn join_with_identity(
         seat: reply.seat,
         next_seq: reply.last_seq + 1,
     };
-    (player, reply)
+    Ok((player, reply))
+}
+
+/// The client preface of HTTP/2: a server that takes the connection
+/// answers it with its settings.
+pub const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Opens a connection from `source` to `server` and sends the HTTP/2
+/// preface: `Some` (kept open, silent) if the server answers, `None` if it
+/// closes the connection instead.
+pub async fn h2_connection(
+    server: std::net::SocketAddr,
+    source: std::net::IpAddr,
+) -> Option<tokio::net::TcpStream> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(source, 0)).unwrap();
+    let mut stream = socket.connect(server).await.ok()?;
+    stream.write_all(H2_PREFACE).await.ok()?;
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => Some(stream),
+        Ok(_) => None,
+        Err(_) => panic!("the server neither answered nor closed a connection"),
+    }
+}
+
+/// A CA and a server certificate for 127.0.0.1 and localhost, written to
+/// `dir` as ca.pem, cert.pem and key.pem.
+pub fn make_certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+}
+
+/// A server speaking TLS only, with `extra` flags, on a database of its
+/// own; its certificate, key and CA (ca.pem) in the directory returned.
+pub fn tls_server(extra: &[&str]) -> (tempfile::TempDir, LocalPostgres, ServerProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let pem = |name: &str| dir.path().join(name).display().to_string();
+    let (cert, key) = (pem("cert.pem"), pem("key.pem"));
+    let mut args = vec!["--tls-cert", &cert, "--tls-key", &key];
+    args.extend_from_slice(extra);
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &args);
+    (dir, pg, server)
 }
 
 /// Four players in one running game.
