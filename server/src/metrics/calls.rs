@@ -10,12 +10,13 @@
 //! `borbaman_server::calls`): service, method, game, duration and outcome.
 //!
 //! Code inside a call (the service, the store) notes what the head cannot
-//! show through [`note_game`], [`note_gate_wait`], [`note_db`] and
-//! [`note_cas_retry`], into a task-local [`CallNote`]; outside a call they
-//! do nothing. A client that sends the metadata key [`TIMING_KEY`] gets
-//! that note back under the same key in the answer's head:
-//! `gate=0.012;db=0.734;cas=0` (milliseconds, and retries), to attribute
-//! its tail latency.
+//! show through [`note_game`], [`note_gate_wait`], [`note_db`],
+//! [`note_cas_retry`] and [`note_cas_pause`], into a task-local
+//! [`CallNote`]; outside a call they do nothing. A client that sends the
+//! metadata key [`TIMING_KEY`] gets that note back under the same key in
+//! the answer's head, as a [`ServerTiming`] (gate, database, lost
+//! compare-and-sets, and the call's total time in this server), to
+//! attribute its tail latency.
 
 use std::cell::Cell;
 use std::convert::Infallible;
@@ -35,9 +36,7 @@ use tonic::transport::server::TcpConnectInfo;
 
 use super::{Metrics, Refusal};
 
-/// Request metadata key asking for the call's server timing, and the
-/// answer's key carrying it.
-pub const TIMING_KEY: &str = "borbaman-timing";
+pub use borbaman_proto::timing::{ServerTiming, TIMING_KEY};
 
 /// The `Game` service's methods (a test checks them against the proto).
 pub const GAME_METHODS: &[&str] = &[
@@ -66,17 +65,19 @@ pub struct CallNote {
     gate_wait_us: Cell<u64>,
     db_us: Cell<u64>,
     cas_retries: Cell<u32>,
+    cas_us: Cell<u64>,
 }
 
 impl CallNote {
-    /// The header value of [`TIMING_KEY`].
-    fn timing(&self) -> String {
-        format!(
-            "gate={:.3};db={:.3};cas={}",
-            self.gate_wait_us.get() as f64 / 1000.0,
-            self.db_us.get() as f64 / 1000.0,
-            self.cas_retries.get()
-        )
+    /// What goes under [`TIMING_KEY`], the call having taken `total`.
+    fn timing(&self, total: Option<Duration>) -> ServerTiming {
+        ServerTiming {
+            gate: Duration::from_micros(self.gate_wait_us.get()),
+            db: Duration::from_micros(self.db_us.get()),
+            cas_retries: self.cas_retries.get(),
+            cas: Duration::from_micros(self.cas_us.get()),
+            total,
+        }
     }
 }
 
@@ -95,9 +96,21 @@ pub fn note_db(elapsed: Duration) {
     let _ = NOTE.try_with(|n| add_us(&n.db_us, elapsed));
 }
 
-/// This call's compare-and-set lost once and read again.
+/// This call's compare-and-set lost once and reads again: the database
+/// time noted so far was thrown away, so it counts as the retry's cost,
+/// not as database time.
 pub fn note_cas_retry() {
-    let _ = NOTE.try_with(|n| n.cas_retries.set(n.cas_retries.get() + 1));
+    let _ = NOTE.try_with(|n| {
+        n.cas_retries.set(n.cas_retries.get() + 1);
+        n.cas_us
+            .set(n.cas_us.get().saturating_add(n.db_us.replace(0)));
+    });
+}
+
+/// Time this call paused after a lost compare-and-set before reading
+/// again.
+pub fn note_cas_pause(paused: Duration) {
+    let _ = NOTE.try_with(|n| add_us(&n.cas_us, paused));
 }
 
 fn add_us(cell: &Cell<u64>, d: Duration) {
@@ -186,7 +199,8 @@ where
                     reason,
                     "call"
                 );
-                if wants_timing && let Ok(value) = HeaderValue::from_str(&note.timing()) {
+                let timing = note.timing(Some(elapsed)).to_string();
+                if wants_timing && let Ok(value) = HeaderValue::from_str(&timing) {
                     response.headers_mut().insert(TIMING_KEY, value);
                 }
             });
@@ -322,11 +336,16 @@ mod tests {
                 note_game(42);
                 note_gate_wait(Duration::from_micros(1500));
                 note_db(Duration::from_micros(700));
-                note_db(Duration::from_micros(300));
                 note_cas_retry();
-                NOTE.with(|n| (n.game.get(), n.timing()))
+                note_cas_pause(Duration::from_micros(200));
+                note_db(Duration::from_micros(300));
+                NOTE.with(|n| (n.game.get(), n.timing(None).to_string()))
             })
             .await;
-        assert_eq!(timing, (42, "gate=1.500;db=1.000;cas=1".to_string()));
+        assert_eq!(
+            timing,
+            (42, "gate=1.500;db=0.300;cas=1;cas_ms=0.900".to_string()),
+            "the lost write's database time and the pause count as the retry's"
+        );
     }
 }
