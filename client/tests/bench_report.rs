@@ -69,13 +69,21 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
         "a game call spends time in the database: {all}"
     );
     assert!(
-        summary["attribution"]["slow_threshold_us"].as_u64().unwrap() > 0,
+        summary["attribution"]["slow_threshold_us"]
+            .as_u64()
+            .unwrap()
+            > 0,
         "{summary}"
     );
     // The same, per call, in the CSV.
     let csv = read(&out.path().join("invocations.csv"));
     let header = csv.lines().next().unwrap();
-    for column in ["server_db_us", "server_gate_us", "server_total_us", "backoff_us"] {
+    for column in [
+        "server_db_us",
+        "server_gate_us",
+        "server_total_us",
+        "backoff_us",
+    ] {
         assert!(header.contains(column), "{column} in {header}");
     }
 
@@ -89,7 +97,10 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
     );
     for window in listed {
         assert!(window["games"].as_u64().unwrap() >= 2, "{window}");
-        assert!(window["postgres"].is_object(), "the log beside it: {window}");
+        assert!(
+            window["postgres"].is_object(),
+            "the log beside it: {window}"
+        );
     }
 
     // PostgreSQL's view: the log and both readings kept, the run's

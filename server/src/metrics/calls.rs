@@ -12,17 +12,19 @@
 //! Code inside a call (the service, the store) notes what the head cannot
 //! show through [`note_game`], [`note_gate_wait`], [`note_db`],
 //! [`note_cas_retry`] and [`note_cas_pause`], into a task-local
-//! [`CallNote`]; outside a call they do nothing. A client that sends the
+//! [`CallNote`] (which a task the call spawns shares through
+//! [`in_this_call`]); outside a call they do nothing. A client that sends the
 //! metadata key [`TIMING_KEY`] gets that note back under the same key in
 //! the answer's head, as a [`ServerTiming`] (gate, database, lost
 //! compare-and-sets, and the call's total time in this server), to
 //! attribute its tail latency.
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -55,27 +57,27 @@ pub const HEALTH_METHODS: &[&str] = &["Check", "Watch"];
 pub const STATUS_METHODS: &[&str] = &["GetStatus"];
 
 tokio::task_local! {
-    static NOTE: CallNote;
+    static NOTE: Arc<CallNote>;
 }
 
 /// What a call's code notes while it runs (see the module docs).
 #[derive(Debug, Default)]
 pub struct CallNote {
-    game: Cell<u64>,
-    gate_wait_us: Cell<u64>,
-    db_us: Cell<u64>,
-    cas_retries: Cell<u32>,
-    cas_us: Cell<u64>,
+    game: AtomicU64,
+    gate_wait_us: AtomicU64,
+    db_us: AtomicU64,
+    cas_retries: AtomicU32,
+    cas_us: AtomicU64,
 }
 
 impl CallNote {
     /// What goes under [`TIMING_KEY`], the call having taken `total`.
     fn timing(&self, total: Option<Duration>) -> ServerTiming {
         ServerTiming {
-            gate: Duration::from_micros(self.gate_wait_us.get()),
-            db: Duration::from_micros(self.db_us.get()),
-            cas_retries: self.cas_retries.get(),
-            cas: Duration::from_micros(self.cas_us.get()),
+            gate: Duration::from_micros(self.gate_wait_us.load(Relaxed)),
+            db: Duration::from_micros(self.db_us.load(Relaxed)),
+            cas_retries: self.cas_retries.load(Relaxed),
+            cas: Duration::from_micros(self.cas_us.load(Relaxed)),
             total,
         }
     }
@@ -83,7 +85,7 @@ impl CallNote {
 
 /// The game this call is about (for its log event).
 pub fn note_game(game_id: u64) {
-    let _ = NOTE.try_with(|n| n.game.set(game_id));
+    let _ = NOTE.try_with(|n| n.game.store(game_id, Relaxed));
 }
 
 /// Time this call waited behind its game's gate.
@@ -101,9 +103,8 @@ pub fn note_db(elapsed: Duration) {
 /// not as database time.
 pub fn note_cas_retry() {
     let _ = NOTE.try_with(|n| {
-        n.cas_retries.set(n.cas_retries.get() + 1);
-        n.cas_us
-            .set(n.cas_us.get().saturating_add(n.db_us.replace(0)));
+        n.cas_retries.fetch_add(1, Relaxed);
+        n.cas_us.fetch_add(n.db_us.swap(0, Relaxed), Relaxed);
     });
 }
 
@@ -113,8 +114,17 @@ pub fn note_cas_pause(paused: Duration) {
     let _ = NOTE.try_with(|n| add_us(&n.cas_us, paused));
 }
 
-fn add_us(cell: &Cell<u64>, d: Duration) {
-    cell.set(cell.get().saturating_add(d.as_micros() as u64));
+fn add_us(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_micros() as u64, Relaxed);
+}
+
+/// `work` noting into the current call's note, wherever it runs: a task
+/// the call spawns (to finish its database work even if the call is
+/// cancelled) is wrapped in this, so its time still reaches the call's
+/// timing. Outside a call, `work` as it is.
+pub fn in_this_call<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    let note = NOTE.try_with(Arc::clone).unwrap_or_default();
+    NOTE.scope(note, work)
 }
 
 /// A service whose every call is counted, timed and logged.
@@ -176,7 +186,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let metrics = self.metrics.clone();
-        Box::pin(NOTE.scope(CallNote::default(), async move {
+        Box::pin(NOTE.scope(Arc::default(), async move {
             let mut response = inner.call(req).await?;
             let elapsed = started.elapsed();
             let headers = response.headers();
@@ -193,7 +203,7 @@ where
                     target: "borbaman_server::calls",
                     service = S::NAME,
                     method,
-                    game = note.game.get(),
+                    game = note.game.load(Relaxed),
                     duration_us = elapsed.as_micros() as u64,
                     code,
                     reason,
@@ -332,14 +342,19 @@ mod tests {
     async fn notes_reach_the_call_and_nothing_outside_one() {
         note_game(7); // outside a call: ignored
         let timing = NOTE
-            .scope(CallNote::default(), async {
+            .scope(Arc::default(), async {
                 note_game(42);
                 note_gate_wait(Duration::from_micros(1500));
                 note_db(Duration::from_micros(700));
                 note_cas_retry();
                 note_cas_pause(Duration::from_micros(200));
-                note_db(Duration::from_micros(300));
-                NOTE.with(|n| (n.game.get(), n.timing(None).to_string()))
+                // Work the call spawns notes into the same call.
+                tokio::spawn(in_this_call(async {
+                    note_db(Duration::from_micros(300));
+                }))
+                .await
+                .unwrap();
+                NOTE.with(|n| (n.game.load(Relaxed), n.timing(None).to_string()))
             })
             .await;
         assert_eq!(
