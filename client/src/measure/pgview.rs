@@ -51,9 +51,10 @@ fn sum(snapshot: &Snapshot, view: &str, field: &str, row: impl Fn(&Value) -> boo
 /// What PostgreSQL did during the run, from the two readings and the log.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PostgresView {
-    /// New backends (sessions) opened, over every database: the game
-    /// servers' and probes' connections, and any a server opened again
-    /// after dropping one. Connection churn shows here.
+    /// New backends (sessions) opened during the workload (warm-up
+    /// included), over every database: the game servers' connections, and
+    /// any a server opened again after dropping one. Connection churn
+    /// shows here.
     pub backends_opened: u64,
     pub commits: u64,
     pub rollbacks: u64,
