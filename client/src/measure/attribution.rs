@@ -278,12 +278,15 @@ pub struct StallWindow {
     pub start_us: u64,
     pub length_us: u64,
     pub slow_calls: u64,
+    /// Of the slow calls, those that failed (no parts: the call never
+    /// got its answer).
+    pub errors: u64,
     /// Every call that started in the window, slow or not.
     pub calls: u64,
     pub games: u64,
     pub servers: u64,
     pub max_rtt_us: u64,
-    /// The slow calls' time by part.
+    /// The answered slow calls' time by part.
     pub parts: PartTotals,
     /// The floor probes in the same moments.
     pub floor_ping: FloorInWindow,
@@ -341,6 +344,7 @@ pub fn stall_windows(
                 start_us,
                 length_us: end_us - start_us,
                 slow_calls: g.len() as u64,
+                errors: g.iter().filter(|r| r.is_error()).count() as u64,
                 calls: records
                     .iter()
                     .filter(|r| !r.warmup && (start_us..=end_us).contains(&r.start_us))
@@ -348,7 +352,7 @@ pub fn stall_windows(
                 games: g.iter().map(|r| r.game).collect::<BTreeSet<_>>().len() as u64,
                 servers: g.iter().map(|r| &r.server).collect::<BTreeSet<_>>().len() as u64,
                 max_rtt_us: g.iter().map(|r| r.rtt_us).max().unwrap_or(0),
-                parts: PartTotals::of(g.iter().copied(), network_us),
+                parts: PartTotals::of(g.iter().copied().filter(|r| r.is_ok()), network_us),
                 floor_ping: FloorInWindow::of(ping, start_us, end_us),
                 floor_db_txn: FloorInWindow::of(db_txn, start_us, end_us),
                 postgres: None,
@@ -516,6 +520,7 @@ mod tests {
             on(2, 4, 1_010, 90),
             on(3, 8, 1_200, 30),
             on(1, 1, 1_020, 2), // fast, inside
+            failed(on(2, 5, 1_100, 100)),
             // One game's slow calls alone at 3 s: no stall.
             on(1, 0, 3_000, 50),
             on(1, 1, 3_010, 50),
@@ -526,6 +531,10 @@ mod tests {
             // A slow call 1 s after the first stall starts another group.
             on(4, 12, 2_000, 40),
         ];
+        fn failed(mut r: Invocation) -> Invocation {
+            r.status = "unavailable".into();
+            r
+        }
         let ping = [
             Sample {
                 at_us: 1_050_000,
@@ -545,8 +554,9 @@ mod tests {
         let w = &windows[0];
         assert_eq!(w.start_us, 1_000_000);
         assert_eq!(w.end_us(), 1_230_000);
-        assert_eq!((w.slow_calls, w.calls, w.games), (3, 4, 3));
-        assert_eq!(w.max_rtt_us, 90_000);
+        assert_eq!((w.slow_calls, w.errors, w.calls, w.games), (4, 1, 5, 3));
+        assert_eq!(w.parts.calls, 3, "a failed call has no parts");
+        assert_eq!(w.max_rtt_us, 100_000);
         assert_eq!(
             w.floor_ping.samples, 1,
             "the ping before the window is not in it"
@@ -560,7 +570,7 @@ mod tests {
                 listed.slow_calls_in_windows,
                 listed.slow_calls
             ),
-            (1, 3, 10)
+            (1, 4, 10)
         );
     }
 }

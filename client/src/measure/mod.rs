@@ -417,11 +417,12 @@ fn window_line(w: &attribution::StallWindow) -> String {
         n => format!("max {} µs of {n}", f.max_us),
     };
     format!(
-        "at {:.3} s for {} ms: {} slow of {} calls, {} games, {} servers, max {} µs: {}; \
-         floor ping {}, transaction {}{}",
+        "at {:.3} s for {} ms: {} slow ({} failed) of {} calls, {} games, {} servers, \
+         max {} µs: {}; floor ping {}, transaction {}{}",
         w.start_us as f64 / 1e6,
         w.length_us / 1000,
         w.slow_calls,
+        w.errors,
         w.calls,
         w.games,
         w.servers,
