@@ -389,7 +389,8 @@ async fn a_client_that_asks_gets_the_calls_server_timing_back() {
         .to_str()
         .unwrap()
         .to_string();
-    // gate=…;db=…;cas=…, and a join spends time in the database.
+    // gate=…;db=…;cas=…;cas_ms=…;total=…, and a join spends time in the
+    // database, within the call's total.
     let fields: Vec<(&str, f64)> = timing
         .split(';')
         .map(|kv| {
@@ -399,12 +400,16 @@ async fn a_client_that_asks_gets_the_calls_server_timing_back() {
         .collect();
     assert_eq!(
         fields.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
-        ["gate", "db", "cas"],
+        ["gate", "db", "cas", "cas_ms", "total"],
         "{timing}"
     );
     assert!(
         fields[1].1 > 0.0,
         "a join spends time in the database: {timing}"
+    );
+    assert!(
+        fields[4].1 >= fields[1].1,
+        "the database time is part of the call's total: {timing}"
     );
 
     let plain = game.join(join("untimed")).await.unwrap();

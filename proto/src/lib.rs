@@ -16,6 +16,7 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024;
 
 pub mod codec;
 pub mod reason;
+pub mod timing;
 pub use reason::Reason;
 
 /// Most inputs one `ActRequest` may carry (`inputs`); more is refused with

@@ -158,6 +158,13 @@ mod tests {
             version: 1,
             replayed: false,
             warmup: false,
+            backoff_us: 0,
+            answer_sent_us: 0,
+            server_gate_us: None,
+            server_db_us: None,
+            server_cas_retries: None,
+            server_cas_us: None,
+            server_total_us: None,
         }
     }
 

@@ -27,7 +27,8 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::time::timeout;
 use tonic::transport::Channel;
 
-use super::record::duration_us;
+use super::attribution::Sample;
+use super::record::{RunClock, duration_us};
 use crate::shutdown::Shutdown;
 use borbaman_client::pool::ServerPool;
 
@@ -62,6 +63,31 @@ pub struct FloorSamples {
     /// Pings that failed or went unanswered (a dead or hung server), left
     /// out of `ping_us`.
     pub ping_failed: u64,
+    /// Beside the workload: when each sample started, µs since the start
+    /// of the run (the same order as `ping_us` and `db_txn_us`), to set
+    /// the floor beside the stall windows.
+    pub ping_at_us: Vec<u64>,
+    pub db_txn_at_us: Vec<u64>,
+}
+
+impl FloorSamples {
+    /// The ping samples with their start times.
+    pub fn pings(&self) -> Vec<Sample> {
+        samples(&self.ping_at_us, &self.ping_us)
+    }
+
+    /// The bare-transaction samples with their start times.
+    pub fn db_txns(&self) -> Vec<Sample> {
+        samples(&self.db_txn_at_us, &self.db_txn_us)
+    }
+}
+
+fn samples(at_us: &[u64], rtt_us: &[u64]) -> Vec<Sample> {
+    at_us
+        .iter()
+        .zip(rtt_us)
+        .map(|(&at_us, &rtt_us)| Sample { at_us, rtt_us })
+        .collect()
 }
 
 /// One bare `Game.Ping`, timed.
@@ -232,6 +258,7 @@ async fn ping_within(server: &str, channel: &Channel) -> Result<Duration, FloorE
 pub async fn probe(
     pool: ServerPool,
     mut db: Option<DbFloor>,
+    clock: RunClock,
     from: Instant,
     interval: Duration,
     mut stop: Shutdown,
@@ -248,15 +275,21 @@ pub async fn probe(
         let servers = pool.live_channels();
         if !servers.is_empty() {
             let (server, channel) = &servers[i % servers.len()];
+            let at_us = clock.now_us();
             match ping_within(server, channel).await {
-                Ok(rtt) => out.ping_us.push(duration_us(rtt)),
+                Ok(rtt) => {
+                    out.ping_us.push(duration_us(rtt));
+                    out.ping_at_us.push(at_us);
+                }
                 Err(_) => out.ping_failed += 1,
             }
         }
+        let at_us = clock.now_us();
         if let Some(db) = db.as_mut()
             && let Ok(Ok(rtt)) = timeout(PROBE_TIMEOUT, db.txn_once()).await
         {
             out.db_txn_us.push(duration_us(rtt));
+            out.db_txn_at_us.push(at_us);
         }
         i += 1;
     }

@@ -7,11 +7,16 @@
 //! - `summary.json`: percentiles, jitter, failovers, floors and ratios,
 //!   invariants;
 //! - `ecdf.svg` and `rtt.svg`: the charts;
-//! - `faults.csv` when faults were injected.
+//! - `faults.csv` when faults were injected;
+//! - `logs/`: the servers' logs and, for a local cluster, PostgreSQL's
+//!   (`postgres.log`, or `ha/pgN.log`), with its statistics views read
+//!   before and after (`pg_stat_before.json`, `pg_stat_after.json`).
 //!
 //! [`run_measured`] is the run itself.
 //!
 //! - [`record`]: per-invocation records and CSV.
+//! - [`attribution`]: slow calls by part, and the stall windows.
+//! - [`pgview`]: PostgreSQL's statistics and log over the run.
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
 //! - [`plot`]: `ecdf.svg` and `rtt.svg`.
 //! - [`floors`]: the bare gRPC ping and bare PostgreSQL transaction floors.
@@ -21,11 +26,13 @@
 //! - [`distance`]: the figures of each emulated distance (`--wan`,
 //!   `--wan-mix`) against the network's own round trip.
 
+pub mod attribution;
 pub mod dbcost;
 pub mod distance;
 pub mod faults;
 pub mod floors;
 pub mod invariants;
+pub mod pgview;
 pub mod plot;
 pub mod record;
 pub mod report;
@@ -50,9 +57,11 @@ use borbaman_cluster::WanSpec;
 use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
 
 use crate::args::DbKind;
+use attribution::{Attribution, StallWindows};
 use distance::{DistanceReport, link_of_client};
 use faults::FaultEvent;
 use floors::DbFloor;
+use pgview::PostgresView;
 use plot::{FaultMark, Reference};
 use record::{Recorder, RunClock};
 use report::{FloorRatios, Summary, Tail, floor_stats, measure};
@@ -150,6 +159,9 @@ pub struct Target {
     /// The database's processes, when it runs on this machine (its CPU
     /// time is then part of what a call costs).
     pub database_pids: Option<Arc<dyn Fn() -> Vec<u32> + Send + Sync>>,
+    /// The files the database logs to, when it runs on this machine
+    /// (copied into `OUT/logs/` and read for the stall windows).
+    pub database_logs: Option<Arc<dyn Fn() -> Vec<PathBuf> + Send + Sync>>,
     /// How the clients reach the servers (TLS or not).
     pub pool: PoolConfig,
     /// The emulated distances (empty: none); client `c` is at
@@ -173,6 +185,7 @@ impl Target {
             database_url,
             final_database_url: None,
             database_pids: None,
+            database_logs: None,
             pool: PoolConfig::default(),
             wan: Vec::new(),
         }
@@ -193,6 +206,7 @@ impl Target {
         let c = cluster.lock().unwrap_or_else(|e| e.into_inner());
         let current = cluster.clone();
         let processes = cluster.clone();
+        let logs = cluster.clone();
         Target {
             servers: c.addresses(),
             database_url: Some(c.database_url()),
@@ -207,6 +221,11 @@ impl Target {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .database_pids()
+            })),
+            database_logs: Some(Arc::new(move || {
+                logs.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .database_logs()
             })),
             pool: PoolConfig::default(),
             wan: c
@@ -316,6 +335,34 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.tail.fraction_over_floor_p999 * 100.0,
         summary.tail.floor_p999_us,
     );
+    let a = &summary.attribution;
+    println!(
+        "slow calls (over {} µs): {} of {}; their time by part: {} (by main part: {}); \
+         all calls: {}",
+        a.slow_threshold_us,
+        a.slow.calls,
+        a.all.calls,
+        a.slow.line(),
+        counts(&a.slow.by_main_part),
+        a.all.line(),
+    );
+    let w = &summary.stall_windows;
+    println!(
+        "stall windows: {} ({} ms in all), holding {} of {} slow calls",
+        w.count, w.total_length_ms, w.slow_calls_in_windows, w.slow_calls,
+    );
+    for window in w.windows.iter().take(PRINTED_WINDOWS) {
+        println!("  {}", window_line(window));
+    }
+    if w.windows.len() > PRINTED_WINDOWS {
+        println!(
+            "  … {} more in summary.json (stall_windows)",
+            w.windows.len() - PRINTED_WINDOWS
+        );
+    }
+    if let Some(postgres) = &summary.postgres {
+        println!("{}", postgres.line());
+    }
     if let Some(cost) = &summary.database_cost {
         println!(
             "database per call: {} B of WAL, {} writing transactions, {} of postgres CPU",
@@ -358,6 +405,36 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         anyhow::bail!(why);
     }
     Ok(())
+}
+
+/// Stall windows printed (the longest); `summary.json` lists more.
+const PRINTED_WINDOWS: usize = 10;
+
+/// One stall window, the floors and PostgreSQL beside it.
+fn window_line(w: &attribution::StallWindow) -> String {
+    let floor = |f: &attribution::FloorInWindow| match f.samples {
+        0 => "no sample".to_string(),
+        n => format!("max {} µs of {n}", f.max_us),
+    };
+    format!(
+        "at {:.3} s for {} ms: {} slow ({} failed) of {} calls, {} games, {} servers, \
+         max {} µs: {}; floor ping {}, transaction {}{}",
+        w.start_us as f64 / 1e6,
+        w.length_us / 1000,
+        w.slow_calls,
+        w.errors,
+        w.calls,
+        w.games,
+        w.servers,
+        w.max_rtt_us,
+        w.parts.line(),
+        floor(&w.floor_ping),
+        floor(&w.floor_db_txn),
+        match &w.postgres {
+            Some(log) => format!("; postgres: {}", log.line()),
+            None => String::new(),
+        },
+    )
 }
 
 /// `a 3, b 1`, or `none`.
@@ -409,7 +486,12 @@ pub async fn run_measured(
     let mut pools = Vec::new();
     for client in 0..plan.workload.clients {
         let link = link_of_client(client, target.wan.len());
-        let pool = ServerPool::connect(&target.servers, target.pool_at(link))
+        // Every answer carries its server's timing, for the attribution.
+        let config = PoolConfig {
+            server_timing: true,
+            ..target.pool_at(link)
+        };
+        let pool = ServerPool::connect(&target.servers, config)
             .await
             .with_context(|| format!("connecting client {client}{}", at(link)))?;
         pools.push(pool);
@@ -442,6 +524,10 @@ pub async fn run_measured(
     }
 
     let clock = RunClock::start();
+    let run_started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
     let (stopper, stop) = shutdown::channel();
     let recorder = Recorder::new();
     let progress = Arc::new(Progress::default());
@@ -454,6 +540,7 @@ pub async fn run_measured(
             tokio::spawn(floors::probe(
                 pool.clone(),
                 db_floor.take(),
+                clock,
                 clock.started() + plan.workload.warmup,
                 // A closed loop has no interval: probe at the game's 20 Hz.
                 plan.workload.interval.max(Duration::from_millis(50)),
@@ -478,6 +565,10 @@ pub async fn run_measured(
         Some(db) => dbcost::read(db, database_pids()).await.ok(),
         None => None,
     };
+    let stats_before = match &cost_db {
+        Some(db) => audit::stat_snapshot(db).await.ok().map(pgview::snapshot),
+        None => None,
+    };
     let census = cost_db
         .clone()
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
@@ -492,9 +583,14 @@ pub async fn run_measured(
         Some(db) => dbcost::read(db, database_pids()).await.ok(),
         None => None,
     };
+    let stats_after = match &cost_db {
+        Some(db) => audit::stat_snapshot(db).await.ok().map(pgview::snapshot),
+        None => None,
+    };
     if let Some(db) = cost_db {
         db.close().await;
     }
+    let run_end_us = clock.now_us();
     let mut probed = Vec::new();
     let mut db_floor = None;
     for prober in probers {
@@ -625,6 +721,57 @@ pub async fn run_measured(
         &summary.floor_db_txn_us,
     );
     summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    let threshold_us =
+        attribution::slow_threshold_us(summary.ratios.floor_p50_us, summary.ratios.floor_p99_us);
+    let network_us = summary.floor_ping_us.p50;
+    summary.attribution = Attribution::new(&records, threshold_us, network_us);
+    let mut windows = attribution::stall_windows(
+        &records,
+        threshold_us,
+        network_us,
+        &probed.iter().flat_map(|s| s.pings()).collect::<Vec<_>>(),
+        &probed.iter().flat_map(|s| s.db_txns()).collect::<Vec<_>>(),
+    );
+    let log_dir = plan.out.join("logs");
+    let database_logs = target.database_logs.as_ref().map(|logs| logs());
+    let log = database_logs
+        .filter(|f| !f.is_empty())
+        .map(|files| keep_database_logs(&files, &log_dir, run_started_unix_ms));
+    if let Some((_, events)) = &log {
+        for window in &mut windows {
+            window.postgres = Some(pgview::LogCounts::within(
+                events,
+                window.start_us as i64 - pgview::LEAD_US,
+                window.end_us() as i64,
+            ));
+        }
+    }
+    if let (Some(before), Some(after)) = (&stats_before, &stats_after) {
+        let mut view = PostgresView::between(before, after);
+        if let Some((copied, events)) = log {
+            view.log = Some(pgview::LogCounts::within(
+                &events,
+                warmup_us as i64,
+                run_end_us as i64,
+            ));
+            view.log_files = copied;
+        }
+        summary.postgres = Some(view);
+    }
+    for (name, stats) in [("before", &stats_before), ("after", &stats_after)] {
+        if let Some(stats) = stats {
+            std::fs::create_dir_all(&log_dir).ok();
+            let path = log_dir.join(format!("pg_stat_{name}.json"));
+            std::fs::write(&path, serde_json::to_string_pretty(stats)? + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    let slow_calls = summary.attribution.slow.calls
+        + records
+            .iter()
+            .filter(|r| !r.warmup && r.is_error() && r.rtt_us > threshold_us)
+            .count() as u64;
+    summary.stall_windows = StallWindows::new(windows, slow_calls);
     summary.distances = target
         .wan
         .iter()
@@ -717,6 +864,53 @@ fn write_outputs(
         record::write_csv(&out.join("faults.csv"), faults)?;
     }
     Ok(())
+}
+
+/// Copies the database's log files into `log_dir` (those not already
+/// there) and reads their events onto the run's clock. Returns the copies'
+/// names and the events; a file that cannot be read is left out (and
+/// said so in the log).
+fn keep_database_logs(
+    files: &[PathBuf],
+    log_dir: &Path,
+    run_started_unix_ms: i64,
+) -> (Vec<String>, Vec<(i64, pgview::LogEvent)>) {
+    let mut kept = Vec::new();
+    let mut events = Vec::new();
+    for file in files {
+        let text = match std::fs::read(file) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => {
+                tracing::warn!("cannot read PostgreSQL's log {}: {e}", file.display());
+                continue;
+            }
+        };
+        let inside = file.starts_with(log_dir);
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "postgres.log".into());
+        let kept_at = if inside {
+            file.clone()
+        } else {
+            let copy = log_dir.join(&name);
+            if let Err(e) =
+                std::fs::create_dir_all(log_dir).and_then(|_| std::fs::write(&copy, &text))
+            {
+                tracing::warn!("cannot copy PostgreSQL's log to {}: {e}", copy.display());
+            }
+            copy
+        };
+        kept.push(
+            kept_at
+                .strip_prefix(log_dir)
+                .unwrap_or(&kept_at)
+                .display()
+                .to_string(),
+        );
+        events.extend(pgview::events(&text, run_started_unix_ms));
+    }
+    (kept, events)
 }
 
 /// Shows elapsed seconds and live counters until `stop` turns true. Draws

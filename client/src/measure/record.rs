@@ -70,6 +70,29 @@ pub struct Invocation {
     pub replayed: bool,
     /// Made during the warm-up: written to the CSV, left out of statistics.
     pub warmup: bool,
+    /// Time the pool slept between attempts (backoff, pushback, waiting
+    /// for a live server), inside `rtt_us`.
+    #[serde(default)]
+    pub backoff_us: u64,
+    /// When the request that was answered was sent, from the start of the
+    /// call (0 when the first request was): failed attempts, backoff and
+    /// the wait before a winning hedge come before it.
+    #[serde(default)]
+    pub answer_sent_us: u64,
+    /// The answering server's own timing of the request it answered
+    /// (`borbaman-timing`): waiting behind the game's gate, in kept
+    /// database work, in lost compare-and-sets (their count and cost),
+    /// and in all. Empty when the server did not say.
+    #[serde(default)]
+    pub server_gate_us: Option<u64>,
+    #[serde(default)]
+    pub server_db_us: Option<u64>,
+    #[serde(default)]
+    pub server_cas_retries: Option<u32>,
+    #[serde(default)]
+    pub server_cas_us: Option<u64>,
+    #[serde(default)]
+    pub server_total_us: Option<u64>,
 }
 
 impl Invocation {
@@ -241,6 +264,13 @@ pub(crate) mod tests {
             version: start_us,
             replayed: false,
             warmup: false,
+            backoff_us: 0,
+            answer_sent_us: 0,
+            server_gate_us: None,
+            server_db_us: None,
+            server_cas_retries: None,
+            server_cas_us: None,
+            server_total_us: None,
         }
     }
 
@@ -255,6 +285,13 @@ pub(crate) mod tests {
         failed.last_attempt_us = Some(2_500);
         failed.failure = "Unknown from 127.0.0.1:1: transport error".into();
         failed.tick_late_us = 70;
+        failed.backoff_us = 300;
+        failed.answer_sent_us = 2_500;
+        failed.server_gate_us = Some(11);
+        failed.server_db_us = Some(900);
+        failed.server_cas_retries = Some(1);
+        failed.server_cas_us = Some(200);
+        failed.server_total_us = Some(1_300);
         failed.call = CallKind::Join;
         let mut error = act(2, 10, 20);
         error.status = "unavailable: no live server".into();

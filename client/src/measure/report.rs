@@ -261,6 +261,15 @@ pub struct Summary {
     pub refused_join_rtt_us: RttStats,
     pub ratios: FloorRatios,
     pub tail: Tail,
+    /// The slow calls' time by part, beside every call's
+    /// (`measure::attribution`).
+    pub attribution: super::attribution::Attribution,
+    /// Slow calls clustered in time, with the floor probes and
+    /// PostgreSQL's log in the same moments.
+    pub stall_windows: super::attribution::StallWindows,
+    /// PostgreSQL's statistics and log over the run (a local cluster, or
+    /// a `--database-url` whose statistics can be read).
+    pub postgres: Option<super::pgview::PostgresView>,
     /// What each call of the workload cost the database (the floor
     /// prober's transactions, one per 50 ms, included).
     pub database_cost: Option<super::dbcost::DatabaseCost>,

@@ -497,6 +497,7 @@ impl ClientRun {
         replayed: bool,
     ) {
         let start_us = self.clock.us(info.started.min(started));
+        let timing = info.server_timing.as_ref();
         self.progress.calls.fetch_add(1, Ordering::Relaxed);
         if info.failed_over {
             self.progress.failovers.fetch_add(1, Ordering::Relaxed);
@@ -526,6 +527,13 @@ impl ClientRun {
             version,
             replayed,
             warmup: start_us < duration_us(self.config.warmup),
+            backoff_us: duration_us(info.backoff),
+            answer_sent_us: duration_us(info.answer_sent),
+            server_gate_us: timing.map(|t| duration_us(t.gate)),
+            server_db_us: timing.map(|t| duration_us(t.db)),
+            server_cas_retries: timing.map(|t| t.cas_retries),
+            server_cas_us: timing.map(|t| duration_us(t.cas)),
+            server_total_us: timing.and_then(|t| t.total).map(duration_us),
         });
     }
 
@@ -576,6 +584,13 @@ impl ClientRun {
             version: 0,
             replayed: false,
             warmup: start_us < duration_us(self.config.warmup),
+            backoff_us: 0,
+            answer_sent_us: 0,
+            server_gate_us: None,
+            server_db_us: None,
+            server_cas_retries: None,
+            server_cas_us: None,
+            server_total_us: None,
         });
     }
 }

@@ -53,6 +53,7 @@ use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use borbaman_proto::reason::retry_pushback;
+use borbaman_proto::timing::{ServerTiming as CallTiming, TIMING_KEY};
 use tokio::sync::{Notify, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -95,6 +96,10 @@ pub struct PoolConfig {
     /// A call gives up (with an error) after retrying this long: when no
     /// server is reachable, or the database stays unavailable.
     pub give_up_after: Duration,
+    /// Ask every server for its timing of each call (the
+    /// `borbaman-timing` metadata), which [`CallInfo::server_timing`]
+    /// then carries: benchmarks attribute slow calls with it.
+    pub server_timing: bool,
     /// Runs the background refresh task. Off only to measure what it costs:
     /// without it the pool still fails over, but only to the servers it
     /// connected to at start-up.
@@ -122,6 +127,7 @@ impl Default for PoolConfig {
             refresh: Duration::from_millis(500),
             max_connections: 8,
             give_up_after: Duration::from_secs(15),
+            server_timing: false,
             background: true,
             connect_timeout: Duration::from_secs(2),
             health_timeout: Duration::from_millis(250),
@@ -159,6 +165,17 @@ pub struct CallInfo {
     pub hedge_won: bool,
     /// From the start of the call to the reply, retries included.
     pub rtt: Duration,
+    /// Time the call slept between attempts (backoff, a server's
+    /// pushback, or waiting for a live server): part of `rtt`.
+    pub backoff: Duration,
+    /// When the request that was answered was sent, from the start of the
+    /// call: what came before (failed attempts, backoff, the wait before
+    /// a hedge) delayed the answer without being in it.
+    pub answer_sent: Duration,
+    /// The answering server's own account of the call, when the request
+    /// asked for it ([`ServerPool::request`] with
+    /// [`PoolConfig::server_timing`]).
+    pub server_timing: Option<CallTiming>,
 }
 
 /// One live server's timing, for a HUD or a report.
@@ -354,6 +371,8 @@ struct Attempt<T> {
     answered_by: String,
     hedges: u32,
     hedge_won: bool,
+    /// When the hedged copy was sent, from the start of the attempt.
+    hedge_sent: Option<Duration>,
 }
 
 /// Awaits `future` if there is one, else never ends (a `select!` branch
@@ -442,6 +461,7 @@ impl ServerPool {
         let mut hedges = 0u32;
         let mut first_failure = None;
         let mut last_failure = String::new();
+        let mut backoff = Duration::ZERO;
         self.shared.state.lock().unwrap().budget.earn();
         loop {
             let Some(server) = self.current_server(&plan.skip()) else {
@@ -463,10 +483,12 @@ impl ServerPool {
                     }
                     pause
                 };
+                let paused = Instant::now();
                 let waited = match pause {
                     Pause::Sleep { duration, .. } => sleep_until_before(duration, give_up_at).await,
                     Pause::WaitForServer => self.wait_for_server(give_up_at).await,
                 };
+                backoff += paused.elapsed();
                 if !waited {
                     return Err(self.give_up(started, last_failure, plan.database_trouble));
                 }
@@ -482,6 +504,16 @@ impl ServerPool {
             let (kind, pushback) = match attempt.result {
                 Ok(response) => {
                     self.set_database_unavailable(false);
+                    let server_timing = response
+                        .metadata()
+                        .get(TIMING_KEY)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(CallTiming::parse);
+                    let answer_sent = attempt_started.saturating_duration_since(started)
+                        + attempt
+                            .hedge_sent
+                            .filter(|_| attempt.hedge_won)
+                            .unwrap_or_default();
                     let info = CallInfo {
                         server: attempt.answered_by,
                         attempts,
@@ -493,6 +525,9 @@ impl ServerPool {
                         hedges,
                         hedge_won: attempt.hedge_won,
                         rtt: started.elapsed(),
+                        backoff,
+                        answer_sent,
+                        server_timing,
                     };
                     return Ok((response.into_inner(), info));
                 }
@@ -569,6 +604,7 @@ impl ServerPool {
             answered_by: server.address.clone(),
             hedges: 0,
             hedge_won: false,
+            hedge_sent: None,
         };
         let first = f(GameClient::new(server.channel.clone()));
         tokio::pin!(first);
@@ -659,6 +695,7 @@ impl ServerPool {
                         probe = Some(self.probe(server));
                         if let Some(second) = self.hedge_server(&server.address, &skip) {
                             attempt.hedges = 1;
+                            attempt.hedge_sent = Some(now.saturating_duration_since(started));
                             let late_after = self.timing(&second.address).hedge_delay();
                             copy_late_at = Some(now + late_after);
                             let future = Box::pin(f(GameClient::new(second.channel.clone())));
@@ -771,6 +808,18 @@ impl ServerPool {
     /// The pool's settings.
     pub fn config(&self) -> &PoolConfig {
         &self.shared.config
+    }
+
+    /// `message` as a request, asking for the server's timing when
+    /// [`PoolConfig::server_timing`] is on.
+    pub fn request<M>(&self, message: M) -> tonic::Request<M> {
+        let mut request = tonic::Request::new(message);
+        if self.shared.config.server_timing {
+            request
+                .metadata_mut()
+                .insert(TIMING_KEY, tonic::metadata::MetadataValue::from_static("1"));
+        }
+        request
     }
 
     /// Calls from now on are about `game` (or none): the current server

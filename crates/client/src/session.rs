@@ -174,7 +174,7 @@ impl GameSession {
         };
         let (reply, info) = pool
             .call(|mut client| {
-                let request = request.clone();
+                let request = pool.request(request.clone());
                 async move { client.join(request).await }
             })
             .await?;
@@ -248,7 +248,7 @@ impl GameSession {
             tokio::spawn(async move {
                 let result = pool
                     .call(|mut client| {
-                        let request = request.clone();
+                        let request = pool.request(request.clone());
                         async move { client.act(request).await }
                     })
                     .await;
@@ -334,7 +334,7 @@ impl GameSession {
         tokio::spawn(async move {
             let result = pool
                 .call(|mut client| {
-                    let request = request.clone();
+                    let request = pool.request(request.clone());
                     async move { client.get_state(request).await }
                 })
                 .await;
@@ -496,7 +496,7 @@ impl GameSession {
         let (reply, info) = self
             .pool
             .call(|mut client| {
-                let request = request.clone();
+                let request = self.pool.request(request.clone());
                 async move { client.get_state(request).await }
             })
             .await?;
@@ -524,7 +524,7 @@ impl GameSession {
         let info = self
             .pool
             .call(|mut client| {
-                let request = request.clone();
+                let request = self.pool.request(request.clone());
                 async move { client.leave(request).await }
             })
             .await;

@@ -633,6 +633,20 @@ impl LocalCluster {
             .collect()
     }
 
+    /// The files PostgreSQL logs to, when the cluster started it: the
+    /// single PostgreSQL's `postgres.log` (in its data directory, which
+    /// goes with it), or each Patroni member's `pgN.log` (PostgreSQL's
+    /// log interleaved with Patroni's, already in the log directory).
+    pub fn database_logs(&self) -> Vec<PathBuf> {
+        if let Some(ha) = &self.ha {
+            return ha.postgres_logs();
+        }
+        self.postgres
+            .iter()
+            .map(|pg| pg.log_file().to_path_buf())
+            .collect()
+    }
+
     /// The replicated database, when the cluster runs one: for faults and
     /// their timing.
     pub fn replicated(&self) -> Option<&LocalHa> {

@@ -94,6 +94,28 @@ pub enum PgError {
     },
 }
 
+/// What PostgreSQL logs and times so a run can tell its stalls' causes
+/// (`borbaman bench` keeps the log in `OUT/logs/` and counts its events in
+/// each stall window): checkpoints, every autovacuum, connections opened
+/// and closed (a connection opened on a call's path costs a fork and an
+/// authentication), lock waits past `deadlock_timeout`, statements over
+/// 100 ms, and the time WAL writes and flushes take (`pg_stat_wal`). UTC
+/// timestamps to the millisecond (PostgreSQL 15's default
+/// `log_line_prefix`, `%m [%p] `), so the log lines up with the run.
+/// The same settings are in `server/patroni/patroni.yml` and the compose
+/// files.
+pub const OBSERVE: &[(&str, &str)] = &[
+    ("log_checkpoints", "on"),
+    ("log_autovacuum_min_duration", "0"),
+    ("log_connections", "on"),
+    ("log_disconnections", "on"),
+    ("log_lock_waits", "on"),
+    ("log_min_duration_statement", "100"),
+    ("log_timezone", "UTC"),
+    ("track_wal_io_timing", "on"),
+    ("track_io_timing", "on"),
+];
+
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> PgError {
     let context = context.into();
     move |source| PgError::Io { context, source }
@@ -351,6 +373,11 @@ impl LocalPostgres {
     }
 
     /// The cluster's data directory.
+    /// Where the server logs (`postgres.log` in the data directory).
+    pub fn log_file(&self) -> &Path {
+        &self.log_file
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }
@@ -384,6 +411,9 @@ impl LocalPostgres {
         }
         if !self.opts.fsync {
             options.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+        }
+        for (name, value) in OBSERVE {
+            options.push_str(&format!(" -c {name}={value}"));
         }
         let log = self.log_file.to_string_lossy().into_owned();
         let out = self.pg_ctl(&["start", "-w", "-t", "30", "-l", &log, "-o", &options])?;

@@ -10,18 +10,21 @@
 //! `borbaman_server::calls`): service, method, game, duration and outcome.
 //!
 //! Code inside a call (the service, the store) notes what the head cannot
-//! show through [`note_game`], [`note_gate_wait`], [`note_db`] and
-//! [`note_cas_retry`], into a task-local [`CallNote`]; outside a call they
-//! do nothing. A client that sends the metadata key [`TIMING_KEY`] gets
-//! that note back under the same key in the answer's head:
-//! `gate=0.012;db=0.734;cas=0` (milliseconds, and retries), to attribute
-//! its tail latency.
+//! show through [`note_game`], [`note_gate_wait`], [`note_db`],
+//! [`note_cas_retry`] and [`note_cas_pause`], into a task-local
+//! [`CallNote`] (which a task the call spawns shares through
+//! [`in_this_call`]); outside a call they do nothing. A client that sends the
+//! metadata key [`TIMING_KEY`] gets that note back under the same key in
+//! the answer's head, as a [`ServerTiming`] (gate, database, lost
+//! compare-and-sets, and the call's total time in this server), to
+//! attribute its tail latency.
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -35,9 +38,7 @@ use tonic::transport::server::TcpConnectInfo;
 
 use super::{Metrics, Refusal};
 
-/// Request metadata key asking for the call's server timing, and the
-/// answer's key carrying it.
-pub const TIMING_KEY: &str = "borbaman-timing";
+pub use borbaman_proto::timing::{ServerTiming, TIMING_KEY};
 
 /// The `Game` service's methods (a test checks them against the proto).
 pub const GAME_METHODS: &[&str] = &[
@@ -56,33 +57,35 @@ pub const HEALTH_METHODS: &[&str] = &["Check", "Watch"];
 pub const STATUS_METHODS: &[&str] = &["GetStatus"];
 
 tokio::task_local! {
-    static NOTE: CallNote;
+    static NOTE: Arc<CallNote>;
 }
 
 /// What a call's code notes while it runs (see the module docs).
 #[derive(Debug, Default)]
 pub struct CallNote {
-    game: Cell<u64>,
-    gate_wait_us: Cell<u64>,
-    db_us: Cell<u64>,
-    cas_retries: Cell<u32>,
+    game: AtomicU64,
+    gate_wait_us: AtomicU64,
+    db_us: AtomicU64,
+    cas_retries: AtomicU32,
+    cas_us: AtomicU64,
 }
 
 impl CallNote {
-    /// The header value of [`TIMING_KEY`].
-    fn timing(&self) -> String {
-        format!(
-            "gate={:.3};db={:.3};cas={}",
-            self.gate_wait_us.get() as f64 / 1000.0,
-            self.db_us.get() as f64 / 1000.0,
-            self.cas_retries.get()
-        )
+    /// What goes under [`TIMING_KEY`], the call having taken `total`.
+    fn timing(&self, total: Option<Duration>) -> ServerTiming {
+        ServerTiming {
+            gate: Duration::from_micros(self.gate_wait_us.load(Relaxed)),
+            db: Duration::from_micros(self.db_us.load(Relaxed)),
+            cas_retries: self.cas_retries.load(Relaxed),
+            cas: Duration::from_micros(self.cas_us.load(Relaxed)),
+            total,
+        }
     }
 }
 
 /// The game this call is about (for its log event).
 pub fn note_game(game_id: u64) {
-    let _ = NOTE.try_with(|n| n.game.set(game_id));
+    let _ = NOTE.try_with(|n| n.game.store(game_id, Relaxed));
 }
 
 /// Time this call waited behind its game's gate.
@@ -95,9 +98,33 @@ pub fn note_db(elapsed: Duration) {
     let _ = NOTE.try_with(|n| add_us(&n.db_us, elapsed));
 }
 
-/// This call's compare-and-set lost once and read again.
+/// This call's compare-and-set lost once and reads again: the database
+/// time noted so far was thrown away, so it counts as the retry's cost,
+/// not as database time.
 pub fn note_cas_retry() {
-    let _ = NOTE.try_with(|n| n.cas_retries.set(n.cas_retries.get() + 1));
+    let _ = NOTE.try_with(|n| {
+        n.cas_retries.fetch_add(1, Relaxed);
+        n.cas_us.fetch_add(n.db_us.swap(0, Relaxed), Relaxed);
+    });
+}
+
+/// Time this call paused after a lost compare-and-set before reading
+/// again.
+pub fn note_cas_pause(paused: Duration) {
+    let _ = NOTE.try_with(|n| add_us(&n.cas_us, paused));
+}
+
+fn add_us(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_micros() as u64, Relaxed);
+}
+
+/// `work` noting into the current call's note, wherever it runs: a task
+/// the call spawns (to finish its database work even if the call is
+/// cancelled) is wrapped in this, so its time still reaches the call's
+/// timing. Outside a call, `work` as it is.
+pub fn in_this_call<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    let note = NOTE.try_with(Arc::clone).unwrap_or_default();
+    NOTE.scope(note, work)
 }
 
 /// Runs `work` on a task of its own and waits for it: the work goes on to
@@ -106,54 +133,12 @@ pub fn note_cas_retry() {
 /// database transaction would close the connection with it (nothing tells
 /// the connection where the dropped statement stopped), and the pool would
 /// open a new one, a process start in PostgreSQL, just when a stall has made
-/// calls late and hedges fire. What the work notes ([`note_db`] and the
-/// others) is added to this call's note when it ends. An `Err` is a panic in
-/// `work`.
+/// calls late and hedges fire. The work notes into this call's note
+/// ([`in_this_call`]). An `Err` is a panic in `work`.
 pub async fn to_the_end<T: Send + 'static>(
     work: impl Future<Output = T> + Send + 'static,
 ) -> Result<T, tokio::task::JoinError> {
-    let task = tokio::spawn(NOTE.scope(CallNote::default(), async move {
-        let out = work.await;
-        (out, NOTE.with(CallNote::values))
-    }));
-    let (out, values) = task.await?;
-    let _ = NOTE.try_with(|note| note.add(values));
-    Ok(out)
-}
-
-/// A [`CallNote`]'s values, to carry from one task to another.
-#[derive(Clone, Copy, Debug, Default)]
-struct NoteValues {
-    game: u64,
-    gate_wait_us: u64,
-    db_us: u64,
-    cas_retries: u32,
-}
-
-impl CallNote {
-    fn values(&self) -> NoteValues {
-        NoteValues {
-            game: self.game.get(),
-            gate_wait_us: self.gate_wait_us.get(),
-            db_us: self.db_us.get(),
-            cas_retries: self.cas_retries.get(),
-        }
-    }
-
-    fn add(&self, v: NoteValues) {
-        if v.game != 0 {
-            self.game.set(v.game);
-        }
-        self.gate_wait_us
-            .set(self.gate_wait_us.get().saturating_add(v.gate_wait_us));
-        self.db_us.set(self.db_us.get().saturating_add(v.db_us));
-        self.cas_retries
-            .set(self.cas_retries.get().saturating_add(v.cas_retries));
-    }
-}
-
-fn add_us(cell: &Cell<u64>, d: Duration) {
-    cell.set(cell.get().saturating_add(d.as_micros() as u64));
+    tokio::spawn(in_this_call(work)).await
 }
 
 /// A service whose every call is counted, timed and logged.
@@ -215,7 +200,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let metrics = self.metrics.clone();
-        Box::pin(NOTE.scope(CallNote::default(), async move {
+        Box::pin(NOTE.scope(Arc::default(), async move {
             let mut response = inner.call(req).await?;
             let elapsed = started.elapsed();
             let headers = response.headers();
@@ -232,13 +217,14 @@ where
                     target: "borbaman_server::calls",
                     service = S::NAME,
                     method,
-                    game = note.game.get(),
+                    game = note.game.load(Relaxed),
                     duration_us = elapsed.as_micros() as u64,
                     code,
                     reason,
                     "call"
                 );
-                if wants_timing && let Ok(value) = HeaderValue::from_str(&note.timing()) {
+                let timing = note.timing(Some(elapsed)).to_string();
+                if wants_timing && let Ok(value) = HeaderValue::from_str(&timing) {
                     response.headers_mut().insert(TIMING_KEY, value);
                 }
             });
@@ -370,15 +356,25 @@ mod tests {
     async fn notes_reach_the_call_and_nothing_outside_one() {
         note_game(7); // outside a call: ignored
         let timing = NOTE
-            .scope(CallNote::default(), async {
+            .scope(Arc::default(), async {
                 note_game(42);
                 note_gate_wait(Duration::from_micros(1500));
                 note_db(Duration::from_micros(700));
-                note_db(Duration::from_micros(300));
                 note_cas_retry();
-                NOTE.with(|n| (n.game.get(), n.timing()))
+                note_cas_pause(Duration::from_micros(200));
+                // Work the call spawns notes into the same call.
+                tokio::spawn(in_this_call(async {
+                    note_db(Duration::from_micros(300));
+                }))
+                .await
+                .unwrap();
+                NOTE.with(|n| (n.game.load(Relaxed), n.timing(None).to_string()))
             })
             .await;
-        assert_eq!(timing, (42, "gate=1.500;db=1.000;cas=1".to_string()));
+        assert_eq!(
+            timing,
+            (42, "gate=1.500;db=0.300;cas=1;cas_ms=0.900".to_string()),
+            "the lost write's database time and the pause count as the retry's"
+        );
     }
 }

@@ -257,6 +257,36 @@ pub async fn database_activity(db: &PgPool) -> Result<DatabaseActivity, sqlx::Er
     })
 }
 
+/// PostgreSQL's own statistics views a run snapshots before and after
+/// (`pg_stat_io` would join them from PostgreSQL 16 on).
+pub const STAT_VIEWS: &[&str] = &[
+    "pg_stat_wal",
+    "pg_stat_bgwriter",
+    "pg_stat_database",
+    "pg_stat_user_tables",
+];
+
+/// Every row of each of [`STAT_VIEWS`] as JSON text (one array per view;
+/// `pg_stat_database` and `pg_stat_user_tables` have a row per database
+/// and per table), with the moment of reading as `now`.
+pub async fn stat_snapshot(db: &PgPool) -> Result<Vec<(&'static str, String)>, sqlx::Error> {
+    let mut views = Vec::with_capacity(STAT_VIEWS.len() + 1);
+    let now: String = sqlx::query_scalar("SELECT to_json(now())::text")
+        .fetch_one(db)
+        .await?;
+    views.push(("now", now));
+    for view in STAT_VIEWS {
+        // The view names are constants of this module.
+        let json: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT json_agg(v)::text FROM {view} v"
+        )))
+        .fetch_one(db)
+        .await?;
+        views.push((*view, json.unwrap_or_else(|| "[]".into())));
+    }
+    Ok(views)
+}
+
 /// Tables whose row counts a long run reports, to show they stay bounded.
 pub const TABLES: &[&str] = &[
     "games",

@@ -395,7 +395,10 @@ impl Store {
                 "the game changed before each of {retry} writes"
             )));
         }
-        Ok(cas_pause(retry).await)
+        let paused = Instant::now();
+        let slept = cas_pause(retry).await;
+        metrics::calls::note_cas_pause(paused.elapsed());
+        Ok(slept)
     }
 
     /// A connection from the pool for one attempt of a call (see

@@ -497,6 +497,11 @@ impl LocalHa {
         &self.log_dir
     }
 
+    /// Each member's log (`pgN.log`: Patroni's and its PostgreSQL's).
+    pub fn postgres_logs(&self) -> Vec<PathBuf> {
+        self.members.iter().map(|m| m.log.clone()).collect()
+    }
+
     /// The directory everything lives in.
     pub fn dir(&self) -> &Path {
         &self.dir
