@@ -26,7 +26,7 @@ enum Command {
     /// Run headless AI players.
     Bot(borbaman::bot::BotArgs),
     /// Run a game server (same as the `borbaman-server` binary).
-    Server(borbaman_server::cli::ServerArgs),
+    Server(Box<borbaman_server::cli::ServerArgs>),
     /// Measure RTT and jitter: headless bots play real games; writes
     /// invocations.csv, summary.json, ecdf.svg and rtt.svg to --out.
     Bench(borbaman::bench::BenchArgs),
@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
         Command::Play(args) => borbaman::play::run(args),
         Command::Watch(args) => borbaman::watch::run(args),
         Command::Bot(args) => borbaman::bot::run(args),
-        Command::Server(args) => borbaman_server::cli::run(args),
+        Command::Server(args) => borbaman_server::cli::run(*args),
         Command::Bench(args) => borbaman::bench::run(args),
         Command::Chaos(args) => borbaman::chaos::run(args),
         Command::Replay(args) => borbaman::replay::run(args),

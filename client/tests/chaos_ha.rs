@@ -63,3 +63,68 @@ fn killing_the_primary_loses_and_duplicates_nothing() {
     // it came back.
     assert_eq!(row[8], "", "the killed member came back: {faults}");
 }
+
+/// A planned switchover under 8 bots: the servers learn the new primary
+/// from the watch on Patroni's leader key in etcd (their logs say so),
+/// every client gets an action through after it, and nothing is lost or
+/// applied twice.
+#[test]
+fn a_switchover_is_followed_from_the_etcd_watch_and_loses_nothing() {
+    let run = chaos::run(
+        "chaos --db ha --fault db-switchover",
+        &[
+            "--db",
+            "ha",
+            "--servers",
+            "3",
+            "--faults",
+            "1",
+            "--fault-interval-s",
+            "10",
+            "--fault",
+            "db-switchover",
+            "--clients",
+            "8",
+            "--warmup-s",
+            "3",
+            "--tail-s",
+            "8",
+            "--floor-samples",
+            "50",
+            "--no-fsync",
+        ],
+    );
+    let summary = &run.summary;
+    run.assert_nothing_lost(1);
+    assert!(
+        run.acknowledged() > 100,
+        "the checker saw the actions: {summary}"
+    );
+    assert_eq!(
+        summary["recovery_ms"]["samples"], 1,
+        "every client got an action through after the switchover: {summary}"
+    );
+    let (rows, faults) = run.faults();
+    assert_eq!(rows.len(), 1, "{faults}");
+    assert_eq!(rows[0][2], "db-switchover", "{faults}");
+    assert_eq!(rows[0][8], "", "the switchover completed: {faults}");
+
+    // Each server moved to the new primary once, learned from etcd.
+    for server in 0..3 {
+        let log = run.file(&format!("logs/server-{server}.log"));
+        let switches: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("following the new primary"))
+            .collect();
+        assert!(
+            !switches.is_empty(),
+            "server {server} never followed the new primary:\n{log}"
+        );
+        for line in switches {
+            assert!(
+                line.contains(r#""learned_from":"etcd-watch""#),
+                "server {server} learned the new primary from elsewhere: {line}"
+            );
+        }
+    }
+}

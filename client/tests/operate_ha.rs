@@ -1,6 +1,7 @@
 //! On the replicated database (3 etcd, 3 Patroni members): a server's
 //! metrics and status name the member it writes to, and when Patroni
-//! switches over, the new primary and the change.
+//! switches over, the new primary and the change, learned from the watch
+//! on Patroni's leader key in etcd.
 
 mod common;
 
@@ -66,6 +67,20 @@ async fn the_metrics_follow_a_switchover_to_the_new_primary() {
         })
     });
     eprintln!("member {first} -> {now}, changes {changes}");
+    // Learned from the watch on Patroni's leader key, not a REST probe.
+    let text = http_get(&metrics, "/metrics").unwrap_or_default();
+    let learned = |from: &str| {
+        text.lines().find_map(|l| {
+            l.strip_prefix(&format!(
+                "borbaman_database_leader_learned_total{{from=\"{from}\"}} "
+            ))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+    };
+    assert!(
+        learned("etcd-watch").is_some_and(|n| n >= 1),
+        "the new primary was not learned from etcd's watch:\n{text}"
+    );
 
     // borbaman status says the same.
     let screen =

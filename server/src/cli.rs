@@ -14,6 +14,7 @@ use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
 use crate::admission::AdmissionLimits;
+use crate::etcd::{self, Endpoint};
 use crate::incoming::{self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
 use crate::limits::{CallLimits, DEFAULT_READS_PER_IP_PER_S};
 use crate::patroni::Member;
@@ -57,6 +58,25 @@ pub struct ServerArgs {
     /// Timeout of one Patroni REST request.
     #[arg(long, default_value_t = 100)]
     pub patroni_timeout_ms: u64,
+    /// With --patroni: etcd's client URLs (http://host:port,...), to
+    /// watch Patroni's leader key and follow a new primary the moment
+    /// Patroni writes it. While the watch is live the `/primary` probes
+    /// only back it up (every --patroni-backstop-ms, and after database
+    /// errors).
+    #[arg(
+        long,
+        env = "BORBAMAN_ETCD",
+        value_delimiter = ',',
+        value_name = "URLS",
+        requires = "patroni"
+    )]
+    pub etcd: Vec<Endpoint>,
+    /// Patroni's key prefix in etcd: its `namespace` then `scope`, then /.
+    #[arg(long, default_value = etcd::DEFAULT_PREFIX)]
+    pub etcd_prefix: String,
+    /// Period of the `/primary` probes while the etcd watch is live.
+    #[arg(long, default_value_t = 1000)]
+    pub patroni_backstop_ms: u64,
     /// Id of this server in the registry (default: a random UUID).
     #[arg(long)]
     pub id: Option<String>,
@@ -246,6 +266,9 @@ impl ServerArgs {
                     members: self.patroni.clone(),
                     interval: Duration::from_millis(self.patroni_interval_ms.max(1)),
                     request_timeout: Duration::from_millis(self.patroni_timeout_ms.max(1)),
+                    etcd: self.etcd.clone(),
+                    etcd_prefix: self.etcd_prefix.clone(),
+                    backstop: Duration::from_millis(self.patroni_backstop_ms.max(1)),
                 }),
                 name_hold: self.name_hold,
             },
@@ -435,6 +458,19 @@ mod tests {
         assert_eq!(follow.members.len(), 3);
         assert_eq!(follow.interval, Duration::from_millis(150));
         assert_eq!(follow.request_timeout, Duration::from_millis(100));
+        assert!(follow.etcd.is_empty(), "no watch unless asked");
+        let args = parse(&[
+            "--patroni",
+            "http://127.0.0.1:18008",
+            "--etcd",
+            "http://127.0.0.1:2379,http://etcd-b",
+        ])
+        .unwrap();
+        let follow = args.config().store.follow.expect("following Patroni");
+        let etcd: Vec<String> = follow.etcd.iter().map(|e| e.to_string()).collect();
+        assert_eq!(etcd, ["http://127.0.0.1:2379", "http://etcd-b:2379"]);
+        assert_eq!(follow.etcd_prefix, "/borbaman/borbaman/");
+        assert_eq!(follow.backstop, Duration::from_secs(1));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`service`]: the `Game` gRPC service (validate, delegate, reply).
 //! - [`registry`]: heartbeats and the `Registry` gRPC service.
 //! - [`patroni`]: asking Patroni's REST API which member is the primary.
+//! - [`etcd`]: watching Patroni's leader key in etcd.
 //! - [`server`]: assembles a server; health and graceful shutdown.
 //! - [`incoming`]: the accept loop: connection limits and back-off.
 //! - [`admission`]: admission control: a bound on calls in flight to the
@@ -28,6 +29,7 @@
 pub mod admission;
 pub mod cli;
 pub mod error;
+pub mod etcd;
 pub mod health;
 pub mod incoming;
 pub mod limits;

@@ -96,6 +96,7 @@ struct Inner {
     spectators: IntGauge,
     db_member: IntGaugeVec,
     db_member_changes: IntCounter,
+    db_leader_learned: IntCounterVec,
     db_writable: IntGauge,
     retention_deleted: IntCounterVec,
     retention_passes: IntCounterVec,
@@ -302,6 +303,15 @@ impl Metrics {
             "Times the database member written to changed (Patroni named another primary)",
         )
         .expect("valid");
+        let db_leader_learned = IntCounterVec::new(
+            Opts::new(
+                "borbaman_database_leader_learned_total",
+                "New primaries followed, by where they were learned from \
+                 (etcd-watch: Patroni's leader key; patroni-rest: a /primary probe)",
+            ),
+            &["from"],
+        )
+        .expect("valid");
         let db_writable = IntGauge::new(
             "borbaman_database_writable",
             "1 while this server's registry heartbeats commit, 0 while they fail",
@@ -359,6 +369,7 @@ impl Metrics {
             Box::new(spectators.clone()),
             Box::new(db_member.clone()),
             Box::new(db_member_changes.clone()),
+            Box::new(db_leader_learned.clone()),
             Box::new(db_writable.clone()),
             Box::new(retention_deleted.clone()),
             Box::new(retention_passes.clone()),
@@ -374,6 +385,9 @@ impl Metrics {
         }
         for outcome in ["ok", "error"] {
             retention_passes.with_label_values(&[outcome]);
+        }
+        for from in ["etcd-watch", "patroni-rest"] {
+            db_leader_learned.with_label_values(&[from]);
         }
         Metrics {
             inner: Arc::new(Inner {
@@ -392,6 +406,7 @@ impl Metrics {
                 spectators,
                 db_member,
                 db_member_changes,
+                db_leader_learned,
                 db_writable,
                 retention_deleted,
                 retention_passes,
@@ -541,6 +556,15 @@ impl Metrics {
         }
         self.inner.db_member.with_label_values(&[member]).set(1);
         *current = Some(member.to_string());
+    }
+
+    /// A new primary was followed, learned from `from` (`etcd-watch` or
+    /// `patroni-rest`).
+    pub fn database_leader_learned(&self, from: &str) {
+        self.inner
+            .db_leader_learned
+            .with_label_values(&[from])
+            .inc();
     }
 
     /// The member [`Metrics::database_member`] last named, and how many

@@ -61,55 +61,62 @@ impl FromStr for Member {
     /// fine). No TLS and no path: the REST API's endpoints live at its
     /// root.
     fn from_str(s: &str) -> Result<Member, String> {
-        let s = s.trim();
-        let uri: Uri = s
-            .parse()
-            .map_err(|e| format!("bad Patroni REST URL {s:?}: {e}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some(other) => {
-                return Err(format!(
-                    "bad Patroni REST URL {s:?}: scheme {other}:// is not supported, use http://"
-                ));
-            }
-            None => {
-                return Err(format!(
-                    "bad Patroni REST URL {s:?}: expected http://host:port"
-                ));
-            }
-        }
-        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-            return Err(format!(
-                "bad Patroni REST URL {s:?}: give only http://host:port, no path"
-            ));
-        }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| format!("bad Patroni REST URL {s:?}: no host"))?;
-        if authority.as_str().contains('@') {
-            return Err(format!(
-                "bad Patroni REST URL {s:?}: credentials are not supported"
-            ));
-        }
-        if authority.host().is_empty() {
-            return Err(format!("bad Patroni REST URL {s:?}: no host"));
-        }
-        // What follows the host: nothing, or ":port".
-        let after_host = authority
-            .as_str()
-            .strip_prefix(authority.host())
-            .unwrap_or_default();
-        let port = match after_host.strip_prefix(':') {
-            None if after_host.is_empty() => DEFAULT_REST_PORT,
-            Some(port) if !port.is_empty() => port
-                .parse::<u16>()
-                .map_err(|_| format!("bad Patroni REST URL {s:?}: bad port {port:?}"))?,
-            _ => return Err(format!("bad Patroni REST URL {s:?}: bad port")),
-        };
         Ok(Member {
-            authority: format!("{}:{port}", authority.host()),
+            authority: http_authority(s, DEFAULT_REST_PORT)?,
         })
     }
+}
+
+/// `host:port` of a plain `http://host[:port]` URL (`default_port` when
+/// it gives none). No TLS, no path, no credentials: Patroni's REST API
+/// and etcd's gateway live at their root.
+pub(crate) fn http_authority(s: &str, default_port: u16) -> Result<String, String> {
+    let s = s.trim();
+    let uri: Uri = s
+        .parse()
+        .map_err(|e| format!("bad Patroni REST URL {s:?}: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(format!(
+                "bad Patroni REST URL {s:?}: scheme {other}:// is not supported, use http://"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "bad Patroni REST URL {s:?}: expected http://host:port"
+            ));
+        }
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!(
+            "bad Patroni REST URL {s:?}: give only http://host:port, no path"
+        ));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("bad Patroni REST URL {s:?}: no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "bad Patroni REST URL {s:?}: credentials are not supported"
+        ));
+    }
+    if authority.host().is_empty() {
+        return Err(format!("bad Patroni REST URL {s:?}: no host"));
+    }
+    // What follows the host: nothing, or ":port".
+    let after_host = authority
+        .as_str()
+        .strip_prefix(authority.host())
+        .unwrap_or_default();
+    let port = match after_host.strip_prefix(':') {
+        None if after_host.is_empty() => default_port,
+        Some(port) if !port.is_empty() => port
+            .parse::<u16>()
+            .map_err(|_| format!("bad Patroni REST URL {s:?}: bad port {port:?}"))?,
+        _ => return Err(format!("bad Patroni REST URL {s:?}: bad port")),
+    };
+    Ok(format!("{}:{port}", authority.host()))
 }
 
 /// Where a PostgreSQL member listens.

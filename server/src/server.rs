@@ -324,9 +324,15 @@ fn follow_database_member(store: &Store, url: &str, mut stop: Shutdown) {
         return;
     };
     tokio::spawn(async move {
+        let mut last: Option<String> = None;
         loop {
             if let Some(p) = primary.borrow_and_update().clone() {
-                metrics.database_member(&p.address.to_string());
+                let address = p.address.to_string();
+                if last.as_ref().is_some_and(|l| *l != address) {
+                    metrics.database_leader_learned(p.learned_from.as_str());
+                }
+                metrics.database_member(&address);
+                last = Some(address);
             }
             tokio::select! {
                 changed = primary.changed() => if changed.is_err() { return },

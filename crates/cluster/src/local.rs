@@ -72,7 +72,8 @@ pub enum Database {
     Temporary,
     /// A throwaway replicated PostgreSQL ([`LocalHa`]: 3 etcd + 3 Patroni
     /// members, synchronous), deleted on drop. Servers are given the
-    /// Patroni members (`--patroni`) and follow the primary themselves.
+    /// Patroni members (`--patroni`) and etcd (`--etcd`, to watch the
+    /// leader key) and follow the primary themselves.
     Replicated,
 }
 
@@ -263,6 +264,7 @@ impl LocalCluster {
                 })?;
                 let url = ha.database_url();
                 server_args.push(format!("--patroni={}", ha.patroni_urls().join(",")));
+                server_args.push(format!("--etcd={}", ha.etcd_urls().join(",")));
                 (None, Some(ha), url)
             }
         };

@@ -4,15 +4,24 @@
 //! parse and `target_session_attrs` is ignored), so the store points its
 //! pool at the primary itself:
 //!
+//! - With etcd's URLs ([`FollowOptions::etcd`]) a task watches Patroni's
+//!   keys in etcd ([`crate::etcd`]): the leader key is the leader lock
+//!   itself, so a new lock holder, and its PostgreSQL address from its
+//!   member key, is known the moment etcd commits it. A broken watch is
+//!   opened again on the next etcd member.
 //! - A background task, owned by the store, asks every member's Patroni
-//!   `GET /primary` concurrently every `interval`, and at once when a call
-//!   hits a database error or its deadline (a burst of errors makes one
-//!   extra round, and rounds are at least [`MIN_ROUND_GAP`] apart). A
-//!   round ends as soon as a member other than the followed one answers
-//!   200, without waiting for slow members. When the member holding the
-//!   leader lock changes, the leader's `/cluster` gives its PostgreSQL
-//!   address, the pool's connect options are pointed there, and the pool
-//!   is refilled with connections to it.
+//!   `GET /primary` concurrently every `interval` (every `backstop` while
+//!   the watch is live), and at once when a call hits a database error or
+//!   its deadline (a burst of errors makes one extra round, and rounds are
+//!   at least [`MIN_ROUND_GAP`] apart). A round ends as soon as a member
+//!   other than the followed one answers 200, without waiting for slow
+//!   members; the leader's `/cluster` gives its PostgreSQL address. While
+//!   the watch is live a round moves the pool only to a newer timeline
+//!   ([`rest_may_move`]): during a handover the old leader answers 200
+//!   until it has shut down, and must not win back the pool.
+//! - Either way, when the member holding the leader lock changes the
+//!   pool's connect options are pointed at it ([`step`] decides) and the
+//!   pool is refilled with connections to it.
 //! - Connections opened for an earlier primary are closed instead of used:
 //!   idle ones when next acquired (`before_acquire`), busy ones when they
 //!   come back (`after_release`), judged by their age against the moment of
@@ -32,28 +41,32 @@
 //! pool retries them within its acquire timeout), so the first commit
 //! lands as soon as the new primary can commit at all.
 //!
-//! Each switch is logged (info) with `switch_ms` (from asking `/primary` to
-//! the pool pointing at the new primary) and `without_primary_ms` (how long
-//! the old primary had gone unconfirmed), and so is the first commit on the
-//! new primary, with `since_named_ms` (from asking `/primary`).
+//! Each switch is logged (info) with `learned_from` (`etcd-watch` or
+//! `patroni-rest`), `switch_ms` (from asking `/primary`, or hearing from
+//! the watch, to the pool pointing at the new primary) and
+//! `without_primary_ms` (how long the old primary had gone unconfirmed),
+//! and so is the first commit on the new primary, with `since_named_ms`.
 //!
-//! Only Patroni's answer chooses the target. An old primary whose Patroni
+//! Only Patroni (its leader key, or its REST API) chooses the target. An old primary whose Patroni
 //! died still accepts connections and reports itself read-write, but it no
 //! longer holds the leader lock, and once a standby is promoted its commits
 //! wait forever for a synchronous standby that has moved on. Anything that
 //! asks PostgreSQL itself which member is writable can get stuck on it;
 //! asking Patroni cannot.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use crate::etcd::{self, ClusterKeys, DcsLeader, Endpoint};
 use crate::patroni::{self, Member, MemberStatus, PgAddress};
 
 /// Custom setting that records, in each connection's startup options,
@@ -64,6 +77,9 @@ pub(super) const GENERATION_SETTING: &str = "borbaman.primary_generation";
 const CHECK_SQL: &str = "SELECT current_setting('transaction_read_only'), \
                          current_setting('borbaman.primary_generation', true)";
 
+/// Longest wait for etcd to answer a range or accept a watch.
+const WATCH_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Probe rounds triggered by errors are at least this far apart, so a
 /// storm of failing calls cannot turn into a storm of REST requests.
 pub const MIN_ROUND_GAP: Duration = Duration::from_millis(50);
@@ -73,19 +89,52 @@ pub const MIN_ROUND_GAP: Duration = Duration::from_millis(50);
 pub struct FollowOptions {
     /// Every member's REST API.
     pub members: Vec<Member>,
-    /// Period of the `/primary` probe rounds.
+    /// Period of the `/primary` probe rounds without a live etcd watch.
     pub interval: Duration,
     /// Timeout of one REST request (connecting included).
     pub request_timeout: Duration,
+    /// etcd's client URLs, to watch Patroni's leader key (empty: REST
+    /// probes only).
+    pub etcd: Vec<Endpoint>,
+    /// Patroni's key prefix in etcd: `<namespace><scope>/`.
+    pub etcd_prefix: String,
+    /// Period of the `/primary` probe rounds while the watch is live: a
+    /// backstop, since the watch names every new leader first.
+    pub backstop: Duration,
 }
 
 impl FollowOptions {
-    /// Probes every 100 ms, 100 ms per request.
+    /// Probes every 100 ms, 100 ms per request; no etcd watch.
     pub fn new(members: Vec<Member>) -> FollowOptions {
         FollowOptions {
             members,
             interval: Duration::from_millis(100),
             request_timeout: Duration::from_millis(100),
+            etcd: Vec::new(),
+            etcd_prefix: etcd::DEFAULT_PREFIX.to_string(),
+            backstop: DEFAULT_BACKSTOP,
+        }
+    }
+}
+
+/// [`FollowOptions::backstop`] by default.
+pub const DEFAULT_BACKSTOP: Duration = Duration::from_secs(1);
+
+/// Where the follower learned of a primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LearnedFrom {
+    /// The watch on Patroni's leader key in etcd.
+    EtcdWatch,
+    /// A `/primary` probe of Patroni's REST API.
+    PatroniRest,
+}
+
+impl LearnedFrom {
+    /// As logged and in metrics' labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LearnedFrom::EtcdWatch => "etcd-watch",
+            LearnedFrom::PatroniRest => "patroni-rest",
         }
     }
 }
@@ -99,6 +148,8 @@ pub struct Primary {
     pub member: Member,
     /// Its timeline, from that answer.
     pub timeline: Option<u64>,
+    /// Where the follower learned of it.
+    pub learned_from: LearnedFrom,
 }
 
 /// A switch of primary, for the log of the first commit after it.
@@ -249,6 +300,7 @@ impl Follower {
             base,
             shared: shared.clone(),
             last_confirmed: None,
+            watch_up: false,
         };
         Follower {
             shared,
@@ -291,97 +343,221 @@ struct Probe {
     pool: PgPool,
     base: PgConnectOptions,
     shared: Arc<Shared>,
-    /// When the followed member last answered `/primary` with 200.
+    /// When the followed member was last confirmed (by a `/primary` 200
+    /// or by the watch).
     last_confirmed: Option<Instant>,
+    /// Whether the etcd watch is established.
+    watch_up: bool,
+}
+
+/// What the watch task tells the probe loop.
+#[derive(Debug)]
+enum WatchNews {
+    /// Watching from a fresh read of every key.
+    Up,
+    /// The watch broke; retrying on another etcd member.
+    Down(String),
+    /// The lock holder (or why none can be followed) after a change.
+    Leader(Result<DcsLeader, String>),
+}
+
+/// What to do with a primary one of the sources names.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Already followed: note that it was confirmed.
+    Confirm,
+    /// The pool already points there (the URL's guess, or a first
+    /// answer): name it without retiring connections.
+    Name,
+    /// Point the pool there and retire every connection to the old one.
+    Switch,
+    /// Not taken (see [`rest_may_move`]).
+    Ignore,
+}
+
+/// Decides what a named primary changes. `target` is where the pool's
+/// connections go now; `trusted` whether the source may move the pool.
+fn step(current: Option<&Primary>, named: &Primary, target: &PgAddress, trusted: bool) -> Step {
+    match current {
+        Some(current) if current.address == named.address => Step::Confirm,
+        _ if !trusted => Step::Ignore,
+        _ if *target == named.address => Step::Name,
+        _ => Step::Switch,
+    }
+}
+
+/// Whether a `/primary` probe may move the pool. Without a live watch,
+/// always. With one, only to a newer timeline than the followed one: the
+/// watch names each lock holder when etcd commits it, while a probe
+/// during a handover may catch the old leader's last 200; a strictly
+/// newer timeline is a promotion the watch missed (a frozen etcd member).
+fn rest_may_move(watch_up: bool, current: Option<&Primary>, timeline: Option<u64>) -> bool {
+    if !watch_up {
+        return true;
+    }
+    match current {
+        None => true,
+        Some(current) => {
+            matches!((current.timeline, timeline), (Some(old), Some(new)) if new > old)
+        }
+    }
+}
+
+/// How long the watch task waits before trying the next etcd member:
+/// briefly after one failure, longer once every member failed in a row.
+fn watch_retry_delay(failures_in_a_row: usize, members: usize) -> Duration {
+    if failures_in_a_row > 0 && failures_in_a_row.is_multiple_of(members.max(1)) {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_millis(20)
+    }
 }
 
 impl Probe {
     async fn run(mut self) {
+        let mut tasks = JoinSet::new();
+        let (tx, mut news) = mpsc::channel(16);
+        let watching = !self.opts.etcd.is_empty();
+        if watching {
+            tasks.spawn(watch_leader(
+                self.opts.etcd.clone(),
+                self.opts.etcd_prefix.clone(),
+                self.opts.request_timeout.max(WATCH_REQUEST_TIMEOUT),
+                tx,
+            ));
+        } else {
+            drop(tx);
+        }
+        // The watch task is aborted with this loop (`tasks` is dropped).
+        // A probe round runs beside the watch, never in its way: what the
+        // watch says is acted on while a round waits for a slow member.
+        let mut round: Option<Pin<Box<dyn Future<Output = RoundOutcome> + Send>>> = None;
+        let mut last_started = Instant::now();
+        let mut next_round = last_started;
+        let mut nudged = false;
         loop {
-            let started = Instant::now();
-            self.round().await;
             tokio::select! {
-                _ = tokio::time::sleep_until(started + self.opts.interval) => {}
-                // Errors during the round left a permit: one more round,
-                // however many calls failed.
-                _ = self.shared.nudge.notified() => {
-                    tokio::time::sleep_until(started + MIN_ROUND_GAP).await;
+                _ = tokio::time::sleep_until(next_round), if round.is_none() => {
+                    last_started = Instant::now();
+                    nudged = false;
+                    round = Some(Box::pin(ask_members(
+                        self.opts.members.clone(),
+                        self.opts.request_timeout,
+                        self.shared.primary(),
+                        self.watch_up,
+                    )));
                 }
+                outcome = async { round.as_mut().expect("guarded").await }, if round.is_some() => {
+                    round = None;
+                    self.settle(outcome);
+                    next_round = last_started
+                        + if nudged { MIN_ROUND_GAP } else { self.round_period() };
+                }
+                // Errors left a permit: one more round (at least
+                // MIN_ROUND_GAP after the last began), however many calls
+                // failed.
+                _ = self.shared.nudge.notified() => {
+                    nudged = true;
+                    next_round = next_round.min(last_started + MIN_ROUND_GAP);
+                }
+                Some(news) = news.recv(), if watching => self.hear(news),
             }
         }
     }
 
-    /// Asks every member at once; follows the one holding the lock.
-    async fn round(&mut self) {
-        let asked_at = Instant::now();
-        let current = self.shared.primary();
-        let mut asking = JoinSet::new();
-        for member in &self.opts.members {
-            let member = member.clone();
-            let timeout = self.opts.request_timeout;
-            asking.spawn(async move {
-                let answer = patroni::ask_primary(&member, timeout).await;
-                (member, answer)
-            });
-        }
-        let mut leaders = Vec::new();
-        while let Some(joined) = asking.join_next().await {
-            let Ok((member, answer)) = joined else {
-                continue;
-            };
-            match answer {
-                Ok(Some(status)) => {
-                    let newcomer = current.as_ref().is_none_or(|p| p.member != member);
-                    leaders.push((member, status));
-                    // Another member holds the lock: act now rather than
-                    // wait for a slow member (a dead PostgreSQL can make
-                    // its Patroni answer late) to time out.
-                    if newcomer {
-                        break;
-                    }
-                }
-                Ok(None) => {}
-                Err(err) => tracing::debug!(%member, error = %err, "Patroni member did not answer"),
-            }
-        }
-        drop(asking);
-        tracing::trace!(
-            elapsed_ms = asked_at.elapsed().as_secs_f64() * 1e3,
-            leaders = ?leaders.iter().map(|(m, _)| m.to_string()).collect::<Vec<_>>(),
-            "probe round"
-        );
-        let Some((member, status)) = choose(leaders, current.as_ref().map(|p| &p.member)) else {
-            return;
-        };
-        if let Some(current) = &current
-            && current.member == member
-        {
-            self.last_confirmed = Some(Instant::now());
-            return;
-        }
-        let address = match patroni::leader_address(&member, self.opts.request_timeout).await {
-            Ok(address) => address,
-            Err(err) => {
-                tracing::warn!(%member, error = %err, "the new leader did not give its address");
-                return;
-            }
-        };
-        let primary = Primary {
-            address: address.clone(),
-            member: member.clone(),
-            timeline: status.timeline,
-        };
-        let target = self.pool.connect_options();
-        let same_target = target.get_host() == address.host && target.get_port() == address.port;
-        if same_target {
-            // The first answer (the URL's guess was right), or another
-            // member's REST API naming the same server: nothing to move.
-            tracing::info!(primary = %address, %member, timeline = ?status.timeline, "primary named by Patroni");
-            self.shared.primary.send_replace(Some(primary));
+    fn round_period(&self) -> Duration {
+        if self.watch_up {
+            self.opts.backstop.max(self.opts.interval)
         } else {
-            self.switch(primary, asked_at, current);
+            self.opts.interval
         }
-        self.last_confirmed = Some(Instant::now());
+    }
+
+    /// Acts on what the watch saw.
+    fn hear(&mut self, news: WatchNews) {
+        match news {
+            WatchNews::Up => {
+                if !self.watch_up {
+                    tracing::info!("watching Patroni's leader key in etcd");
+                }
+                self.watch_up = true;
+            }
+            WatchNews::Down(why) => {
+                if self.watch_up {
+                    tracing::warn!(error = %why, "the etcd watch broke; probing Patroni's REST API meanwhile");
+                }
+                self.watch_up = false;
+            }
+            WatchNews::Leader(Err(why)) => {
+                tracing::debug!(why, "etcd names no leader to follow");
+            }
+            WatchNews::Leader(Ok(leader)) => {
+                let primary = Primary {
+                    address: leader.address,
+                    member: leader.member,
+                    timeline: leader.timeline,
+                    learned_from: LearnedFrom::EtcdWatch,
+                };
+                self.adopt(primary, Instant::now(), true);
+            }
+        }
+    }
+
+    /// Acts on a probe round's outcome.
+    fn settle(&mut self, outcome: RoundOutcome) {
+        match outcome {
+            RoundOutcome::Nothing => {}
+            RoundOutcome::Confirmed => self.last_confirmed = Some(Instant::now()),
+            RoundOutcome::Named { primary, asked_at } => {
+                // The watch may have moved the pool during the round.
+                let trusted = rest_may_move(
+                    self.watch_up,
+                    self.shared.primary().as_ref(),
+                    primary.timeline,
+                );
+                self.adopt(primary, asked_at, trusted);
+            }
+        }
+    }
+
+    /// Follows `primary` as [`step`] decides.
+    fn adopt(&mut self, primary: Primary, asked_at: Instant, trusted: bool) {
+        let current = self.shared.primary();
+        let target = self.pool.connect_options();
+        let target = PgAddress {
+            host: target.get_host().to_string(),
+            port: target.get_port(),
+        };
+        match step(current.as_ref(), &primary, &target, trusted) {
+            Step::Ignore => {}
+            Step::Confirm => {
+                self.last_confirmed = Some(Instant::now());
+                // A promotion ends in a new timeline: keep the newest.
+                if let Some(current) = current
+                    && primary.timeline > current.timeline
+                {
+                    self.shared.primary.send_replace(Some(Primary {
+                        timeline: primary.timeline,
+                        ..current
+                    }));
+                }
+            }
+            Step::Name => {
+                tracing::info!(
+                    primary = %primary.address,
+                    member = %primary.member,
+                    timeline = ?primary.timeline,
+                    learned_from = primary.learned_from.as_str(),
+                    "primary named by Patroni"
+                );
+                self.shared.primary.send_replace(Some(primary));
+                self.last_confirmed = Some(Instant::now());
+            }
+            Step::Switch => {
+                self.switch(primary, asked_at, current);
+                self.last_confirmed = Some(Instant::now());
+            }
+        }
     }
 
     /// Points the pool at `primary` and retires connections to the old one.
@@ -418,6 +594,7 @@ impl Probe {
             to = %primary.address,
             member = %primary.member,
             timeline = ?primary.timeline,
+            learned_from = primary.learned_from.as_str(),
             generation,
             switch_ms = (now - asked_at).as_secs_f64() * 1e3,
             without_primary_ms = self.last_confirmed_before(asked_at),
@@ -432,6 +609,154 @@ impl Probe {
     fn last_confirmed_before(&self, asked_at: Instant) -> Option<u64> {
         self.last_confirmed
             .map(|at| asked_at.saturating_duration_since(at).as_millis() as u64)
+    }
+}
+
+/// What one probe round found.
+enum RoundOutcome {
+    /// No member named one primary (or the one named was not taken).
+    Nothing,
+    /// The followed member still holds the lock.
+    Confirmed,
+    /// Another member holds it, and this is where its PostgreSQL is.
+    Named { primary: Primary, asked_at: Instant },
+}
+
+/// One probe round: asks every member's `/primary` at once and, if
+/// another member than `current`'s holds the lock (and a REST answer may
+/// move the pool: [`rest_may_move`]), its `/cluster` for its address.
+async fn ask_members(
+    members: Vec<Member>,
+    timeout: Duration,
+    current: Option<Primary>,
+    watch_up: bool,
+) -> RoundOutcome {
+    let asked_at = Instant::now();
+    let mut asking = JoinSet::new();
+    for member in members {
+        asking.spawn(async move {
+            let answer = patroni::ask_primary(&member, timeout).await;
+            (member, answer)
+        });
+    }
+    let mut leaders = Vec::new();
+    while let Some(joined) = asking.join_next().await {
+        let Ok((member, answer)) = joined else {
+            continue;
+        };
+        match answer {
+            Ok(Some(status)) => {
+                let newcomer = current.as_ref().is_none_or(|p| p.member != member);
+                leaders.push((member, status));
+                // Another member holds the lock: act now rather than
+                // wait for a slow member (a dead PostgreSQL can make
+                // its Patroni answer late) to time out.
+                if newcomer {
+                    break;
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::debug!(%member, error = %err, "Patroni member did not answer"),
+        }
+    }
+    drop(asking);
+    tracing::trace!(
+        elapsed_ms = asked_at.elapsed().as_secs_f64() * 1e3,
+        leaders = ?leaders.iter().map(|(m, _)| m.to_string()).collect::<Vec<_>>(),
+        "probe round"
+    );
+    let Some((member, status)) = choose(leaders, current.as_ref().map(|p| &p.member)) else {
+        return RoundOutcome::Nothing;
+    };
+    if current.as_ref().is_some_and(|c| c.member == member) {
+        return RoundOutcome::Confirmed;
+    }
+    if !rest_may_move(watch_up, current.as_ref(), status.timeline) {
+        tracing::debug!(%member, timeline = ?status.timeline, "a /primary answer the etcd watch does not confirm; ignored");
+        return RoundOutcome::Nothing;
+    }
+    match patroni::leader_address(&member, timeout).await {
+        Ok(address) => RoundOutcome::Named {
+            primary: Primary {
+                address,
+                member,
+                timeline: status.timeline,
+                learned_from: LearnedFrom::PatroniRest,
+            },
+            asked_at,
+        },
+        Err(err) => {
+            tracing::warn!(%member, error = %err, "the new leader did not give its address");
+            RoundOutcome::Nothing
+        }
+    }
+}
+
+/// The watch task: reads Patroni's keys from one etcd member, watches
+/// them from there on, and reports each leader change; on any failure it
+/// moves on to the next member. Ends when the probe loop is gone.
+async fn watch_leader(
+    endpoints: Vec<Endpoint>,
+    prefix: String,
+    timeout: Duration,
+    tx: mpsc::Sender<WatchNews>,
+) {
+    let mut failures = 0usize;
+    for endpoint in endpoints.iter().cycle() {
+        let (err, was_up) = watch_once(endpoint, &prefix, timeout, &tx).await;
+        if tx.is_closed() {
+            return;
+        }
+        failures = if was_up { 1 } else { failures + 1 };
+        tracing::debug!(%endpoint, error = %err, "etcd watch");
+        if tx
+            .send(WatchNews::Down(format!("{endpoint}: {err}")))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        tokio::time::sleep(watch_retry_delay(failures, endpoints.len())).await;
+    }
+}
+
+/// One watch on one member, until it breaks: the error, and whether it
+/// was established.
+async fn watch_once(
+    endpoint: &Endpoint,
+    prefix: &str,
+    timeout: Duration,
+    tx: &mpsc::Sender<WatchNews>,
+) -> (etcd::EtcdError, bool) {
+    let (revision, changes) = match etcd::range(endpoint, prefix, timeout).await {
+        Ok(read) => read,
+        Err(err) => return (err, false),
+    };
+    let mut keys = ClusterKeys::default();
+    for change in &changes {
+        keys.apply(change);
+    }
+    let mut watch = match etcd::Watch::start(endpoint, prefix, revision + 1, timeout).await {
+        Ok(watch) => watch,
+        Err(err) => return (err, false),
+    };
+    if tx.send(WatchNews::Up).await.is_err()
+        || tx.send(WatchNews::Leader(keys.leader())).await.is_err()
+    {
+        return (etcd::EtcdError::Ended, true);
+    }
+    loop {
+        let changes = match watch.next().await {
+            Ok(changes) => changes,
+            Err(err) => return (err, true),
+        };
+        let mut touched = false;
+        for change in &changes {
+            touched |= keys.apply(change);
+        }
+        if touched && tx.send(WatchNews::Leader(keys.leader())).await.is_err() {
+            return (etcd::EtcdError::Ended, true);
+        }
     }
 }
 
@@ -513,6 +838,61 @@ mod tests {
         assert_eq!(choose(tie, Some(&member(3))), None);
         let unknown = vec![leader(1, None), leader(2, Some(1))];
         assert_eq!(choose(unknown, None).unwrap().0, member(2));
+    }
+
+    fn primary(port: u16, timeline: Option<u64>, learned_from: LearnedFrom) -> Primary {
+        Primary {
+            address: PgAddress {
+                host: "127.0.0.1".into(),
+                port,
+            },
+            member: member(port + 1000),
+            timeline,
+            learned_from,
+        }
+    }
+
+    #[test]
+    fn a_named_primary_is_confirmed_named_or_switched_to() {
+        let a = primary(5001, Some(1), LearnedFrom::PatroniRest);
+        let b = primary(5002, Some(1), LearnedFrom::EtcdWatch);
+        // Already followed (whichever source says so): confirmed.
+        assert_eq!(step(Some(&a), &a, &a.address, true), Step::Confirm);
+        assert_eq!(step(Some(&a), &a, &a.address, false), Step::Confirm);
+        // The first answer, where the pool already points: named only.
+        assert_eq!(step(None, &a, &a.address, true), Step::Name);
+        // Elsewhere: the pool moves and old connections go.
+        assert_eq!(step(None, &b, &a.address, true), Step::Switch);
+        assert_eq!(step(Some(&a), &b, &a.address, true), Step::Switch);
+        // An untrusted source moves nothing.
+        assert_eq!(step(Some(&a), &b, &a.address, false), Step::Ignore);
+    }
+
+    #[test]
+    fn with_a_live_watch_a_probe_moves_the_pool_only_to_a_newer_timeline() {
+        let followed = primary(5002, Some(4), LearnedFrom::EtcdWatch);
+        // No watch: the probes decide, as before.
+        assert!(rest_may_move(false, Some(&followed), Some(4)));
+        assert!(rest_may_move(false, Some(&followed), None));
+        // The old leader's last 200 during a handover: not followed back.
+        assert!(!rest_may_move(true, Some(&followed), Some(4)));
+        assert!(!rest_may_move(true, Some(&followed), Some(3)));
+        assert!(!rest_may_move(true, Some(&followed), None));
+        // A promotion the watch missed.
+        assert!(rest_may_move(true, Some(&followed), Some(5)));
+        // Nothing followed yet: the first answer counts.
+        assert!(rest_may_move(true, None, None));
+        let unknown = primary(5002, None, LearnedFrom::EtcdWatch);
+        assert!(!rest_may_move(true, Some(&unknown), Some(9)));
+    }
+
+    #[test]
+    fn a_broken_watch_moves_on_at_once_and_rests_after_every_member_failed() {
+        assert_eq!(watch_retry_delay(1, 3), Duration::from_millis(20));
+        assert_eq!(watch_retry_delay(2, 3), Duration::from_millis(20));
+        assert_eq!(watch_retry_delay(3, 3), Duration::from_millis(500));
+        assert_eq!(watch_retry_delay(4, 3), Duration::from_millis(20));
+        assert_eq!(watch_retry_delay(1, 1), Duration::from_millis(500));
     }
 
     #[test]
@@ -653,9 +1033,8 @@ mod tests {
             &StoreOptions {
                 min_connections: 3,
                 follow: Some(FollowOptions {
-                    members: vec![m1.member.clone(), m2.member.clone()],
                     interval: Duration::from_millis(50),
-                    request_timeout: Duration::from_millis(100),
+                    ..FollowOptions::new(vec![m1.member.clone(), m2.member.clone()])
                 }),
                 ..StoreOptions::default()
             },

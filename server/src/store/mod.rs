@@ -72,7 +72,7 @@ use crate::metrics::{self, Metrics};
 use follow::{Follower, Shared};
 
 pub use census::Census;
-pub use follow::{FollowOptions, Primary};
+pub use follow::{FollowOptions, LearnedFrom, Primary};
 pub use play::{
     ActCall, Acted, Identity, Input, Joined, LeaveCall, Left, Ranking, Roster, Snapshot,
 };

@@ -240,6 +240,13 @@ impl CallPlan {
                 false
             }
         };
+        // The throttled cap holds back work added to servers that may still
+        // be busy with the first copy (the budget is spent on hedges and on
+        // retries after timeouts). Every server having answered that its
+        // database is unavailable is not that: the calls did not run, and
+        // the moment to catch is the database's return, which a pause of
+        // up to a second would miss by half a second on average.
+        let throttled = throttled && !database_down;
         let duration = backoff(self.pauses, throttled, self.pushback.take(), rng);
         self.pauses += 1;
         Pause::Sleep {
@@ -405,6 +412,40 @@ mod tests {
             plan.exhausted(&live, false, &mut rng),
             Pause::Sleep { duration, .. } if duration <= Duration::from_millis(200)
         ));
+    }
+
+    #[test]
+    fn a_database_outage_is_retried_within_the_short_cap_even_with_the_budget_spent() {
+        use crate::pool::budget::BACKOFF_CAP;
+        let mut rng = StdRng::seed_from_u64(5);
+        let live = ["a", "b"];
+        let mut longest_down = Duration::ZERO;
+        let mut longest_slow = Duration::ZERO;
+        for _ in 0..200 {
+            let mut plan = CallPlan {
+                pauses: 10,
+                ..CallPlan::default()
+            };
+            plan.failed("a", FailureKind::DatabaseUnavailable, None);
+            plan.failed("b", FailureKind::DatabaseUnavailable, None);
+            let Pause::Sleep { duration, .. } = plan.exhausted(&live, true, &mut rng) else {
+                panic!("servers are live");
+            };
+            longest_down = longest_down.max(duration);
+            // Slow servers with the budget spent still wait longer.
+            let mut plan = CallPlan {
+                pauses: 10,
+                ..CallPlan::default()
+            };
+            plan.failed("a", FailureKind::Timeout, None);
+            plan.failed("b", FailureKind::Timeout, None);
+            let Pause::Sleep { duration, .. } = plan.exhausted(&live, true, &mut rng) else {
+                panic!("servers are live");
+            };
+            longest_slow = longest_slow.max(duration);
+        }
+        assert!(longest_down <= BACKOFF_CAP, "{longest_down:?}");
+        assert!(longest_slow > BACKOFF_CAP, "{longest_slow:?}");
     }
 
     #[test]

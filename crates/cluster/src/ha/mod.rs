@@ -137,7 +137,7 @@ const REST_TIMEOUT: Duration = Duration::from_millis(500);
 /// One `/primary` probe while waiting for a promotion.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 /// Period of the promotion probes.
-const PROBE_PERIOD: Duration = Duration::from_millis(10);
+const PROBE_PERIOD: Duration = Duration::from_millis(50);
 /// Period of the health checks while waiting for the cluster.
 const HEALTH_PERIOD: Duration = Duration::from_millis(100);
 /// How long etcd may take to form its cluster.

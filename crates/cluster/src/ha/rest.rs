@@ -28,9 +28,11 @@ impl LocalHa {
         (0..MEMBERS).find(|&i| self.is_primary(i, REST_TIMEOUT))
     }
 
-    /// Polls `GET /primary` on every member other than `old` every ~10 ms
+    /// Polls `GET /primary` on every member other than `old` every ~50 ms
     /// and returns the first that answers as primary, with when it was
-    /// seen; `None` after `timeout`.
+    /// seen; `None` after `timeout`. (Each request costs Patroni a query
+    /// of its PostgreSQL; polling faster loads the very REST APIs the
+    /// members ask each other during a switchover.)
     pub fn wait_for_new_primary(&self, old: usize, timeout: Duration) -> Option<(usize, Instant)> {
         let deadline = Instant::now() + timeout;
         let found = AtomicBool::new(false);
