@@ -133,6 +133,7 @@ async fn four_players_acting_at_once_through_one_server_share_commits() {
         commits.iter().map(|&v| v as u64).collect(),
         "each reply shows its commit's version"
     );
+    eprintln!("{calls} calls in {} commits", commits.len());
     assert!(
         (commits.len() as i64) < calls,
         "{calls} calls in {} commits: none shared",

@@ -3,7 +3,7 @@
 //! An `Act` or a `Leave` is an optimistic, compare-and-set write in two
 //! statements, with no transaction around them: one `SELECT` (no lock)
 //! reads the caller's session, its newest action-log row (its last sequence
-//! number and reply), its game and the database clock; the game core
+//! number and reply), its game and the database clock (`LOAD_CALLERS`); the game core
 //! computes the new state in memory; one statement writes the game row and
 //! the action-log row (a leave also its session and seat, and the commit
 //! that finishes a game also the rankings) with data-modifying CTEs, all of
@@ -14,7 +14,12 @@
 //! applies on it and writes again, a bounded number of times: at once at
 //! first, after a short random pause once it keeps losing (see
 //! `Store::lost`). Calls on one game through one server take turns (see
-//! `gates`), so they do not collide with each other at all.
+//! `gates`), so they do not collide with each other at all; and the call
+//! whose turn it is writes the calls queued behind it too (group commit):
+//! one read of all their sessions and the game, each call applied in
+//! arrival order (`apply_calls`), one compare-and-set write of them all
+//! (`WRITE_CALLS`: one new version, every action-log row, numbered in the
+//! order applied), and each call answered with its own reply or error.
 //!
 //! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
 //! row lock across the round trips from the read to the commit, and a

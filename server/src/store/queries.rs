@@ -154,8 +154,10 @@ macro_rules! cas_game {
     };
 }
 
-/// The sessions a commit writes for (`w`: `$sessions` with their `$seats`)
-/// still seated there in `$game` and in it: locked for the statement only,
+/// The sessions a commit writes for (`w`: `$11` with their seats) still
+/// seated there in `$game` and in it (found by `= ANY`, so through the
+/// primary key's index whatever a generic plan guesses of the arrays'
+/// length): locked for the statement only,
 /// in id order (two commits sharing sessions lock them in one order), so a
 /// join moving a session elsewhere (it locks the session across its
 /// transaction) either finished before, and this finds fewer rows, or
@@ -166,10 +168,11 @@ macro_rules! cas_game {
 macro_rules! sessions_guard {
     ($game:literal) => {
         concat!(
-            "sl AS MATERIALIZED (SELECT s.id FROM sessions s JOIN w ON w.session = s.id \
-               AND w.seat = s.seat WHERE s.game_id = ",
+            "sl AS MATERIALIZED (SELECT s.id FROM sessions s WHERE s.id = ANY($11::bigint[]) \
+               AND EXISTS (SELECT 1 FROM w WHERE w.session = s.id AND w.seat = s.seat) \
+               AND s.game_id = ",
             $game,
-            "::bigint AND s.in_game ORDER BY s.id FOR NO KEY UPDATE OF s)"
+            "::bigint AND s.in_game ORDER BY s.id FOR NO KEY UPDATE)"
         )
     };
 }
@@ -216,10 +219,10 @@ pub const LOAD_CALLERS: &str = concat!(
     game_cols!("$2"),
     ", ",
     clock_us!(),
-    " FROM unnest($1::bytea[]) t(h) JOIN sessions s ON s.token_hash = t.h \
-     JOIN games g ON g.id = s.game_id \
+    " FROM sessions s JOIN games g ON g.id = s.game_id \
      LEFT JOIN LATERAL (SELECT a.seq, a.action, a.outcome, a.tick FROM actions a \
-                        WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true"
+                        WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true \
+     WHERE s.token_hash = ANY($1::bytea[])"
 );
 
 /// The caller's game, without locking anything, then the caller's seat
@@ -388,8 +391,8 @@ pub const WRITE_CALLS: &str = concat!(
              FROM g, unnest($15::bigint[], $16::bigint[], $17::smallint[], $18::smallint[], \
                             $19::smallint[]) WITH ORDINALITY \
                      AS i(session, seq, seat, action, outcome, ord)), \
-       s AS (UPDATE sessions SET in_game = false \
-             WHERE id IN (SELECT session FROM w WHERE leaving) AND EXISTS (SELECT 1 FROM g)), \
+       s AS (UPDATE sessions SET in_game = false WHERE id = ANY($11::bigint[]) \
+             AND id IN (SELECT session FROM w WHERE leaving) AND EXISTS (SELECT 1 FROM g)), \
        d AS (DELETE FROM seats WHERE game_id = $3::bigint \
              AND seat IN (SELECT seat FROM w WHERE freed) AND EXISTS (SELECT 1 FROM g)), \
        l AS (UPDATE seats SET left_at = now() WHERE game_id = $3::bigint \
