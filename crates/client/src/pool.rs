@@ -895,15 +895,24 @@ impl ServerPool {
         Some(server)
     }
 
-    /// Drops a failed server's connection; the next call picks another.
+    /// Drops a failed server's connection; the next call picks another,
+    /// and every call in flight on it leaves it at once.
     fn mark_down(&self, address: &str) {
+        self.drop_server(address, true);
+    }
+
+    /// Drops a server's connection; with `leave`, tells every attempt in
+    /// flight on it to leave.
+    fn drop_server(&self, address: &str, leave: bool) {
         let remaining = {
             let mut state = self.shared.state.lock().unwrap();
             let Some(i) = state.servers.iter().position(|s| s.address == address) else {
                 return;
             };
             let gone = state.servers.remove(i);
-            gone.down.send_replace(true);
+            if leave {
+                gone.down.send_replace(true);
+            }
             tracing::info!(server = address, "server down, failing over");
             if state.current.as_deref() == Some(address) {
                 state.failovers += 1;
@@ -1172,7 +1181,10 @@ impl ServerPool {
         while let Some(Ok((answer, address))) = checks.join_next().await {
             match answer {
                 Some(rtt) => self.record_probe(&address, rtt),
-                None => self.mark_down(&address),
+                // Calls in flight on it stay: a background check that a
+                // busy machine answered late judges no call, and moving
+                // them all at once would add work where it is short.
+                None => self.drop_server(&address, false),
             }
         }
     }
