@@ -2,7 +2,8 @@
 //! (one way, ±10 ms of jitter), a pool with its default settings. A player
 //! who keeps calling never fails over; a killed server and a hung
 //! (SIGSTOPped) one are left and the call is answered elsewhere, its action
-//! applied once. The bounds are generous (two round trips and a second);
+//! applied once; a dozen pipelined calls on a hung server all move for one
+//! probe and one token. The bounds are generous (two round trips and a second);
 //! how close to the round trip a failover lands is for `borbaman chaos
 //! --wan`, not for a test.
 
@@ -154,4 +155,77 @@ async fn a_hung_server_100ms_away_is_left_and_the_call_answered() {
         (1..=seq as i64 + 1).collect::<Vec<_>>(),
         "each applied once"
     );
+}
+
+/// A player's calls are pipelined: when their server hangs, a dozen calls
+/// wait on it at once, more than the hedge budget (10 tokens) could pay
+/// one by one. They share one probe and one token: every one of them is
+/// copied to another server the moment it is late, none waits for the
+/// probe's verdict, and every input is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_in_flight_on_a_hung_server_100ms_away_moves_for_one_token() {
+    const INPUTS_EACH: u64 = 3;
+    let mut cluster = far_cluster();
+    let db = common::database(&cluster).await;
+    let pool = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .unwrap();
+    let mut players = common::seat_four(&pool, "farpipe").await;
+    for player in &mut players {
+        player.act(Action::Idle).await.unwrap();
+    }
+    let victim = pool.status().current.expect("a current server");
+    let index = cluster.index_of(&victim).unwrap();
+    cluster.hang(index).unwrap();
+
+    for player in &mut players {
+        for _ in 0..INPUTS_EACH {
+            player.send_input(Action::Idle);
+        }
+    }
+    let in_flight: usize = players.iter().map(|p| p.calls_in_flight()).sum();
+    assert_eq!(in_flight, 4 * INPUTS_EACH as usize, "one call per input");
+    for player in &mut players {
+        while let Some(reply) = player.next_reply().await {
+            let (_, info) = reply.result.expect("answered elsewhere");
+            assert_ne!(info.server, victim, "{info:?}");
+            // Copied the moment it was late (whether the copy or, on a
+            // busy machine, a retry after the verdict answered first).
+            assert_eq!(
+                info.hedges, 1,
+                "every call is copied when late, none waits for the verdict: {info:?}"
+            );
+        }
+    }
+    let deadline = Instant::now() + failover_bound();
+    while pool.status().live.contains(&victim) {
+        assert!(
+            Instant::now() < deadline,
+            "the hung server was never dropped: {:?}",
+            pool.status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Woken, the server runs the calls it held: replays, applied once.
+    cluster.resume(index).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !pool.status().live.contains(&victim) {
+        assert!(
+            Instant::now() < deadline,
+            "the woken server never came back: {:?}",
+            pool.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for player in &mut players {
+        let (next, _) = player.act(Action::Idle).await.expect("the game goes on");
+        assert_eq!(next.seq, 2 + INPUTS_EACH);
+        let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+        assert_eq!(
+            applied,
+            (1..=2 + INPUTS_EACH as i64).collect::<Vec<_>>(),
+            "each applied once"
+        );
+    }
 }

@@ -54,8 +54,9 @@ use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use borbaman_proto::reason::retry_pushback;
 use borbaman_proto::timing::{ServerTiming as CallTiming, TIMING_KEY};
+use borbaman_shutdown::{Shutdown, Stopper};
 use tokio::sync::{Notify, watch};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -64,7 +65,8 @@ use tonic_health::pb::health_client::HealthClient;
 use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
-    AtDeadline, CallPlan, Copy, Fate, Late, Pause, Probe, at_deadline, probe_verdict, should_hedge,
+    AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, Pause, Probe, Suspicion, at_deadline,
+    probe_verdict, when_late,
 };
 pub use rtt::ServerTiming;
 
@@ -293,8 +295,9 @@ struct Shared {
     live_count: watch::Sender<usize>,
     /// Wakes the background task early (a server failed, a call waits).
     wake: Arc<Notify>,
-    /// Stops the background task; notified when `Shared` is dropped.
-    shutdown: Arc<Notify>,
+    /// Stops the background task: dropped with `Shared` (the last handle),
+    /// which is a stop.
+    _stopper: Stopper,
 }
 
 /// Guarded by a std `Mutex`: every critical section is a few field updates,
@@ -323,6 +326,19 @@ struct State {
     /// Servers that lost a hedge race, left out of the game's choice until
     /// the time given.
     cooling: Vec<(String, Instant)>,
+    /// Servers a call went late on, their probe under way: every call in
+    /// flight on one shares its probe, its verdict and its token (see
+    /// [`Suspicion`]).
+    suspects: HashMap<String, Suspect>,
+    /// Numbers the suspicions, so a verdict closes its own and no later one.
+    next_suspicion: u64,
+}
+
+/// An open [`Suspicion`] and where its verdict will be told.
+struct Suspect {
+    id: u64,
+    suspicion: Suspicion,
+    verdict: watch::Receiver<Probe>,
 }
 
 impl State {
@@ -347,11 +363,19 @@ impl State {
 struct Server {
     address: String,
     channel: Channel,
+    /// Set when the server is dropped (dead, hung, failed its health
+    /// check): every attempt in flight on it leaves at once, without
+    /// waiting for a deadline or a probe of its own.
+    down: Arc<watch::Sender<bool>>,
 }
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.shutdown.notify_one();
+impl Server {
+    fn new(address: String, channel: Channel) -> Server {
+        Server {
+            address,
+            channel,
+            down: Arc::new(watch::Sender::new(false)),
+        }
     }
 }
 
@@ -373,6 +397,18 @@ struct Attempt<T> {
     hedge_won: bool,
     /// When the hedged copy was sent, from the start of the attempt.
     hedge_sent: Option<Duration>,
+}
+
+/// The verdict `probe` will tell (`Alive` if its probe ended without
+/// one); never ends without a probe.
+async fn verdict_of(probe: Option<&mut watch::Receiver<Probe>>) -> Probe {
+    match probe {
+        Some(probe) => match probe.wait_for(|p| *p != Probe::Pending).await {
+            Ok(verdict) => *verdict,
+            Err(_) => Probe::Alive,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// Awaits `future` if there is one, else never ends (a `select!` branch
@@ -409,7 +445,7 @@ impl ServerPool {
                 reason: "no server address given".into(),
             });
         }
-        let shutdown = Arc::new(Notify::new());
+        let (stopper, shutdown) = borbaman_shutdown::channel();
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             config,
@@ -419,7 +455,7 @@ impl ServerPool {
             }),
             live_count: watch::Sender::new(0),
             wake: wake.clone(),
-            shutdown: shutdown.clone(),
+            _stopper: stopper,
         });
         let pool = ServerPool { shared };
         pool.connect_new(known.clone()).await;
@@ -580,10 +616,13 @@ impl ServerPool {
     }
 
     /// One attempt on `server`. After the server's hedge delay the attempt
-    /// is late: the server is probed on its warm connection and, as
-    /// [`should_hedge`] decides, the same request also goes to another
-    /// live server; the first good answer wins. At the deadline
-    /// [`at_deadline`] decides whether to leave the server or keep waiting.
+    /// is late: the server is probed on its warm connection (or the probe
+    /// another late call started on it is joined) and, as [`when_late`]
+    /// decides, the same request goes to another live server at the same
+    /// moment; the first good answer wins. If the server is dropped
+    /// meanwhile (hung, dead), the attempt leaves it at once. At the
+    /// deadline [`at_deadline`] decides whether to leave the server or keep
+    /// waiting.
     async fn attempt<T, F, Fut>(
         &self,
         f: &mut F,
@@ -614,7 +653,8 @@ impl ServerPool {
         let mut first_hung = false;
         let mut copy: Option<(Server, Instant, Pin<Box<Fut>>)> = None;
         let mut copy_state = Copy::None;
-        let mut probe: Option<JoinHandle<bool>> = None;
+        let mut probe: Option<watch::Receiver<Probe>> = None;
+        let mut down = server.down.subscribe();
         let mut probe_state = Probe::Pending;
         let mut hedge_at = Some(started + hedge_after);
         let mut copy_late_at: Option<Instant> = None;
@@ -674,9 +714,9 @@ impl ServerPool {
                         }
                     }
                 },
-                verdict = maybe(probe.as_mut()), if probe_state == Probe::Pending && probe.is_some() => {
+                verdict = verdict_of(probe.as_mut()), if probe_state == Probe::Pending && probe.is_some() => {
                     // The probe marks a hung server down itself.
-                    probe_state = if verdict.unwrap_or(false) { Probe::Alive } else { Probe::Hung };
+                    probe_state = verdict;
                     if probe_state == Probe::Hung && first_pending {
                         first_pending = false;
                         first_hung = true;
@@ -687,13 +727,25 @@ impl ServerPool {
                     }
                     decide = overdue && first_pending;
                 },
+                // The server was dropped meanwhile (another call's probe
+                // found it hung, its health check failed): leave it now.
+                _ = async { let _ = down.wait_for(|d| *d).await; }, if first_pending => {
+                    first_pending = false;
+                    first_hung = true;
+                    if !copy_pending {
+                        attempt.result = Err(Failure::Hung);
+                        return attempt;
+                    }
+                },
                 _ = tokio::time::sleep_until(next.into()) => {
                     let now = Instant::now();
                     if hedge_at.is_some_and(|at| at <= now) {
-                        // Late: probe the server, and hedge.
+                        // Late: probe the server (or join the probe under
+                        // way), and hedge at the same moment.
                         hedge_at = None;
-                        probe = Some(self.probe(server));
-                        if let Some(second) = self.hedge_server(&server.address, &skip) {
+                        let (verdict, second) = self.late(server, &skip);
+                        probe = Some(verdict);
+                        if let Some(second) = second {
                             attempt.hedges = 1;
                             attempt.hedge_sent = Some(now.saturating_duration_since(started));
                             let late_after = self.timing(&second.address).hedge_delay();
@@ -892,14 +944,23 @@ impl ServerPool {
         Some(server)
     }
 
-    /// Drops a failed server's connection; the next call picks another.
+    /// Drops a failed server's connection; the next call picks another,
+    /// and every call in flight on it leaves it at once.
     fn mark_down(&self, address: &str) {
+        self.drop_server(address, true);
+    }
+
+    /// Drops a server's connection; with `leave`, tells every attempt in
+    /// flight on it to leave.
+    fn drop_server(&self, address: &str, leave: bool) {
         let remaining = {
             let mut state = self.shared.state.lock().unwrap();
-            let before = state.servers.len();
-            state.servers.retain(|s| s.address != address);
-            if state.servers.len() == before {
+            let Some(i) = state.servers.iter().position(|s| s.address == address) else {
                 return;
+            };
+            let gone = state.servers.remove(i);
+            if leave {
+                gone.down.send_replace(true);
             }
             tracing::info!(server = address, "server down, failing over");
             if state.current.as_deref() == Some(address) {
@@ -936,6 +997,9 @@ impl ServerPool {
         if on_time {
             state.shared_stall = false;
         }
+        if let Some(suspect) = state.suspects.get_mut(address) {
+            suspect.suspicion.answered = true;
+        }
     }
 
     /// A health check on `address` answered after `rtt`.
@@ -948,12 +1012,86 @@ impl ServerPool {
             .record_probe(rtt);
     }
 
+    /// A call on `server` is late: decides with [`when_late`] whether to
+    /// probe (opening a [`Suspicion`]) or join the one open on it, and
+    /// whether a copy goes to another live server (not in `skip`) now.
+    /// Returns where the verdict will be told, and the copy's server.
+    fn late(
+        &self,
+        server: &Server,
+        skip: &HashSet<String>,
+    ) -> (watch::Receiver<Probe>, Option<Server>) {
+        let mut state = self.shared.state.lock().unwrap();
+        let candidates: Vec<&Server> = state
+            .servers
+            .iter()
+            .filter(|s| s.address != server.address && !skip.contains(&s.address))
+            .collect();
+        let target = pick(
+            &candidates
+                .iter()
+                .map(|s| s.address.as_str())
+                .collect::<Vec<_>>(),
+            &HashSet::new(),
+            &mut rand::rng(),
+        )
+        .map(|i| candidates[i].clone());
+        let step = when_late(LateNow {
+            suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
+            shared_stall: state.shared_stall,
+            database_unavailable: state.database_unavailable,
+            other_server: target.is_some(),
+            token: state.budget.has_token(),
+        });
+        match step.hedge {
+            Hedge::Paid => {
+                state.budget.spend();
+            }
+            Hedge::Covered => {
+                if let Some(suspect) = state.suspects.get_mut(&server.address) {
+                    suspect.suspicion.covered_left -= 1;
+                }
+            }
+            Hedge::No => {}
+        }
+        let target = if step.hedge == Hedge::No {
+            None
+        } else {
+            state.hedges += 1;
+            target
+        };
+        let verdict = if step.probe {
+            let (tell, verdict) = watch::channel(Probe::Pending);
+            let id = state.next_suspicion;
+            state.next_suspicion += 1;
+            state.suspects.insert(
+                server.address.clone(),
+                Suspect {
+                    id,
+                    suspicion: Suspicion::opened(step.hedge),
+                    verdict: verdict.clone(),
+                },
+            );
+            drop(state);
+            self.probe(server, id, tell);
+            verdict
+        } else {
+            state
+                .suspects
+                .get(&server.address)
+                .map(|s| s.verdict.clone())
+                .expect("a suspicion is open: joined")
+        };
+        (verdict, target)
+    }
+
     /// Health-checks a late call's server on its warm connection, and at
     /// the same time one other live server, each within its probe deadline,
     /// in a task of its own (its verdict counts even when the call is
     /// answered first). [`probe_verdict`] decides; a hung server is marked
-    /// down. Returns false when it is hung.
-    fn probe(&self, server: &Server) -> JoinHandle<bool> {
+    /// down (which every call in flight on it hears). The verdict is told
+    /// on `tell`, and closes suspicion `id`.
+    fn probe(&self, server: &Server, id: u64, tell: watch::Sender<Probe>) {
         let pool = self.clone();
         let (late, other) = {
             let state = self.shared.state.lock().unwrap();
@@ -987,43 +1125,22 @@ impl ServerPool {
                 pool.record_probe(&server.address, rtt);
             }
             let verdict = probe_verdict(answer.is_some(), other_answered);
+            {
+                let mut state = pool.shared.state.lock().unwrap();
+                if state
+                    .suspects
+                    .get(&server.address)
+                    .is_some_and(|s| s.id == id)
+                {
+                    state.suspects.remove(&server.address);
+                }
+            }
             if verdict == Probe::Hung {
                 tracing::info!(server = server.address, "server hung: no answer to a probe");
                 pool.mark_down(&server.address);
             }
-            verdict != Probe::Hung
-        })
-    }
-
-    /// A live server other than `busy` and not in `skip`, for a hedge, if
-    /// [`should_hedge`] allows one (then its token is spent).
-    fn hedge_server(&self, busy: &str, skip: &HashSet<String>) -> Option<Server> {
-        let mut state = self.shared.state.lock().unwrap();
-        let candidates: Vec<&Server> = state
-            .servers
-            .iter()
-            .filter(|s| s.address != busy && !skip.contains(&s.address))
-            .collect();
-        let i = pick(
-            &candidates
-                .iter()
-                .map(|s| s.address.as_str())
-                .collect::<Vec<_>>(),
-            &HashSet::new(),
-            &mut rand::rng(),
-        )?;
-        let server = candidates[i].clone();
-        if !should_hedge(
-            state.shared_stall,
-            state.database_unavailable,
-            true,
-            state.budget.has_token(),
-        ) {
-            return None;
-        }
-        state.budget.spend();
-        state.hedges += 1;
-        Some(server)
+            tell.send_replace(verdict);
+        });
     }
 
     /// A hedge to `winner` answered before `slow` did: calls go to the
@@ -1113,7 +1230,10 @@ impl ServerPool {
         while let Some(Ok((answer, address))) = checks.join_next().await {
             match answer {
                 Some(rtt) => self.record_probe(&address, rtt),
-                None => self.mark_down(&address),
+                // Calls in flight on it stay: a background check that a
+                // busy machine answered late judges no call, and moving
+                // them all at once would add work where it is short.
+                None => self.drop_server(&address, false),
             }
         }
     }
@@ -1171,8 +1291,9 @@ impl ServerPool {
     }
 
     /// Connects to and health-checks each address at once; adds the healthy
-    /// ones to the live set. The health check's round trip is the server's
-    /// first timing sample.
+    /// ones to the live set. A second health check's round trip (the first
+    /// includes opening the connection) is the server's first timing
+    /// sample.
     async fn connect_new(&self, addresses: Vec<String>) {
         let config = self.shared.config.clone();
         let keepalive = self.shared.state.lock().unwrap().keepalive_timeout();
@@ -1182,8 +1303,12 @@ impl ServerPool {
             connecting.spawn(async move {
                 let endpoint = endpoint(&address, &config, keepalive).ok()?;
                 let channel = endpoint.connect().await.ok()?;
+                // The first check also waits for the connection to open
+                // (over a distance, the TCP handshake's round trip): it
+                // says the server serves; the second says how far it is.
+                healthy(&channel, config.connect_timeout).await?;
                 let rtt = healthy(&channel, config.connect_timeout).await?;
-                Some((Server { address, channel }, rtt))
+                Some((Server::new(address, channel), rtt))
             });
         }
         while let Some(joined) = connecting.join_next().await {
@@ -1217,7 +1342,7 @@ impl ServerPool {
 
 /// The background task: refreshes every `config.refresh` (or at once when
 /// woken) until the pool is dropped.
-async fn background(shared: Weak<Shared>, wake: Arc<Notify>, shutdown: Arc<Notify>) {
+async fn background(shared: Weak<Shared>, wake: Arc<Notify>, mut shutdown: Shutdown) {
     loop {
         let refresh = match shared.upgrade() {
             // With no live server, look again sooner: each look is one
@@ -1229,9 +1354,9 @@ async fn background(shared: Weak<Shared>, wake: Arc<Notify>, shutdown: Arc<Notif
             None => return,
         };
         // No strong reference is held while sleeping, so dropping the last
-        // handle drops `Shared`, which signals `shutdown`.
+        // handle drops `Shared` and its `Stopper`, which stops `shutdown`.
         let woken = tokio::select! {
-            _ = shutdown.notified() => return,
+            _ = shutdown.recv() => return,
             _ = tokio::time::sleep(refresh) => false,
             _ = wake.notified() => true,
         };

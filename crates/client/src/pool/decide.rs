@@ -8,9 +8,14 @@
 //!
 //! - An attempt is *late* after its server's hedge delay (see `pool::rtt`).
 //!   Then its server is probed (a health check on the warm connection,
-//!   which no database work delays) and, unless the pool is in a shared
-//!   stall, the database is known down, or the budget is spent, a copy goes
-//!   to another server.
+//!   which no database work delays) and, at the same moment, unless the
+//!   pool is in a shared stall, the database is known down, or the budget
+//!   is spent, a copy goes to another server.
+//! - Calls in flight on the same server share one probe and one token:
+//!   the first late call opens a [`Suspicion`]; the others late on that
+//!   server while it is open join it (their copies go out at once, covered
+//!   by its token, as long as the server has not answered meanwhile), and
+//!   its one verdict ends them all.
 //! - A server that does not answer its probe in time while another server
 //!   does is **hung**: it is dropped and the call moves on at once (free of
 //!   the budget: the call never ran there). One that answers is alive,
@@ -113,6 +118,108 @@ pub fn at_deadline(late: Late) -> AtDeadline {
                 AtDeadline::KeepWaiting
             }
         }
+    }
+}
+
+/// Copies one suspicion covers with its single token: a player has at most
+/// this many calls in flight (see [`crate::inputs::MAX_IN_FLIGHT`]), and
+/// all of them wait on the same server.
+pub const COPIES_PER_SUSPICION: u32 = crate::inputs::MAX_IN_FLIGHT as u32;
+
+/// A server a call went late on, shared by every call in flight on it: the
+/// first late call *opens* the suspicion (probes the server, pays one token
+/// for its copy); the others late on the same server while it is open
+/// *join* it: no probe of their own, the one verdict ends them all, and
+/// their copies are covered by the first one's token. A player with eight
+/// calls pipelined to a hung server so moves them all for one probe and
+/// one token, instead of finding the budget spent after the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Suspicion {
+    /// The opening call's copy was paid for: the suspicion covers copies.
+    pub funded: bool,
+    /// Copies it still covers.
+    pub covered_left: u32,
+    /// The server answered a call since it was suspected: alive, only slow
+    /// (a database stall). Copies are no longer covered: duplicating into a
+    /// stall is what the budget is for.
+    pub answered: bool,
+}
+
+impl Suspicion {
+    /// The suspicion a late call opens, having hedged as `hedge` says.
+    pub fn opened(hedge: Hedge) -> Suspicion {
+        Suspicion {
+            funded: hedge == Hedge::Paid,
+            covered_left: COPIES_PER_SUSPICION.saturating_sub(1),
+            answered: false,
+        }
+    }
+}
+
+/// Whether a late call sends a copy to another server, and who pays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hedge {
+    No,
+    /// One token from the budget.
+    Paid,
+    /// Covered by the open suspicion's token.
+    Covered,
+}
+
+/// What a call does the moment it is late.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WhenLate {
+    /// Probe the server (and open a suspicion): no suspicion is open.
+    pub probe: bool,
+    pub hedge: Hedge,
+}
+
+/// What is known the moment a call is late (after its hedge delay).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LateNow {
+    /// The suspicion open on this call's server, if any.
+    pub suspicion: Option<Suspicion>,
+    pub shared_stall: bool,
+    pub database_unavailable: bool,
+    /// Another live server could take a copy.
+    pub other_server: bool,
+    /// The budget has a token.
+    pub token: bool,
+}
+
+/// Decides [`WhenLate`]: the copy goes out at once, beside the probe, not
+/// after its verdict (a hung far server would otherwise cost the probe's
+/// deadline and then a whole round trip more). See [`Suspicion`] for who
+/// pays; [`should_hedge`] for when no copy goes at all.
+pub fn when_late(now: LateNow) -> WhenLate {
+    let paid = |token| {
+        if should_hedge(
+            now.shared_stall,
+            now.database_unavailable,
+            now.other_server,
+            token,
+        ) {
+            Hedge::Paid
+        } else {
+            Hedge::No
+        }
+    };
+    match now.suspicion {
+        None => WhenLate {
+            probe: true,
+            hedge: paid(now.token),
+        },
+        Some(s) if s.funded && !s.answered && s.covered_left > 0 => WhenLate {
+            probe: false,
+            hedge: match paid(true) {
+                Hedge::Paid => Hedge::Covered,
+                no => no,
+            },
+        },
+        Some(_) => WhenLate {
+            probe: false,
+            hedge: paid(now.token),
+        },
     }
 }
 
@@ -351,6 +458,103 @@ mod tests {
         assert!(!should_hedge(false, true, true, true), "database down");
         assert!(!should_hedge(false, false, false, true), "no other server");
         assert!(!should_hedge(false, false, true, false), "no budget");
+    }
+
+    fn late_now(suspicion: Option<Suspicion>) -> LateNow {
+        LateNow {
+            suspicion,
+            shared_stall: false,
+            database_unavailable: false,
+            other_server: true,
+            token: true,
+        }
+    }
+
+    #[test]
+    fn the_first_late_call_probes_and_hedges_at_once_for_one_token() {
+        assert_eq!(
+            when_late(late_now(None)),
+            WhenLate {
+                probe: true,
+                hedge: Hedge::Paid
+            }
+        );
+        let broke = LateNow {
+            token: false,
+            ..late_now(None)
+        };
+        assert_eq!(
+            when_late(broke),
+            WhenLate {
+                probe: true,
+                hedge: Hedge::No
+            },
+            "no token: probe only, the verdict moves the call"
+        );
+    }
+
+    #[test]
+    fn pipelined_calls_on_a_suspect_server_share_its_probe_and_token() {
+        let mut open = Suspicion::opened(Hedge::Paid);
+        let mut covered = 0;
+        // A player's other calls go late one after another, the budget
+        // long spent: each hedges, none probes, up to the pipeline's depth.
+        loop {
+            let step = when_late(LateNow {
+                token: false,
+                ..late_now(Some(open))
+            });
+            assert!(!step.probe, "one probe for the lot");
+            if step.hedge != Hedge::Covered {
+                assert_eq!(step.hedge, Hedge::No);
+                break;
+            }
+            covered += 1;
+            open.covered_left -= 1;
+        }
+        assert_eq!(covered + 1, COPIES_PER_SUSPICION, "the first paid");
+    }
+
+    #[test]
+    fn a_suspicion_covers_nothing_into_shared_trouble_or_once_the_server_answered() {
+        let open = Suspicion::opened(Hedge::Paid);
+        let stall = LateNow {
+            shared_stall: true,
+            ..late_now(Some(open))
+        };
+        assert_eq!(when_late(stall).hedge, Hedge::No, "shared stall");
+        let db = LateNow {
+            database_unavailable: true,
+            ..late_now(Some(open))
+        };
+        assert_eq!(when_late(db).hedge, Hedge::No, "database down");
+        let answered = Suspicion {
+            answered: true,
+            ..open
+        };
+        assert_eq!(
+            when_late(late_now(Some(answered))).hedge,
+            Hedge::Paid,
+            "alive, only slow: an ordinary late call"
+        );
+        let broke = LateNow {
+            token: false,
+            ..late_now(Some(answered))
+        };
+        assert_eq!(when_late(broke).hedge, Hedge::No);
+        // Opened without a token: nothing to cover with.
+        let unfunded = Suspicion::opened(Hedge::No);
+        let step = when_late(LateNow {
+            token: false,
+            ..late_now(Some(unfunded))
+        });
+        assert_eq!(
+            step,
+            WhenLate {
+                probe: false,
+                hedge: Hedge::No
+            }
+        );
     }
 
     #[test]

@@ -13,14 +13,13 @@
 //! would over a real link, rather than hang. A write that fails (the
 //! destination is gone) is sent back as a reset the same way.
 //!
-//! The TCP handshake is not delayed (the kernel completes it before the
-//! proxy sees the connection): a connection opens at once, a round trip
-//! sooner than over a real link, and its first exchange then takes a round
-//! trip, as it would once open. So each phase takes no longer than it
-//! would for real (a timeout on a connect or on a first call fires here
-//! only if it would there), and opening a connection costs one round trip
-//! less. A refused connection (no server behind the proxy) is reset a
-//! round trip after it opened, when a real `connect` would have failed.
+//! The TCP handshake crosses the distance too: the kernel completes it
+//! before the proxy sees the connection, so the proxy reaches the upstream
+//! only a round trip after it accepted, and the client's first bytes wait
+//! in the socket until then. A new connection's first exchange so takes
+//! two round trips, as over a real link (SYN/SYN-ACK, then the exchange).
+//! A refused connection (no server behind the proxy) is reset a round trip
+//! after it opened, when a real `connect` would have failed.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
