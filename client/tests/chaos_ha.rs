@@ -9,10 +9,13 @@ mod common;
 
 use common::chaos;
 
-#[test]
-fn killing_the_primary_loses_and_duplicates_nothing() {
-    let run = chaos::run(
-        "chaos --db ha",
+/// One `fault` under 8 bots on a replicated database, `interval_s` into
+/// the run, then a calm tail: Patroni alone takes ~3 s to promote, more on
+/// a loaded machine, and every client must get an action through before
+/// the run ends.
+fn one_fault(what: &str, fault: &str, interval_s: &str) -> chaos::ChaosRun {
+    chaos::run(
+        what,
         &[
             "--db",
             "ha",
@@ -21,23 +24,25 @@ fn killing_the_primary_loses_and_duplicates_nothing() {
             "--faults",
             "1",
             "--fault-interval-s",
-            "12",
+            interval_s,
             "--fault",
-            "db-kill",
+            fault,
             "--clients",
             "8",
             "--warmup-s",
             "3",
-            // Calm after the fault: Patroni alone takes ~3 s to promote,
-            // more on a loaded machine, and every client must get an action
-            // through before the run ends.
             "--tail-s",
             "8",
             "--floor-samples",
             "50",
             "--no-fsync",
         ],
-    );
+    )
+}
+
+#[test]
+fn killing_the_primary_loses_and_duplicates_nothing() {
+    let run = one_fault("chaos --db ha", "db-kill", "12");
     let summary = &run.summary;
     run.assert_nothing_lost(1);
     assert!(
@@ -70,30 +75,7 @@ fn killing_the_primary_loses_and_duplicates_nothing() {
 /// applied twice.
 #[test]
 fn a_switchover_is_followed_from_the_etcd_watch_and_loses_nothing() {
-    let run = chaos::run(
-        "chaos --db ha --fault db-switchover",
-        &[
-            "--db",
-            "ha",
-            "--servers",
-            "3",
-            "--faults",
-            "1",
-            "--fault-interval-s",
-            "10",
-            "--fault",
-            "db-switchover",
-            "--clients",
-            "8",
-            "--warmup-s",
-            "3",
-            "--tail-s",
-            "8",
-            "--floor-samples",
-            "50",
-            "--no-fsync",
-        ],
-    );
+    let run = one_fault("chaos --db ha --fault db-switchover", "db-switchover", "10");
     let summary = &run.summary;
     run.assert_nothing_lost(1);
     assert!(

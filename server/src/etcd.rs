@@ -72,8 +72,7 @@ impl FromStr for Endpoint {
 
     /// `http://host:port` (port 2379 when left out).
     fn from_str(s: &str) -> Result<Endpoint, String> {
-        let authority = patroni::http_authority(s, DEFAULT_CLIENT_PORT)
-            .map_err(|e| e.replace("Patroni REST URL", "etcd URL"))?;
+        let authority = patroni::http_authority("etcd URL", s, DEFAULT_CLIENT_PORT)?;
         Ok(Endpoint { authority })
     }
 }

@@ -62,47 +62,42 @@ impl FromStr for Member {
     /// root.
     fn from_str(s: &str) -> Result<Member, String> {
         Ok(Member {
-            authority: http_authority(s, DEFAULT_REST_PORT)?,
+            authority: http_authority("Patroni REST URL", s, DEFAULT_REST_PORT)?,
         })
     }
 }
 
-/// `host:port` of a plain `http://host[:port]` URL (`default_port` when
+/// `host:port` of a plain `http://host[:port]` URL, a `what` such as
+/// "Patroni REST URL" (`default_port` when
 /// it gives none). No TLS, no path, no credentials: Patroni's REST API
 /// and etcd's gateway live at their root.
-pub(crate) fn http_authority(s: &str, default_port: u16) -> Result<String, String> {
+pub(crate) fn http_authority(what: &str, s: &str, default_port: u16) -> Result<String, String> {
     let s = s.trim();
-    let uri: Uri = s
-        .parse()
-        .map_err(|e| format!("bad Patroni REST URL {s:?}: {e}"))?;
+    let uri: Uri = s.parse().map_err(|e| format!("bad {what} {s:?}: {e}"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some(other) => {
             return Err(format!(
-                "bad Patroni REST URL {s:?}: scheme {other}:// is not supported, use http://"
+                "bad {what} {s:?}: scheme {other}:// is not supported, use http://"
             ));
         }
         None => {
-            return Err(format!(
-                "bad Patroni REST URL {s:?}: expected http://host:port"
-            ));
+            return Err(format!("bad {what} {s:?}: expected http://host:port"));
         }
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
         return Err(format!(
-            "bad Patroni REST URL {s:?}: give only http://host:port, no path"
+            "bad {what} {s:?}: give only http://host:port, no path"
         ));
     }
     let authority = uri
         .authority()
-        .ok_or_else(|| format!("bad Patroni REST URL {s:?}: no host"))?;
+        .ok_or_else(|| format!("bad {what} {s:?}: no host"))?;
     if authority.as_str().contains('@') {
-        return Err(format!(
-            "bad Patroni REST URL {s:?}: credentials are not supported"
-        ));
+        return Err(format!("bad {what} {s:?}: credentials are not supported"));
     }
     if authority.host().is_empty() {
-        return Err(format!("bad Patroni REST URL {s:?}: no host"));
+        return Err(format!("bad {what} {s:?}: no host"));
     }
     // What follows the host: nothing, or ":port".
     let after_host = authority
@@ -113,8 +108,8 @@ pub(crate) fn http_authority(s: &str, default_port: u16) -> Result<String, Strin
         None if after_host.is_empty() => default_port,
         Some(port) if !port.is_empty() => port
             .parse::<u16>()
-            .map_err(|_| format!("bad Patroni REST URL {s:?}: bad port {port:?}"))?,
-        _ => return Err(format!("bad Patroni REST URL {s:?}: bad port")),
+            .map_err(|_| format!("bad {what} {s:?}: bad port {port:?}"))?,
+        _ => return Err(format!("bad {what} {s:?}: bad port")),
     };
     Ok(format!("{}:{port}", authority.host()))
 }

@@ -12,37 +12,6 @@ use borbaman_server::store::audit::version_audit;
 use borbaman_server::store::replay::{Verdict, finished_games, verify};
 use common::*;
 
-/// A walk that mostly stays put (nobody dies before the test is done).
-fn action(seq: u64) -> pb::Action {
-    [
-        pb::Action::Right,
-        pb::Action::Left,
-        pb::Action::Down,
-        pb::Action::Up,
-        pb::Action::Idle,
-    ][(seq as usize - 1) % 5]
-}
-
-/// An Act carrying `player`'s inputs `seqs` (oldest first).
-fn batch(player: &Player, seqs: impl IntoIterator<Item = u64>) -> pb::ActRequest {
-    let inputs: Vec<pb::Input> = seqs
-        .into_iter()
-        .map(|seq| pb::Input {
-            seq,
-            action: action(seq) as i32,
-        })
-        .collect();
-    let newest = *inputs.last().expect("a batch has an input");
-    pb::ActRequest {
-        token: player.token.clone(),
-        game_id: player.game_id,
-        seat: player.seat,
-        seq: newest.seq,
-        action: newest.action,
-        inputs,
-    }
-}
-
 #[tokio::test]
 async fn four_players_acting_at_once_through_one_server_share_commits() {
     let pg = start_db();

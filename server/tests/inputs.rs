@@ -13,38 +13,6 @@ use tonic::transport::Channel;
 
 type Client = pb::game_client::GameClient<Channel>;
 
-/// The actions a player sends, by sequence number (1-based): a walk that
-/// mostly stays put, so nobody dies before the test is done.
-fn action(seq: u64) -> pb::Action {
-    [
-        pb::Action::Right,
-        pb::Action::Left,
-        pb::Action::Down,
-        pb::Action::Up,
-        pb::Action::Idle,
-    ][(seq as usize - 1) % 5]
-}
-
-/// An Act carrying inputs `seqs` (oldest first) of `player`.
-fn batch(player: &Player, seqs: impl IntoIterator<Item = u64>) -> pb::ActRequest {
-    let inputs: Vec<pb::Input> = seqs
-        .into_iter()
-        .map(|seq| pb::Input {
-            seq,
-            action: action(seq) as i32,
-        })
-        .collect();
-    let newest = *inputs.last().expect("a batch has an input");
-    pb::ActRequest {
-        token: player.token.clone(),
-        game_id: player.game_id,
-        seat: player.seat,
-        seq: newest.seq,
-        action: newest.action,
-        inputs,
-    }
-}
-
 async fn act(client: &mut Client, request: pb::ActRequest) -> pb::ActReply {
     client.act(request).await.expect("act").into_inner()
 }

@@ -261,14 +261,7 @@ enum Written<T> {
 
 /// The caller's session and game, as one statement read them.
 struct Read {
-    session_id: i64,
-    game_id: i64,
-    seat: i16,
-    in_game: bool,
-    last_seq: i64,
-    last_kind: i16,
-    last_outcome: i16,
-    last_tick: i32,
+    session: SessionRead,
     state: GameState,
     version: i64,
     now_tick: Tick,
@@ -600,8 +593,8 @@ fn split_reads(
     let mut game: Option<GameRead> = None;
     let mut sessions = std::collections::HashMap::with_capacity(reads.len());
     for (token, read) in reads {
-        sessions.insert(token, read.session());
-        if read.game_id as u64 != game_id {
+        sessions.insert(token, read.session);
+        if read.session.game_id as u64 != game_id {
             continue;
         }
         match &game {
@@ -1157,14 +1150,16 @@ fn caller_row(row: &PgRow, at: usize) -> Result<(TokenHash, Read), Error> {
 fn read_row(row: &PgRow, at: usize) -> Result<Read, Error> {
     let (now_tick, snapshot) = game_row(row, at + 7)?;
     Ok(Read {
-        session_id: row.try_get(at)?,
-        seat: row.try_get(at + 1)?,
-        in_game: row.try_get(at + 2)?,
-        last_seq: row.try_get(at + 3)?,
-        last_kind: row.try_get(at + 4)?,
-        last_outcome: row.try_get(at + 5)?,
-        last_tick: row.try_get(at + 6)?,
-        game_id: snapshot.game_id as i64,
+        session: SessionRead {
+            session_id: row.try_get(at)?,
+            game_id: snapshot.game_id as i64,
+            seat: row.try_get(at + 1)?,
+            in_game: row.try_get(at + 2)?,
+            last_seq: row.try_get(at + 3)?,
+            last_kind: row.try_get(at + 4)?,
+            last_outcome: row.try_get(at + 5)?,
+            last_tick: row.try_get(at + 6)?,
+        },
         state: snapshot.state,
         version: snapshot.version as i64,
         now_tick,
@@ -1226,21 +1221,6 @@ async fn commit_clock(
     };
     snapshot.version = row.try_get::<i64, _>(0)? as u64;
     Ok(true)
-}
-
-impl Read {
-    fn session(&self) -> SessionRead {
-        SessionRead {
-            session_id: self.session_id,
-            game_id: self.game_id,
-            seat: self.seat,
-            in_game: self.in_game,
-            last_seq: self.last_seq,
-            last_kind: self.last_kind,
-            last_outcome: self.last_outcome,
-            last_tick: self.last_tick,
-        }
-    }
 }
 
 /// A session whose lobby seat went to another player (see the module doc).
@@ -2112,7 +2092,12 @@ mod sql_tests {
             assert_eq!(rows[0].get::<Option<i64>, _>(0), None);
             let (hash, read) = caller_row(&rows[0], 1).unwrap();
             assert_eq!(&hash[..], token);
-            (read.session_id, read.game_id, read.version, read.last_seq)
+            (
+                read.session.session_id,
+                read.session.game_id,
+                read.version,
+                read.session.last_seq,
+            )
         };
         let missed = [
             (
@@ -2185,14 +2170,8 @@ mod sql_tests {
             caller_row(&load, 0).unwrap().1,
             read_row(&function, 0).unwrap(),
         );
-        assert_eq!(function.last_seq, 1);
-        let columns = |r: &Read| {
-            (
-                (r.session_id, r.seat, r.in_game, r.last_seq, r.last_kind),
-                (r.last_outcome, r.last_tick, r.game_id, r.version),
-                (r.state.encode(), r.roster.clone()),
-            )
-        };
+        assert_eq!(function.session.last_seq, 1);
+        let columns = |r: &Read| (r.session, r.version, (r.state.encode(), r.roster.clone()));
         assert_eq!(columns(&load), columns(&function));
         assert!(function.read_us >= load.read_us && function.now_tick >= load.now_tick);
         store.close().await;
@@ -2298,7 +2277,7 @@ mod sql_tests {
         let rows = loser.await.unwrap();
         assert_eq!(rows[0].get::<Option<i64>, _>(0), None, "nothing written");
         let again = caller_row(&rows[0], 1).unwrap().1;
-        assert_eq!((again.version, again.last_seq), (version + 1, 1));
+        assert_eq!((again.version, again.session.last_seq), (version + 1, 1));
         assert_eq!(
             sqlx::query_scalar::<_, i64>("SELECT count(*) FROM actions")
                 .fetch_one(store.pool())

@@ -204,6 +204,39 @@ impl Player {
     }
 }
 
+/// The actions a player sends, by sequence number (1-based): a walk that
+/// mostly stays put, so nobody dies before the test is done.
+pub fn action(seq: u64) -> pb::Action {
+    [
+        pb::Action::Right,
+        pb::Action::Left,
+        pb::Action::Down,
+        pb::Action::Up,
+        pb::Action::Idle,
+    ][(seq as usize - 1) % 5]
+}
+
+/// An Act carrying inputs `seqs` (oldest first) of `player`, each the
+/// [`action`] of its sequence number.
+pub fn batch(player: &Player, seqs: impl IntoIterator<Item = u64>) -> pb::ActRequest {
+    let inputs: Vec<pb::Input> = seqs
+        .into_iter()
+        .map(|seq| pb::Input {
+            seq,
+            action: action(seq) as i32,
+        })
+        .collect();
+    let newest = *inputs.last().expect("a batch has an input");
+    pb::ActRequest {
+        token: player.token.clone(),
+        game_id: player.game_id,
+        seat: player.seat,
+        seq: newest.seq,
+        action: newest.action,
+        inputs,
+    }
+}
+
 /// Joins with a fresh token.
 pub async fn join(client: &mut GameClient<Channel>, name: &str) -> (Player, pb::JoinReply) {
     join_with_identity(client, name, Vec::new()).await
