@@ -423,8 +423,9 @@ async fn database_fault(
                 ha.member_name(primary)
             }
             FaultKind::DbSwitchover => {
+                // Named in full once the new primary is known.
                 let switched = ha.switchover()?;
-                format!("{}->{}", switched.from_name, switched.to_name)
+                format!("{}->", switched.from_name)
             }
             FaultKind::EtcdKill => {
                 let member = index % borbaman_cluster::ha::MEMBERS;
@@ -447,6 +448,9 @@ async fn database_fault(
         let new = match promoted {
             Some((new, at)) => {
                 event.promoted_ms = Some(round_ms(at.saturating_duration_since(injected)));
+                if kind == FaultKind::DbSwitchover {
+                    event.target.push_str(&format!("pg{new}"));
+                }
                 new
             }
             None => return Err(format!("no new primary within {timeout:?}")),

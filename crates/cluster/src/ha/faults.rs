@@ -44,29 +44,33 @@ impl LocalHa {
     }
 
     /// A planned switchover through Patroni's REST API (`POST /switchover`)
-    /// from the current leader to the synchronous standby. Returns once
-    /// Patroni accepted it (or did not refuse it within half a second); the
-    /// switch itself takes a few seconds: see
-    /// [`Self::wait_for_new_primary`].
+    /// from the current leader, naming no candidate: both standbys are
+    /// synchronous, both race for the leader key, and the one that loses
+    /// follows the winner at once. (Naming one makes the other sleep 2 s
+    /// in Patroni 3.0.2 before it follows, and strict synchronous mode
+    /// holds every commit until a standby streams from the new primary:
+    /// docs/replicated-database.md.) Returns once Patroni accepted it (or
+    /// did not refuse it within half a second); the switch itself takes a
+    /// few seconds: see [`Self::wait_for_new_primary`].
     pub fn switchover(&self) -> Result<Switchover, HaError> {
         let from = self.primary().ok_or(HaError::NoPrimary)?;
         let status = self.cluster_status(from).map_err(HaError::Fault)?;
-        let to = status
+        let candidates: Vec<usize> = status
             .iter()
-            .find(|m| m.role == "sync_standby")
-            .and_then(|m| m.index)
-            .ok_or_else(|| HaError::Fault("no synchronous standby to switch over to".into()))?;
+            .filter(|m| m.role == "sync_standby")
+            .filter_map(|m| m.index)
+            .collect();
+        if candidates.is_empty() {
+            return Err(HaError::Fault(
+                "no synchronous standby to switch over to".into(),
+            ));
+        }
         let switchover = Switchover {
             from,
-            to,
+            candidates,
             from_name: member_name(from),
-            to_name: member_name(to),
         };
-        let body = serde_json::json!({
-            "leader": switchover.from_name,
-            "candidate": switchover.to_name,
-        })
-        .to_string();
+        let body = serde_json::json!({ "leader": switchover.from_name }).to_string();
         let url = format!("{}/switchover", self.rest_url(from));
         let agent = self.agent.clone();
         let (tx, rx) = mpsc::channel();
@@ -122,7 +126,7 @@ impl LocalHa {
     /// Starts again every etcd member and Patroni that is down (a killed
     /// old primary rejoins as a standby, rewound or cloned again), and
     /// waits until the cluster is healthy: one leader, two streaming
-    /// standbys, one of them synchronous. Returns the primary.
+    /// standbys, both synchronous. Returns the primary.
     pub fn restore(&mut self) -> Result<usize, HaError> {
         for j in 0..MEMBERS {
             if !self.etcds[j].child.as_ref().is_some_and(|c| alive(c.id())) {

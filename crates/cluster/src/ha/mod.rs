@@ -5,7 +5,7 @@
 //! [`LocalHa::start`] lays everything out in a fresh directory (under /tmp
 //! unless one is given), on free loopback ports, starts one etcd cluster of
 //! three, then three Patroni members that bootstrap and clone PostgreSQL,
-//! waits until there is one leader and two streaming standbys (one of them
+//! waits until there is one leader and two streaming standbys (both
 //! synchronous) and creates the `borbaman` database on the primary. As with
 //! [`LocalPostgres`](crate::LocalPostgres), PostgreSQL refuses to run as
 //! root, so when we are root Patroni and etcd run as the `postgres` user.
@@ -43,10 +43,17 @@
 //! Found on a 2-core machine like this one (a lab of the same shape,
 //! ~50 failover trials without a lost or duplicated acknowledged commit):
 //!
-//! - `synchronous_mode` + `synchronous_mode_strict`, one synchronous
-//!   standby, `synchronous_commit: on`: an acknowledged commit is on two
-//!   members, only the synchronous standby may be promoted, and with no
-//!   standby commits wait rather than silently turning asynchronous.
+//! - `synchronous_mode` + `synchronous_mode_strict`, both standbys
+//!   synchronous (`synchronous_node_count: 2`), `synchronous_commit: on`:
+//!   an acknowledged commit is on all three members (on the two left while
+//!   a standby is down: Patroni drops a standby that stopped streaming
+//!   from the list within a loop), either standby may be promoted, and
+//!   with no standby commits wait rather than silently turning
+//!   asynchronous. Two rather than one so that a switchover need not name
+//!   its candidate: the standby that loses the race for the leader key
+//!   follows the winner at once, where one not allowed to race sleeps 2 s
+//!   first (Patroni 3.0.2), and commits wait for a standby to stream from
+//!   the new primary.
 //! - `ttl: 5`, `loop_wait: 1`, `retry_timeout: 2`: a lost leader is
 //!   replaced within ~5 s. Keep `loop_wait + 2 * retry_timeout <= ttl` with
 //!   `retry_timeout >= 2`; 3/1/1 left the cluster leaderless.
@@ -278,9 +285,10 @@ impl MemberStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Switchover {
     pub from: usize,
-    pub to: usize,
+    /// The synchronous standbys when it was asked for: one of them takes
+    /// over (whichever wins the race for the leader key).
+    pub candidates: Vec<usize>,
     pub from_name: String,
-    pub to_name: String,
 }
 
 /// One Patroni member and the PostgreSQL it manages.
@@ -329,7 +337,7 @@ pub struct LocalHa {
 
 impl LocalHa {
     /// Starts etcd and Patroni, waits until the cluster is healthy (one
-    /// leader, two streaming standbys, one of them synchronous) and creates
+    /// leader, two streaming standbys, both synchronous) and creates
     /// the `borbaman` database. Blocking.
     pub fn start(opts: HaOptions) -> Result<LocalHa, HaError> {
         let patroni_bin = which("patroni");
@@ -733,6 +741,7 @@ mod tests {
             format!("    loop_wait: {LOOP_WAIT}\n"),
             format!("    retry_timeout: {RETRY_TIMEOUT}\n"),
             "    synchronous_mode_strict: true\n".to_string(),
+            "    synchronous_node_count: 2\n".to_string(),
             "        synchronous_commit: 'on'\n".to_string(),
         ] {
             assert!(dcs.contains(&setting), "{setting:?} not in\n{dcs}");

@@ -154,8 +154,8 @@ impl LocalHa {
     }
 
     /// `Ok(primary)` when every etcd member is healthy and there is one
-    /// leader with two streaming standbys, one of them synchronous; else
-    /// what is missing.
+    /// leader with two streaming standbys, both synchronous; else what is
+    /// missing.
     pub(super) fn health(&self) -> Result<usize, String> {
         for e in &self.etcds {
             if !e.child.as_ref().is_some_and(|c| alive(c.id())) {
@@ -198,7 +198,7 @@ impl LocalHa {
             && leaders[0].index == Some(primary)
             && leaders[0].state == "running"
             && status.iter().filter(|m| m.is_streaming_standby()).count() == MEMBERS - 1
-            && status.iter().filter(|m| m.is_sync_standby()).count() == 1;
+            && status.iter().filter(|m| m.is_sync_standby()).count() == MEMBERS - 1;
         if healthy {
             Ok(primary)
         } else {
