@@ -213,6 +213,47 @@ fn every_fault_fails_over_keeps_commits_and_heals() {
     drop_and_check(ha);
 }
 
+/// Both standbys are synchronous (`FIRST 2`), so a commit waits for each:
+/// losing one must hold commits only until the primary's Patroni takes it
+/// off `synchronous_standby_names`, not until it comes back. The commit
+/// made meanwhile is on the standby that is left.
+#[test]
+fn losing_a_standby_holds_commits_only_until_patroni_drops_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ha = start();
+    let primary = ha.primary().expect("a primary");
+    ha.psql(primary, "borbaman", "CREATE TABLE kept (v int)")
+        .unwrap();
+    let lost = sync_standby(&ha);
+    let left = (0..3)
+        .find(|&i| i != primary && i != lost)
+        .expect("a third member");
+    ha.host_loss(lost).unwrap();
+    // A commit cut by psql's timeout while it waits is tried again; the
+    // count below tells whether one of the tries committed.
+    wait::until_blocking(
+        &format!("a commit on pg{primary} with its standby pg{lost} lost"),
+        Duration::from_secs(15),
+        || {
+            ha.psql(primary, "borbaman", "INSERT INTO kept VALUES (1)")
+                .ok()
+        },
+    );
+    wait::until_blocking(
+        &format!("the row on the standby left, pg{left}"),
+        Duration::from_secs(5),
+        || {
+            let n = ha
+                .psql(left, "borbaman", "SELECT count(*) FROM kept")
+                .ok()?;
+            (n != "0").then_some(())
+        },
+    );
+    restore(&mut ha, "host_loss of a standby");
+    assert_streaming_standby(&ha, lost);
+    drop_and_check(ha);
+}
+
 /// `min/median/max` of some milliseconds.
 fn spread(ms: &[u128]) -> String {
     if ms.is_empty() {
