@@ -19,7 +19,9 @@
 //! one read of all their sessions and the game, each call applied in
 //! arrival order (`apply_calls`), one compare-and-set write of them all
 //! (`WRITE_CALLS`: one new version, every action-log row, numbered in the
-//! order applied), and each call answered with its own reply or error.
+//! order applied; `WRITE_ACTS`, the same without a leave's parts and the
+//! rankings, when the commit holds Acts only and does not finish the game),
+//! and each call answered with its own reply or error.
 //!
 //! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
 //! row lock across the round trips from the read to the commit, and a
@@ -986,7 +988,7 @@ impl Store {
         } else {
             let commit = &applied.commit;
             let ending = finishing(before, &snapshot.state);
-            let rows = sqlx::query(WRITE_CALLS)
+            let rows = sqlx::query(write_statement(commit, ending))
                 .bind(Packed(&snapshot.state))
                 .bind(snapshot.state.phase().code())
                 .bind(to_db_id(game_id)?)
@@ -1339,6 +1341,20 @@ fn check_in_game(read: &SessionRead) -> Result<(), Error> {
     Ok(())
 }
 
+/// The statement that writes `commit` (`ending`: it finishes the game):
+/// [`WRITE_ACTS`] for Acts only that do not finish the game, the hot path;
+/// [`WRITE_CALLS`], with a leave's parts and the rankings, for any other.
+/// Both take the same parameters, and on a commit of the first kind they
+/// write the same rows.
+fn write_statement(commit: &Commit, ending: Option<Ending>) -> &'static str {
+    let leaves = commit.writers.iter().any(|w| w.leaving || w.freed);
+    if leaves || ending.is_some() {
+        WRITE_CALLS
+    } else {
+        WRITE_ACTS
+    }
+}
+
 /// The ending, if this commit is the one that finishes the game.
 fn finishing(before: Phase, state: &GameState) -> Option<Ending> {
     if before != Phase::Finished && state.phase() == Phase::Finished {
@@ -1672,6 +1688,45 @@ mod tests {
         }
     }
 
+    /// Acts that do not finish the game go through the statement without a
+    /// leave's parts; a leave (a forfeit, a freed lobby seat) or the commit
+    /// that finishes the game needs the full one.
+    #[test]
+    fn only_a_commit_of_acts_that_does_not_finish_takes_the_act_statement() {
+        let writer = |leaving, freed| Writer {
+            session_id: 7,
+            seat: 1,
+            leaving,
+            freed,
+        };
+        let commit = |writers: Vec<Writer>| Commit {
+            writers,
+            rows: Vec::new(),
+        };
+        let acts = commit(vec![
+            writer(false, false),
+            Writer {
+                session_id: 8,
+                ..writer(false, false)
+            },
+        ]);
+        assert_eq!(write_statement(&acts, None), WRITE_ACTS);
+        assert_eq!(write_statement(&acts, Some(Ending::Draw)), WRITE_CALLS);
+        assert_eq!(write_statement(&acts, Some(Ending::Winner(2))), WRITE_CALLS);
+        let with_leave = commit(vec![
+            writer(false, false),
+            Writer {
+                session_id: 8,
+                ..writer(true, false)
+            },
+        ]);
+        assert_eq!(write_statement(&with_leave, None), WRITE_CALLS);
+        assert_eq!(
+            write_statement(&commit(vec![writer(true, true)]), None),
+            WRITE_CALLS
+        );
+    }
+
     #[test]
     fn winner_codes() {
         assert_eq!(winner_code(Some(Ending::Winner(2))), 2);
@@ -1779,9 +1834,12 @@ mod sql_tests {
         ending: (i16, bool, bool),
     }
 
-    /// [`WRITE_CALLS`] of one call of one session.
-    fn one_write<'a>(w: &OneWrite<'a>) -> sqlx::query::Query<'a, Postgres, PgArguments> {
-        sqlx::query(WRITE_CALLS)
+    /// `sql` ([`WRITE_CALLS`] or [`WRITE_ACTS`]) of one call of one session.
+    fn one_write<'a>(
+        sql: &'static str,
+        w: &OneWrite<'a>,
+    ) -> sqlx::query::Query<'a, Postgres, PgArguments> {
+        sqlx::query(sql)
             .bind(Packed(w.state))
             .bind(w.phase.code())
             .bind(w.game)
@@ -2099,18 +2157,31 @@ mod sql_tests {
                 read.session.last_seq,
             )
         };
+        // An Act that does not finish the game, as the hot path writes it.
+        let plain_act = |version: i64, seat: i16, read_us: i64, lag_us: i64| OneWrite {
+            phase: state.phase(),
+            ending: (-1, false, false),
+            ..finishing_act(version, seat, read_us, lag_us)
+        };
         let missed = [
             (
                 "an older version",
+                WRITE_CALLS,
                 finishing_act(version - 1, 0, clock, lag_us),
             ),
-            ("another seat", finishing_act(version, 1, clock, lag_us)),
+            (
+                "another seat",
+                WRITE_CALLS,
+                finishing_act(version, 1, clock, lag_us),
+            ),
             (
                 "a read too old",
+                WRITE_CALLS,
                 finishing_act(version, 0, clock - 2 * lag_us, lag_us),
             ),
             (
                 "a leave at an older version",
+                WRITE_CALLS,
                 OneWrite {
                     row: (1, KIND_LEAVE, Outcome::APPLIED_CODE),
                     leaving: true,
@@ -2118,9 +2189,37 @@ mod sql_tests {
                     ..finishing_act(version - 1, 0, clock, lag_us)
                 },
             ),
+            (
+                "acts only, an older version",
+                WRITE_ACTS,
+                plain_act(version - 1, 0, clock, lag_us),
+            ),
+            (
+                "acts only, another seat",
+                WRITE_ACTS,
+                plain_act(version, 1, clock, lag_us),
+            ),
+            (
+                "acts only, a read too old",
+                WRITE_ACTS,
+                plain_act(version, 0, clock - 2 * lag_us, lag_us),
+            ),
+            (
+                "a leave given to the act statement",
+                WRITE_ACTS,
+                OneWrite {
+                    leaving: true,
+                    ..plain_act(version, 0, clock, lag_us)
+                },
+            ),
+            (
+                "a game's end given to the act statement",
+                WRITE_ACTS,
+                finishing_act(version, 0, clock, lag_us),
+            ),
         ];
-        for (why, write) in missed {
-            let rows = one_write(&write).fetch_all(pool).await.unwrap();
+        for (why, sql, write) in missed {
+            let rows = one_write(sql, &write).fetch_all(pool).await.unwrap();
             assert_eq!(read_again(rows), (session, game, version, 0), "{why}");
             assert_eq!(dump(pool, game).await, before, "{why}");
         }
@@ -2138,19 +2237,63 @@ mod sql_tests {
         assert!(advance.is_none());
         assert_eq!(dump(pool, game).await, before, "advance");
 
-        // The same write, current: the game, its log and the rankings.
-        let row = one_write(&finishing_act(version, 0, clock, lag_us))
+        // Acts only, current: the game (a new version, the seat active) and
+        // its log row; no session, seat or ranking changes.
+        let sessions_and_seats = |dump: &str| {
+            let mut parts = dump.split(" | ");
+            let _game = parts.next();
+            parts.take(2).collect::<Vec<_>>().join(" | ")
+        };
+        let seat_0_active = || async {
+            sqlx::query_scalar::<_, f64>(
+                "SELECT extract(epoch FROM active_at[1])::float8 FROM games WHERE id = $1",
+            )
+            .bind(game)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+        };
+        let active_before = seat_0_active().await;
+        let row = one_write(WRITE_ACTS, &plain_act(version, 0, clock, lag_us))
             .fetch_one(pool)
             .await
             .unwrap();
         assert_eq!(row.get::<i64, _>(0), version + 1);
+        let after_act = dump(pool, game).await;
+        assert_eq!(
+            sessions_and_seats(&after_act),
+            sessions_and_seats(&before),
+            "an act leaves sessions and seats alone"
+        );
+        let act_row: (i64, i64, i32) = sqlx::query_as("SELECT seq, version, ord FROM actions")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(act_row, (1, version + 1, 1));
+        assert!(
+            seat_0_active().await > active_before,
+            "the act marks its seat active"
+        );
+
+        // A finishing write, current: the game, its log and the rankings.
+        let row = one_write(
+            WRITE_CALLS,
+            &OneWrite {
+                row: (2, Action::Bomb.code(), Outcome::NoEffect.code()),
+                ..finishing_act(version + 1, 0, clock, lag_us)
+            },
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(row.get::<i64, _>(0), version + 2);
         let counts: (i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM actions), (SELECT count(*) FROM rankings)",
         )
         .fetch_one(pool)
         .await
         .unwrap();
-        assert_eq!(counts, (1, SEATS as i64));
+        assert_eq!(counts, (2, SEATS as i64));
 
         // The function a missed write reads again with is LOAD_CALLERS,
         // column for column (but for the clock, read a moment later).
@@ -2170,7 +2313,7 @@ mod sql_tests {
             caller_row(&load, 0).unwrap().1,
             read_row(&function, 0).unwrap(),
         );
-        assert_eq!(function.session.last_seq, 1);
+        assert_eq!(function.session.last_seq, 2);
         let columns = |r: &Read| (r.session, r.version, (r.state.encode(), r.roster.clone()));
         assert_eq!(columns(&load), columns(&function));
         assert!(function.read_us >= load.read_us && function.now_tick >= load.now_tick);
@@ -2236,20 +2379,23 @@ mod sql_tests {
 
         let state = joined.snapshot.state.clone();
         let loser = tokio::spawn(async move {
-            one_write(&OneWrite {
-                state: &state,
-                phase: state.phase(),
-                game,
-                session,
-                seat: 0,
-                row: (1, Action::Idle.code(), Outcome::NoEffect.code()),
-                leaving: false,
-                version,
-                read_us: clock,
-                lag_us: 60_000_000,
-                token: &token[..],
-                ending: (-1, false, false),
-            })
+            one_write(
+                WRITE_CALLS,
+                &OneWrite {
+                    state: &state,
+                    phase: state.phase(),
+                    game,
+                    session,
+                    seat: 0,
+                    row: (1, Action::Idle.code(), Outcome::NoEffect.code()),
+                    leaving: false,
+                    version,
+                    read_us: clock,
+                    lag_us: 60_000_000,
+                    token: &token[..],
+                    ending: (-1, false, false),
+                },
+            )
             .fetch_all(&pool)
             .await
             .unwrap()

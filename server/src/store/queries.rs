@@ -11,7 +11,9 @@
 //! that lost the race changes nothing at all and returns no new version
 //! (a commit of Acts and Leaves returns the callers' read done again
 //! instead, see `read_again!`). Acts and Leaves share one statement,
-//! [`WRITE_CALLS`], whether it commits one call or several.
+//! [`WRITE_CALLS`], whether it commits one call or several; a commit of
+//! Acts alone that does not finish the game (nearly every commit) takes
+//! [`WRITE_ACTS`], the same write without a leave's parts and the rankings.
 
 use borbaman_game::Phase;
 use borbaman_game::codes::CONNECTED_WINDOW_MS;
@@ -402,6 +404,47 @@ pub const WRITE_CALLS: &str = concat!(
     read_again!("$20", "$21")
 );
 
+/// [`WRITE_CALLS`] for the hot path: a commit of Acts only that does not
+/// finish the game. The same compare-and-set (`cas_game!`, the same
+/// sessions guard), the same game update (the writers' seats marked active)
+/// and action-log rows, the same read again after a lost race; none of a
+/// leave's parts (sessions, seats, names) nor the rankings, which for such
+/// a commit would write nothing anyway, but which the database still plans
+/// and runs as empty data-modifying CTEs on every call. Parameters as
+/// [`WRITE_CALLS`], bound the same way (see `play::write_statement`). It
+/// checks that it was given such a commit: with a session leaving, a winner,
+/// a draw or a finishing commit, `w` loses rows, the sessions guard counts
+/// fewer than `$11`, and nothing is written (a write that missed), so a
+/// leave or a game's end can never be committed without its parts.
+pub const WRITE_ACTS: &str = concat!(
+    "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
+                                     $14::boolean[]) AS w(session, seat, leaving, freed) \
+                WHERE NOT (w.leaving OR w.freed) AND $8::smallint < 0 AND NOT $9::boolean \
+                  AND NOT $10::boolean), ",
+    sessions_guard!("$3"),
+    ", ",
+    cas_game!(
+        "$1",
+        "$2",
+        "$3",
+        ", active_at = ARRAY(SELECT CASE \
+             WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1) THEN now() \
+             ELSE active_at[i] END FROM generate_series(1, 4) i ORDER BY i)",
+        "$4",
+        "$5",
+        "$6",
+        "$11"
+    ),
+    ", a AS (INSERT INTO actions \
+               (session_id, seq, game_id, seat, tick, action, outcome, version, ord) \
+             SELECT i.session, i.seq, g.id, i.seat, $7::integer, i.action, i.outcome, \
+                    g.version, i.ord::integer \
+             FROM g, unnest($15::bigint[], $16::bigint[], $17::smallint[], $18::smallint[], \
+                            $19::smallint[]) WITH ORDINALITY \
+                     AS i(session, seq, seat, action, outcome, ord)) ",
+    read_again!("$20", "$21")
+);
+
 /// Writes a state advanced by the clock alone (a game that just ended),
 /// compare-and-set on the version read: of several calls that saw the game
 /// end, one commits it (and its rankings); the others find no row and read
@@ -522,6 +565,7 @@ pub const ALL: &[&str] = &[
     FREE_SILENT_SEATS,
     LOAD_SESSION_LOCKED,
     WRITE_CALLS,
+    WRITE_ACTS,
     WRITE_ADVANCE,
     WRITE_JOIN_WAITING,
     WRITE_JOIN_NEW,
