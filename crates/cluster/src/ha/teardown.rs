@@ -49,8 +49,19 @@ impl Drop for LocalHa {
         for mut child in patronis.into_iter().chain(etcds) {
             let _ = child.wait();
         }
-        // A postmaster answers SIGQUIT within milliseconds; one that does
-        // not (stopped, or stuck on a disk) is killed with its backends.
+        // A postmaster Patroni was starting as it died shows up now (its
+        // postmaster.pid is written first thing): stop it too. A postmaster
+        // answers SIGQUIT within milliseconds; one that does not (stopped,
+        // or stuck on a disk) is killed with its backends. (Should one
+        // still slip through, it shuts itself down once its data directory
+        // is gone.)
+        for i in 0..MEMBERS {
+            if let Some(pm) = self.postmaster(i).filter(|pm| !postmasters.contains(pm)) {
+                kill(pm.pid, libc::SIGQUIT);
+                backends.extend(children_of(pm.pid));
+                postmasters.push(pm);
+            }
+        }
         let deadline = Instant::now() + STOP_GRACE;
         while postmasters.iter().any(Proc::is_same_process) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
