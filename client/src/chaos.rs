@@ -1,6 +1,7 @@
 //! `borbaman chaos`: the bench workload on a local cluster, plus faults
 //! injected on a schedule — after the warm-up, one every
-//! `--fault-interval-s`, kinds mixed at random when several are given:
+//! `--fault-interval-s`, kinds mixed at random when several are given (or
+//! taken in the order given with `--faults-in-order`):
 //!
 //! - `kill`: SIGKILL a random server, then (after `--replace-after-ms`, as
 //!   a supervisor would) start a replacement so the cluster keeps its size;
@@ -72,6 +73,12 @@ pub struct ChaosArgs {
     /// Kinds of fault, mixed at random when several.
     #[arg(long, value_delimiter = ',', default_value = "kill")]
     pub fault: Vec<FaultKind>,
+    /// Take the kinds of `--fault` in the order given, starting again from
+    /// the first after the last, instead of at random: e.g. `--fault
+    /// db-kill,db-switchover --faults 2` kills the primary, then switches
+    /// over, on one cluster.
+    #[arg(long)]
+    pub faults_in_order: bool,
     /// How long a hung server stays stopped.
     #[arg(long, default_value_t = 2000)]
     pub hang_ms: u64,
@@ -251,7 +258,10 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let target = Target::of_cluster(&cluster);
     let injector: Injector = {
         let cluster = cluster.clone();
-        let kinds = args.fault.clone();
+        let kinds = KindOrder {
+            kinds: args.fault.clone(),
+            in_order: args.faults_in_order,
+        };
         let seed = args.seed;
         Box::new(move |clock, stop| {
             tokio::spawn(inject(cluster, schedule, kinds, timing, seed, clock, stop))
@@ -263,6 +273,28 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     drop(cluster);
     let summary = summary?;
     measure::conclude(&summary, &args.out)
+}
+
+/// Which kind of fault comes next: at random among `kinds`, or `kinds` in
+/// turn.
+#[derive(Clone, Debug)]
+struct KindOrder {
+    /// Never empty (`run` refuses an empty `--fault`).
+    kinds: Vec<FaultKind>,
+    in_order: bool,
+}
+
+impl KindOrder {
+    /// The kind of the `n`th fault (from 0). Draws from `rng` either way,
+    /// so that the targets chosen after it do not depend on the order.
+    fn pick(&self, n: usize, rng: &mut impl Rng) -> FaultKind {
+        let drawn = rng.random_range(0..self.kinds.len());
+        if self.in_order {
+            self.kinds[n % self.kinds.len()]
+        } else {
+            self.kinds[drawn]
+        }
+    }
 }
 
 /// How long faults last.
@@ -282,7 +314,7 @@ struct FaultTiming {
 async fn inject(
     cluster: Arc<Mutex<LocalCluster>>,
     schedule: Schedule,
-    kinds: Vec<FaultKind>,
+    kinds: KindOrder,
     timing: FaultTiming,
     seed: u64,
     clock: RunClock,
@@ -291,13 +323,13 @@ async fn inject(
     let mut rng = StdRng::seed_from_u64(seed);
     let mut events = Vec::new();
     let mut calm_until = tokio::time::Instant::now();
-    for due in &schedule.at {
+    for (n, due) in schedule.at.iter().enumerate() {
         let at = tokio::time::Instant::from_std(clock.started() + *due).max(calm_until);
         tokio::select! {
             _ = tokio::time::sleep_until(at) => {}
             _ = stop.recv() => break,
         }
-        let kind = kinds[rng.random_range(0..kinds.len())];
+        let kind = kinds.pick(n, &mut rng);
         let servers = cluster.lock().unwrap().len();
         let index = rng.random_range(0..servers);
         let event = inject_one(&cluster, kind, index, timing, clock).await;
@@ -518,5 +550,29 @@ mod tests {
         let secs: Vec<f64> = s.at.iter().map(|d| d.as_secs_f64()).collect();
         assert_eq!(secs, [7.0, 11.0, 15.0]);
         assert_eq!(s.total, Duration::from_secs(19));
+    }
+
+    #[test]
+    fn kinds_in_order_cycle_and_at_random_mix() {
+        use FaultKind::{DbKill, DbSwitchover};
+        let in_order = KindOrder {
+            kinds: vec![DbKill, DbSwitchover],
+            in_order: true,
+        };
+        let mut rng = StdRng::seed_from_u64(749);
+        let picked: Vec<FaultKind> = (0..5).map(|n| in_order.pick(n, &mut rng)).collect();
+        assert_eq!(picked, [DbKill, DbSwitchover, DbKill, DbSwitchover, DbKill]);
+
+        let at_random = KindOrder {
+            in_order: false,
+            ..in_order
+        };
+        let mut rng = StdRng::seed_from_u64(749);
+        let picked: Vec<FaultKind> = (0..64).map(|n| at_random.pick(n, &mut rng)).collect();
+        assert!(picked.contains(&DbKill) && picked.contains(&DbSwitchover));
+        assert!(
+            picked.windows(2).any(|w| w[0] == w[1]),
+            "at random, not in turn: {picked:?}"
+        );
     }
 }

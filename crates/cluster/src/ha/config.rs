@@ -25,6 +25,13 @@ impl LocalHa {
             "''".to_string()
         };
         let dcs = dcs_settings();
+        // Without fsync, initdb need not flush its files either (a second
+        // of a start on a busy disk).
+        let initdb_no_sync = if self.opts.fsync {
+            ""
+        } else {
+            "    - no-sync\n"
+        };
         let yaml = format!(
             r#"# Patroni member {name} of a LocalHa (crates/cluster/src/ha.rs explains the settings).
 scope: {SCOPE}
@@ -49,7 +56,7 @@ bootstrap:
     - locale: C
     - data-checksums
     - auth: trust
-  pg_hba:
+{initdb_no_sync}  pg_hba:
     - local all all trust
     - host replication replicator 127.0.0.1/32 trust
     - host all all 127.0.0.1/32 trust
@@ -83,6 +90,7 @@ tags:
 "#,
             name = m.name,
             log_level = log_level,
+            initdb_no_sync = initdb_no_sync,
             rest = m.rest_port,
             pg = m.pg_port,
             data = yaml_quote(&m.data_dir.to_string_lossy()),

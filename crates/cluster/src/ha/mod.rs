@@ -2,17 +2,18 @@
 //! and three Patroni members managing PostgreSQL — for failover tests and
 //! chaos runs that need a database which survives the loss of its primary.
 //!
-//! [`LocalHa::start`] lays everything out in a fresh directory (under /tmp
-//! unless one is given), on free loopback ports, starts one etcd cluster of
-//! three, then three Patroni members that bootstrap and clone PostgreSQL,
-//! waits until there is one leader and two streaming standbys (both
-//! synchronous) and creates the `borbaman` database on the primary. As with
+//! [`LocalHa::start`] lays everything out in a fresh directory (under /tmp,
+//! or in memory under /dev/shm without fsync, unless one is given), on free
+//! loopback ports, starts one etcd cluster of three, then three Patroni
+//! members that bootstrap and clone PostgreSQL, waits until there is one
+//! leader and two streaming standbys (both synchronous) and creates the
+//! `borbaman` database on the primary. As with
 //! [`LocalPostgres`](crate::LocalPostgres), PostgreSQL refuses to run as
 //! root, so when we are root Patroni and etcd run as the `postgres` user.
 //! Every process is spawned from one long-lived thread with
 //! `PR_SET_PDEATHSIG` and stopped by PID when the handle drops (Patroni
-//! first with SIGTERM, which stops its PostgreSQL, then etcd; SIGKILL after
-//! a grace period); nothing else on the machine is touched.
+//! SIGKILLed first, then PostgreSQL's immediate shutdown and etcd
+//! SIGKILLed; see `teardown`); nothing else on the machine is touched.
 //!
 //! Should this process be killed outright, the kernel sends Patroni and
 //! etcd SIGTERM (Patroni then stops its PostgreSQL); the directory stays.
@@ -32,11 +33,13 @@
 //! `psql` runs SQL on a member; `procfs` finds and signals processes;
 //! `faults` injects the faults and restores; `teardown` stops it all.
 //!
-//! On a busy 2-core machine: start 11-16 s; a new primary 1.8-3.1 s after
-//! a postmaster kill, 5.0-5.6 s after a host loss (the leader lease runs
-//! out), 0.9-1.7 s after a switchover request; `restore` 4-6 s, 9-17 s
-//! after a host loss (crash recovery and pg_rewind of the old primary);
-//! drop 6-8 s.
+//! On a busy 2-core machine: start 11-16 s (11-12 s in /dev/shm; Patroni
+//! itself waits 2 s before naming the synchronous standby); a new primary
+//! 1.8-3.1 s after a postmaster kill, 5.0-5.6 s after a host loss (the
+//! leader lease runs out), 0.9-1.7 s after a switchover request; `restore`
+//! 4-6 s, 7-17 s after a host loss (crash recovery and pg_rewind of the old
+//! primary); drop 0.5 s in /dev/shm (3 s under /tmp on ext4 with
+//! `discard`: the deletion).
 //!
 //! # Settings and why
 //!
@@ -105,7 +108,7 @@ use crate::ports::free_ports;
 use crate::postgres::{
     DATABASE, MAX_SOCKET_DIR_BYTES, PgError, find_bin_dir, last_lines, postgres_user,
 };
-use crate::process::{Spawner, wait_or_kill};
+use crate::process::Spawner;
 
 mod config;
 mod faults;
@@ -133,12 +136,8 @@ const RETRY_TIMEOUT: u32 = 2;
 /// A check that "nothing failed over" must watch at least this long.
 pub const LEADER_LEASE_WORST: Duration =
     Duration::from_secs((TTL + LOOP_WAIT + RETRY_TIMEOUT) as u64);
-/// How long everything may take to stop on drop before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(10);
-/// Part of [`STOP_GRACE`] given to Patroni (it stops PostgreSQL first).
-const PATRONI_GRACE: Duration = Duration::from_secs(7);
-/// Part of [`STOP_GRACE`] given to etcd, once Patroni is gone.
-const ETCD_GRACE: Duration = Duration::from_secs(2);
+/// How long a postmaster may take to shut down on drop before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 /// One REST call to Patroni or etcd.
 const REST_TIMEOUT: Duration = Duration::from_millis(500);
 /// One `/primary` probe while waiting for a promotion.
@@ -154,6 +153,13 @@ const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a switchover request may take to be refused outright.
 const SWITCHOVER_REFUSAL: Duration = Duration::from_millis(500);
 
+/// Where a throwaway layout goes besides /tmp: the tmpfs at /dev/shm when
+/// fsync is off and it exists.
+fn throwaway_root(fsync: bool) -> Option<&'static str> {
+    const SHM: &str = "/dev/shm";
+    (!fsync && Path::new(SHM).is_dir()).then_some(SHM)
+}
+
 /// How the replicated database runs.
 #[derive(Clone, Debug)]
 pub struct HaOptions {
@@ -162,7 +168,8 @@ pub struct HaOptions {
     /// kernel keeps what they wrote, unsafe if the machine itself crashes.
     pub fsync: bool,
     /// Where to lay out the members: an empty or missing directory, kept on
-    /// drop. `None`: a fresh directory under /tmp, deleted on drop.
+    /// drop. `None`: a fresh directory, deleted on drop, under /tmp (under
+    /// /dev/shm, in memory, when `fsync` is off and it exists).
     pub dir: Option<PathBuf>,
     /// Where the etcd and Patroni logs go; `<dir>/logs` when `None`.
     pub log_dir: Option<PathBuf>,
@@ -371,10 +378,20 @@ impl LocalHa {
                 (None, dir)
             }
             None => {
-                let temp = tempfile::Builder::new()
-                    .prefix("borbaman-ha-")
-                    .tempdir_in("/tmp")
-                    .map_err(io_err("creating a temporary directory"))?;
+                let in_dir = |root: &str| {
+                    tempfile::Builder::new()
+                        .prefix("borbaman-ha-")
+                        .tempdir_in(root)
+                };
+                // Without fsync nothing of a throwaway layout is meant to
+                // reach the disk: in memory, where there is a tmpfs, its
+                // ~1000 files a member are also deleted in milliseconds
+                // (seconds on ext4 with `discard`).
+                let temp = match throwaway_root(opts.fsync) {
+                    Some(shm) => in_dir(shm).or_else(|_| in_dir("/tmp")),
+                    None => in_dir("/tmp"),
+                }
+                .map_err(io_err("creating a temporary directory"))?;
                 let dir = temp.path().to_path_buf();
                 (Some(temp), dir)
             }
