@@ -17,13 +17,14 @@
 //!   by its token, as long as the server has not answered meanwhile), and
 //!   its one verdict ends them all.
 //! - A server that does not answer its probe in time while another server
-//!   does is **hung**: it is dropped and the call moves on at once (free of
-//!   the budget: the call never ran there). One that answers is alive,
-//!   only **slow**.
-//! - When the copy is late too, two servers are slow together: the cause is
-//!   shared (the database). The pool enters a **shared stall**: no more
-//!   hedges and no failovers into it, calls just wait (up to the slow
-//!   deadline) until an answer comes back on time.
+//!   does (even late: the verdict waits for it) is **hung**: it is dropped
+//!   and the call moves on at once (free of the budget: the call never ran
+//!   there). One that answers is alive, only **slow**.
+//! - When the copy is late too and the first server is alive, two servers
+//!   are slow together: the cause is shared (the database). The pool
+//!   enters a **shared stall**: no more hedges and no failovers into it,
+//!   calls just wait (up to the slow deadline) until an answer comes back
+//!   on time.
 //! - At its deadline an attempt on a slow but alive server is left for
 //!   another only outside a shared stall, with another server to go to,
 //!   and with a token from the budget. Otherwise it is waited for: leaving
@@ -31,7 +32,7 @@
 //!   add a second copy to the database's queue.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
@@ -51,18 +52,59 @@ pub enum Probe {
     Hung,
 }
 
-/// The verdict of a late attempt's probe: its server `answered` or not,
-/// and another live server probed at the same time answered or not
-/// (`None`: there is no other). A server is hung when it alone is silent;
-/// when the other is silent too, the machine or the network between is
+/// What the two health checks of a probe have come to so far: the late
+/// server's, and that of another live server sent at the same moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probing {
+    /// The late server answered.
+    pub answered: bool,
+    /// The late server's probe deadline has passed (or its check failed
+    /// outright).
+    pub overdue: bool,
+    /// The other server: `None` when there is none, else whether it has
+    /// answered yet.
+    pub other: Option<bool>,
+    /// Both have been silent for [`PROBE_PATIENCE`] times the late
+    /// server's probe deadline.
+    pub given_up: bool,
+}
+
+/// How many of the late server's probe deadlines a probe waits for the
+/// other server's answer before calling everyone slow.
+pub const PROBE_PATIENCE: u32 = 2;
+
+/// The verdict of a late attempt's probe (see [`Probing`]). A server is
+/// hung when, past its probe deadline, it alone is silent: the other
+/// server answered, however late, while it did not. When the other has
+/// not answered either, the verdict waits for it: on a busy machine, or in
+/// the burst of copies every client sends when a server hangs, the other
+/// can answer after its own deadline, and calling the hung server alive
+/// then keeps every call on it until the deadline and a second probe.
+/// Both silent for [`PROBE_PATIENCE`] deadlines: the machine or the link is
 /// slow for everyone, and dropping a server for it would only add a
 /// failover to a stall.
-pub fn probe_verdict(answered: bool, other_answered: Option<bool>) -> Probe {
-    match (answered, other_answered) {
-        (true, _) => Probe::Alive,
-        (false, Some(true) | None) => Probe::Hung,
-        (false, Some(false)) => Probe::Alive,
+pub fn probe_verdict(now: Probing) -> Probe {
+    if now.answered {
+        return Probe::Alive;
     }
+    if !now.overdue {
+        return Probe::Pending;
+    }
+    match now.other {
+        None | Some(true) => Probe::Hung,
+        Some(false) if now.given_up => Probe::Alive,
+        Some(false) => Probe::Pending,
+    }
+}
+
+/// Whether a copy that is late too means two servers are slow together
+/// (a shared stall, see [`at_deadline`]): only once the first server is
+/// known alive. While its probe is pending, or it is hung, the copy's
+/// server is only busy with the copies every client sends it when a
+/// server hangs; calling that a shared stall would stop the hedges and
+/// failovers the hang needs.
+pub fn late_copy_is_shared_stall(copy: Copy, probe: Probe) -> bool {
+    copy == Copy::Late && probe == Probe::Alive
 }
 
 /// A hedged copy of the attempt, if one was sent.
@@ -139,19 +181,35 @@ pub struct Suspicion {
     pub funded: bool,
     /// Copies it still covers.
     pub covered_left: u32,
-    /// The server answered a call since it was suspected: alive, only slow
-    /// (a database stall). Copies are no longer covered: duplicating into a
-    /// stall is what the budget is for.
+    /// The server answered a call sent no earlier than the opening one:
+    /// alive, only slow (a database stall). Copies are no longer covered:
+    /// duplicating into a stall is what the budget is for.
     pub answered: bool,
+    /// When the opening call was sent.
+    pub call_sent: Instant,
 }
 
 impl Suspicion {
-    /// The suspicion a late call opens, having hedged as `hedge` says.
-    pub fn opened(hedge: Hedge) -> Suspicion {
+    /// The suspicion a late call sent at `call_sent` opens, having hedged
+    /// as `hedge` says.
+    pub fn opened(hedge: Hedge, call_sent: Instant) -> Suspicion {
         Suspicion {
             funded: hedge == Hedge::Paid,
             covered_left: COPIES_PER_SUSPICION.saturating_sub(1),
             answered: false,
+            call_sent,
+        }
+    }
+
+    /// The server answered a call sent at `sent`. Only a call sent no
+    /// earlier than the opening one says the server is alive: one sent
+    /// before it may have been carried out just before the server hung
+    /// (100 ms away, its answer arrives a tenth of a second later), and
+    /// taking it for life would leave the calls behind it without their
+    /// copies.
+    pub fn answer(&mut self, sent: Instant) {
+        if sent >= self.call_sent {
+            self.answered = true;
         }
     }
 }
@@ -438,17 +496,99 @@ mod tests {
         );
     }
 
+    fn probing(answered: bool, overdue: bool, other: Option<bool>, given_up: bool) -> Probing {
+        Probing {
+            answered,
+            overdue,
+            other,
+            given_up,
+        }
+    }
+
     #[test]
     fn a_server_is_hung_when_it_alone_is_silent() {
-        assert_eq!(probe_verdict(true, Some(true)), Probe::Alive);
-        assert_eq!(probe_verdict(true, None), Probe::Alive);
-        assert_eq!(probe_verdict(false, Some(true)), Probe::Hung);
-        assert_eq!(probe_verdict(false, None), Probe::Hung, "none to compare");
+        for overdue in [false, true] {
+            for other in [None, Some(false), Some(true)] {
+                assert_eq!(
+                    probe_verdict(probing(true, overdue, other, false)),
+                    Probe::Alive
+                );
+            }
+        }
         assert_eq!(
-            probe_verdict(false, Some(false)),
-            Probe::Alive,
-            "everyone silent: the machine is slow, not this server"
+            probe_verdict(probing(false, false, Some(true), false)),
+            Probe::Pending,
+            "within its deadline a far server may still answer"
         );
+        assert_eq!(
+            probe_verdict(probing(false, true, Some(true), false)),
+            Probe::Hung
+        );
+        assert_eq!(
+            probe_verdict(probing(false, true, None, false)),
+            Probe::Hung,
+            "none to compare"
+        );
+        assert_eq!(
+            probe_verdict(probing(false, true, Some(false), true)),
+            Probe::Alive,
+            "everyone silent for long: the machine is slow, not this server"
+        );
+    }
+
+    #[test]
+    fn a_verdict_waits_for_the_other_server_before_calling_everyone_slow() {
+        // The other server, busy with every client's copies, has not
+        // answered by the late server's deadline: no verdict yet (before,
+        // this said "alive", and the hung server kept its calls).
+        assert_eq!(
+            probe_verdict(probing(false, true, Some(false), false)),
+            Probe::Pending
+        );
+        // It answers late, the late server still silent: hung.
+        assert_eq!(
+            probe_verdict(probing(false, true, Some(true), false)),
+            Probe::Hung
+        );
+        // Or the late server answers first: alive.
+        assert_eq!(
+            probe_verdict(probing(true, true, Some(false), false)),
+            Probe::Alive
+        );
+    }
+
+    #[test]
+    fn a_late_copy_is_a_shared_stall_only_beside_a_live_server() {
+        assert!(late_copy_is_shared_stall(Copy::Late, Probe::Alive));
+        assert!(
+            !late_copy_is_shared_stall(Copy::Late, Probe::Pending),
+            "the first server may be hung: its copies make the other busy"
+        );
+        assert!(!late_copy_is_shared_stall(Copy::Late, Probe::Hung));
+        for copy in [Copy::None, Copy::OnTime, Copy::Failed] {
+            assert!(!late_copy_is_shared_stall(copy, Probe::Alive));
+        }
+    }
+
+    #[test]
+    fn only_an_answer_to_a_call_sent_since_the_late_one_clears_a_suspicion() {
+        let opened_at = Instant::now();
+        let mut open = Suspicion::opened(Hedge::Paid, opened_at);
+        // An answer to a call sent 50 ms before: carried out before the
+        // hang, arriving after it.
+        open.answer(opened_at - Duration::from_millis(50));
+        assert!(!open.answered);
+        assert_eq!(
+            when_late(LateNow {
+                token: false,
+                ..late_now(Some(open))
+            })
+            .hedge,
+            Hedge::Covered,
+            "the calls behind it keep their copies"
+        );
+        open.answer(opened_at + Duration::from_millis(1));
+        assert!(open.answered, "a later call answered: alive");
     }
 
     #[test]
@@ -495,7 +635,7 @@ mod tests {
 
     #[test]
     fn pipelined_calls_on_a_suspect_server_share_its_probe_and_token() {
-        let mut open = Suspicion::opened(Hedge::Paid);
+        let mut open = Suspicion::opened(Hedge::Paid, Instant::now());
         let mut covered = 0;
         // A player's other calls go late one after another, the budget
         // long spent: each hedges, none probes, up to the pipeline's depth.
@@ -517,7 +657,7 @@ mod tests {
 
     #[test]
     fn a_suspicion_covers_nothing_into_shared_trouble_or_once_the_server_answered() {
-        let open = Suspicion::opened(Hedge::Paid);
+        let open = Suspicion::opened(Hedge::Paid, Instant::now());
         let stall = LateNow {
             shared_stall: true,
             ..late_now(Some(open))
@@ -543,7 +683,7 @@ mod tests {
         };
         assert_eq!(when_late(broke).hedge, Hedge::No);
         // Opened without a token: nothing to cover with.
-        let unfunded = Suspicion::opened(Hedge::No);
+        let unfunded = Suspicion::opened(Hedge::No, Instant::now());
         let step = when_late(LateNow {
             token: false,
             ..late_now(Some(unfunded))
