@@ -653,6 +653,8 @@ impl ServerPool {
         let mut first_hung = false;
         let mut copy: Option<(Server, Instant, Pin<Box<Fut>>)> = None;
         let mut copy_state = Copy::None;
+        // The copy's server's "down" signal, once a copy is out.
+        let mut copy_down: Option<watch::Receiver<bool>> = None;
         let mut probe: Option<watch::Receiver<Probe>> = None;
         let mut down = server.down.subscribe();
         let mut probe_state = Probe::Pending;
@@ -732,6 +734,24 @@ impl ServerPool {
                     }
                     decide = overdue && first_pending;
                 },
+                // The copy's server was dropped meanwhile (found hung or
+                // dead): the copy will not answer.
+                _ = async {
+                    match copy_down.as_mut() {
+                        Some(down) => { let _ = down.wait_for(|d| *d).await; }
+                        None => std::future::pending().await,
+                    }
+                }, if copy_pending => {
+                    copy_state = Copy::Failed;
+                    copy_late_at = None;
+                    if !first_pending {
+                        attempt.result = match first_status.take() {
+                            Some(status) => Err(Failure::Status(status)),
+                            None => Err(Failure::Hung),
+                        };
+                        return attempt;
+                    }
+                },
                 // The server was dropped meanwhile (another call's probe
                 // found it hung, its health check failed): leave it now.
                 _ = async { let _ = down.wait_for(|d| *d).await; }, if first_pending => {
@@ -756,6 +776,7 @@ impl ServerPool {
                             let late_after = self.timing(&second.address).hedge_delay();
                             copy_late_at = Some(now + late_after);
                             let future = Box::pin(f(GameClient::new(second.channel.clone())));
+                            copy_down = Some(second.down.subscribe());
                             copy = Some((second, now, future));
                             copy_state = Copy::OnTime;
                         }
@@ -1137,15 +1158,23 @@ impl ServerPool {
             let mut now = Probing {
                 answered: false,
                 overdue: false,
-                other: other.as_ref().map(|_| false),
+                other: other.as_ref().map(|_| None),
+                elapsed: Duration::ZERO,
                 given_up: false,
             };
             let (mut checking, mut other_checking) = (true, other.is_some());
             let verdict = loop {
-                let verdict = probe_verdict(now);
+                now.elapsed = started.elapsed();
+                let verdict = probe_verdict(now, rtt::PROBE_SLACK);
                 if verdict != Probe::Pending {
                     break verdict;
                 }
+                // The other answered: the late server has that long and
+                // the slack more.
+                let other_slack_at = match now.other {
+                    Some(Some(other)) => started + other + rtt::PROBE_SLACK,
+                    _ => give_up_at,
+                };
                 tokio::select! {
                     answer = &mut check, if checking => {
                         checking = false;
@@ -1162,12 +1191,13 @@ impl ServerPool {
                         other_checking = false;
                         if let (Some(rtt), Some(other)) = (answer, &other) {
                             pool.record_probe(&other.address, rtt);
-                            now.other = Some(true);
+                            now.other = Some(Some(started.elapsed()));
                         }
                     }
                     _ = tokio::time::sleep_until(overdue_at.into()), if !now.overdue => {
                         now.overdue = true;
                     }
+                    _ = tokio::time::sleep_until(other_slack_at.into()), if other_slack_at < give_up_at => {}
                     _ = tokio::time::sleep_until(give_up_at.into()) => {
                         now.given_up = true;
                     }

@@ -17,9 +17,10 @@
 //!   by its token, as long as the server has not answered meanwhile), and
 //!   its one verdict ends them all.
 //! - A server that does not answer its probe in time while another server
-//!   does (even late: the verdict waits for it) is **hung**: it is dropped
-//!   and the call moves on at once (free of the budget: the call never ran
-//!   there). One that answers is alive, only **slow**.
+//!   does (even late: the verdict waits for it, and gives the late server
+//!   as long and a slack more) is **hung**: it is dropped and the call
+//!   moves on at once (free of the budget: the call never ran there), as
+//!   does a copy sent to it. One that answers is alive, only **slow**.
 //! - When the copy is late too and the first server is alive, two servers
 //!   are slow together: the cause is shared (the database). The pool
 //!   enters a **shared stall**: no more hedges and no failovers into it,
@@ -61,9 +62,11 @@ pub struct Probing {
     /// The late server's probe deadline has passed (or its check failed
     /// outright).
     pub overdue: bool,
-    /// The other server: `None` when there is none, else whether it has
-    /// answered yet.
-    pub other: Option<bool>,
+    /// The other server: `None` when there is none, else how long after
+    /// the probe was sent it answered (`None` yet).
+    pub other: Option<Option<Duration>>,
+    /// Since the probe was sent.
+    pub elapsed: Duration,
     /// Both have been silent for [`PROBE_PATIENCE`] times the late
     /// server's probe deadline.
     pub given_up: bool,
@@ -75,15 +78,16 @@ pub const PROBE_PATIENCE: u32 = 2;
 
 /// The verdict of a late attempt's probe (see [`Probing`]). A server is
 /// hung when, past its probe deadline, it alone is silent: the other
-/// server answered, however late, while it did not. When the other has
-/// not answered either, the verdict waits for it: on a busy machine, or in
-/// the burst of copies every client sends when a server hangs, the other
-/// can answer after its own deadline, and calling the hung server alive
-/// then keeps every call on it until the deadline and a second probe.
-/// Both silent for [`PROBE_PATIENCE`] deadlines: the machine or the link is
+/// server answered, and the late one has had that long and `slack` more
+/// (a busy machine answers the two checks at different moments). When
+/// the other has not answered either, the verdict waits for it: in the
+/// burst of copies every client sends when a server hangs, the other can
+/// answer after its own deadline, and calling the hung server alive then
+/// kept every call on it until the deadline and a second probe. Both
+/// silent for [`PROBE_PATIENCE`] deadlines: the machine or the link is
 /// slow for everyone, and dropping a server for it would only add a
 /// failover to a stall.
-pub fn probe_verdict(now: Probing) -> Probe {
+pub fn probe_verdict(now: Probing, slack: Duration) -> Probe {
     if now.answered {
         return Probe::Alive;
     }
@@ -91,9 +95,10 @@ pub fn probe_verdict(now: Probing) -> Probe {
         return Probe::Pending;
     }
     match now.other {
-        None | Some(true) => Probe::Hung,
-        Some(false) if now.given_up => Probe::Alive,
-        Some(false) => Probe::Pending,
+        None => Probe::Hung,
+        Some(Some(other)) if now.elapsed >= other + slack => Probe::Hung,
+        Some(None) if now.given_up => Probe::Alive,
+        Some(_) => Probe::Pending,
     }
 }
 
@@ -496,41 +501,54 @@ mod tests {
         );
     }
 
-    fn probing(answered: bool, overdue: bool, other: Option<bool>, given_up: bool) -> Probing {
-        Probing {
+    const SLACK: Duration = Duration::from_millis(50);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// At `elapsed` ms, the other having answered at `other` ms (`None`:
+    /// there is no other; `Some(None)`: not yet).
+    fn probing(
+        answered: bool,
+        overdue: bool,
+        other: Option<Option<u64>>,
+        elapsed: u64,
+        given_up: bool,
+    ) -> Probe {
+        let now = Probing {
             answered,
             overdue,
-            other,
+            other: other.map(|o| o.map(ms)),
+            elapsed: ms(elapsed),
             given_up,
-        }
+        };
+        probe_verdict(now, SLACK)
     }
 
     #[test]
     fn a_server_is_hung_when_it_alone_is_silent() {
         for overdue in [false, true] {
-            for other in [None, Some(false), Some(true)] {
-                assert_eq!(
-                    probe_verdict(probing(true, overdue, other, false)),
-                    Probe::Alive
-                );
+            for other in [None, Some(None), Some(Some(10))] {
+                assert_eq!(probing(true, overdue, other, 300, false), Probe::Alive);
             }
         }
         assert_eq!(
-            probe_verdict(probing(false, false, Some(true), false)),
+            probing(false, false, Some(Some(10)), 90, false),
             Probe::Pending,
             "within its deadline a far server may still answer"
         );
         assert_eq!(
-            probe_verdict(probing(false, true, Some(true), false)),
+            probing(false, true, Some(Some(10)), 100, false),
             Probe::Hung
         );
         assert_eq!(
-            probe_verdict(probing(false, true, None, false)),
+            probing(false, true, None, 100, false),
             Probe::Hung,
             "none to compare"
         );
         assert_eq!(
-            probe_verdict(probing(false, true, Some(false), true)),
+            probing(false, true, Some(None), 200, true),
             Probe::Alive,
             "everyone silent for long: the machine is slow, not this server"
         );
@@ -539,22 +557,22 @@ mod tests {
     #[test]
     fn a_verdict_waits_for_the_other_server_before_calling_everyone_slow() {
         // The other server, busy with every client's copies, has not
-        // answered by the late server's deadline: no verdict yet (before,
-        // this said "alive", and the hung server kept its calls).
+        // answered by the late server's deadline (280 ms, 100 ms away): no
+        // verdict yet (before, this said "alive", and the hung server kept
+        // its calls).
+        assert_eq!(probing(false, true, Some(None), 280, false), Probe::Pending);
+        // It answers at 310 ms, the late server still silent: given as
+        // long and the slack more, it is hung.
         assert_eq!(
-            probe_verdict(probing(false, true, Some(false), false)),
+            probing(false, true, Some(Some(310)), 310, false),
             Probe::Pending
         );
-        // It answers late, the late server still silent: hung.
         assert_eq!(
-            probe_verdict(probing(false, true, Some(true), false)),
+            probing(false, true, Some(Some(310)), 360, false),
             Probe::Hung
         );
         // Or the late server answers first: alive.
-        assert_eq!(
-            probe_verdict(probing(true, true, Some(false), false)),
-            Probe::Alive
-        );
+        assert_eq!(probing(true, true, Some(None), 300, false), Probe::Alive);
     }
 
     #[test]
