@@ -832,6 +832,18 @@ impl ServerPool {
                         attempt.result = Err(Failure::Hung);
                         return attempt;
                     }
+                    AtDeadline::Reprobe => {
+                        // Probe again at once (joining a probe under way
+                        // if another call opened one), with a copy if one
+                        // is covered; the verdict alone decides nothing
+                        // until the next deadline, so a server that
+                        // answers its probes is looked at once a deadline.
+                        let now = Instant::now();
+                        hedge_at = Some(now);
+                        probe_state = Probe::Pending;
+                        overdue = false;
+                        deadline_at = Some(now + deadline);
+                    }
                     AtDeadline::WaitForProbe | AtDeadline::KeepWaiting => {}
                 }
             }

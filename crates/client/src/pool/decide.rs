@@ -30,7 +30,9 @@
 //!   another only outside a shared stall, with another server to go to,
 //!   and with a token from the budget. Otherwise it is waited for: leaving
 //!   a server that is working on the call for another just as slow would
-//!   add a second copy to the database's queue.
+//!   add a second copy to the database's queue. With another server to go
+//!   to, it is probed again at each deadline meanwhile: it may have hung
+//!   since its probe answered.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -135,6 +137,15 @@ pub enum AtDeadline {
     WaitForProbe,
     /// Keep waiting, up to the slow deadline.
     KeepWaiting,
+    /// Probe the server again (and take a copy if one is covered), then
+    /// decide again at the next deadline: its probe found it alive, but
+    /// nothing else will end the wait before the slow deadline (no copy
+    /// out, and no leaving into a shared stall or without a token). The
+    /// server may have hung since its probe answered (a probe answered a
+    /// moment before the hang, or two silent servers called alive on a
+    /// machine stalling for everyone); without a second look its calls
+    /// waited the slow deadline out, 2 s on a loaded machine.
+    Reprobe,
 }
 
 /// What is known when an attempt's deadline passes.
@@ -159,10 +170,13 @@ pub fn at_deadline(late: Late) -> AtDeadline {
         (Probe::Pending, _) => AtDeadline::WaitForProbe,
         (Probe::Alive, Copy::Late) => AtDeadline::KeepWaiting,
         (Probe::Alive, Copy::None | Copy::Failed) => {
-            if !late.shared_stall && late.other_server && late.token {
+            if !late.other_server {
+                // Nowhere to go, whatever a probe says.
+                AtDeadline::KeepWaiting
+            } else if !late.shared_stall && late.token {
                 AtDeadline::Abandon
             } else {
-                AtDeadline::KeepWaiting
+                AtDeadline::Reprobe
             }
         }
     }
@@ -466,7 +480,7 @@ mod tests {
             shared_stall: true,
             ..late(Probe::Alive, Copy::None)
         };
-        assert_eq!(at_deadline(stall), AtDeadline::KeepWaiting, "shared stall");
+        assert_eq!(at_deadline(stall), AtDeadline::Reprobe, "shared stall");
         assert_eq!(
             at_deadline(late(Probe::Alive, Copy::Late)),
             AtDeadline::KeepWaiting,
@@ -481,7 +495,30 @@ mod tests {
             token: false,
             ..late(Probe::Alive, Copy::Failed)
         };
-        assert_eq!(at_deadline(broke), AtDeadline::KeepWaiting, "no budget");
+        assert_eq!(at_deadline(broke), AtDeadline::Reprobe, "no budget");
+    }
+
+    #[test]
+    fn a_call_on_a_server_found_alive_is_never_left_to_the_slow_deadline_unseen() {
+        // A call's server answered its probe (a moment before it hung, or
+        // beside another server as silent on a loaded machine), the call
+        // has no copy out, and it cannot leave: no token, or a shared
+        // stall. Keeping it waiting held it to the slow deadline (2.1 s on
+        // loopback at load 20) however hung the server was: look again.
+        for copy in [Copy::None, Copy::Failed] {
+            for (shared_stall, token) in [(false, false), (true, true), (true, false)] {
+                let stuck = Late {
+                    shared_stall,
+                    token,
+                    ..late(Probe::Alive, copy)
+                };
+                assert_eq!(
+                    at_deadline(stuck),
+                    AtDeadline::Reprobe,
+                    "{copy:?}, shared stall {shared_stall}, token {token}"
+                );
+            }
+        }
     }
 
     #[test]
