@@ -65,8 +65,8 @@ use tonic_health::pb::health_client::HealthClient;
 use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
-    AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, Pause, Probe, Suspicion, at_deadline,
-    probe_verdict, when_late,
+    AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
+    Suspicion, at_deadline, late_copy_is_shared_stall, probe_verdict, when_late,
 };
 pub use rtt::ServerTiming;
 
@@ -653,6 +653,8 @@ impl ServerPool {
         let mut first_hung = false;
         let mut copy: Option<(Server, Instant, Pin<Box<Fut>>)> = None;
         let mut copy_state = Copy::None;
+        // The copy's server's "down" signal, once a copy is out.
+        let mut copy_down: Option<watch::Receiver<bool>> = None;
         let mut probe: Option<watch::Receiver<Probe>> = None;
         let mut down = server.down.subscribe();
         let mut probe_state = Probe::Pending;
@@ -673,7 +675,7 @@ impl ServerPool {
                 result = &mut first, if first_pending => match result {
                     Ok(response) => {
                         let rtt = started.elapsed();
-                        self.record_call(&server.address, rtt, rtt <= hedge_after);
+                        self.record_call(&server.address, started, rtt <= hedge_after);
                         attempt.result = Ok(response);
                         return attempt;
                     }
@@ -692,7 +694,7 @@ impl ServerPool {
                         Ok(response) => {
                             let rtt = copy_started.elapsed();
                             let on_time = rtt <= self.timing(&second.address).hedge_delay();
-                            self.record_call(&second.address, rtt, on_time);
+                            self.record_call(&second.address, *copy_started, on_time);
                             self.hedge_won(&server.address, &second.address);
                             attempt.result = Ok(response);
                             attempt.answered_by = second.address.clone();
@@ -717,6 +719,11 @@ impl ServerPool {
                 verdict = verdict_of(probe.as_mut()), if probe_state == Probe::Pending && probe.is_some() => {
                     // The probe marks a hung server down itself.
                     probe_state = verdict;
+                    if late_copy_is_shared_stall(copy_state, probe_state) {
+                        // The copy was late beside a live server: two
+                        // servers slow together.
+                        self.shared.state.lock().unwrap().shared_stall = true;
+                    }
                     if probe_state == Probe::Hung && first_pending {
                         first_pending = false;
                         first_hung = true;
@@ -726,6 +733,24 @@ impl ServerPool {
                         }
                     }
                     decide = overdue && first_pending;
+                },
+                // The copy's server was dropped meanwhile (found hung or
+                // dead): the copy will not answer.
+                _ = async {
+                    match copy_down.as_mut() {
+                        Some(down) => { let _ = down.wait_for(|d| *d).await; }
+                        None => std::future::pending().await,
+                    }
+                }, if copy_pending => {
+                    copy_state = Copy::Failed;
+                    copy_late_at = None;
+                    if !first_pending {
+                        attempt.result = match first_status.take() {
+                            Some(status) => Err(Failure::Status(status)),
+                            None => Err(Failure::Hung),
+                        };
+                        return attempt;
+                    }
                 },
                 // The server was dropped meanwhile (another call's probe
                 // found it hung, its health check failed): leave it now.
@@ -743,7 +768,7 @@ impl ServerPool {
                         // Late: probe the server (or join the probe under
                         // way), and hedge at the same moment.
                         hedge_at = None;
-                        let (verdict, second) = self.late(server, &skip);
+                        let (verdict, second) = self.late(server, &skip, started);
                         probe = Some(verdict);
                         if let Some(second) = second {
                             attempt.hedges = 1;
@@ -751,6 +776,7 @@ impl ServerPool {
                             let late_after = self.timing(&second.address).hedge_delay();
                             copy_late_at = Some(now + late_after);
                             let future = Box::pin(f(GameClient::new(second.channel.clone())));
+                            copy_down = Some(second.down.subscribe());
                             copy = Some((second, now, future));
                             copy_state = Copy::OnTime;
                         }
@@ -758,9 +784,13 @@ impl ServerPool {
                     if copy_late_at.is_some_and(|at| at <= now) {
                         copy_late_at = None;
                         if copy_state == Copy::OnTime {
-                            // Two servers slow together: the cause is shared.
                             copy_state = Copy::Late;
-                            self.shared.state.lock().unwrap().shared_stall = true;
+                            if late_copy_is_shared_stall(copy_state, probe_state) {
+                                // Two servers slow together: the cause is
+                                // shared. (While the first server's probe
+                                // is pending, its verdict decides.)
+                                self.shared.state.lock().unwrap().shared_stall = true;
+                            }
                         }
                     }
                     if deadline_at.is_some_and(|at| at <= now) {
@@ -801,6 +831,18 @@ impl ServerPool {
                     AtDeadline::Hung => {
                         attempt.result = Err(Failure::Hung);
                         return attempt;
+                    }
+                    AtDeadline::Reprobe => {
+                        // Probe again at once (joining a probe under way
+                        // if another call opened one), with a copy if one
+                        // is covered; the verdict alone decides nothing
+                        // until the next deadline, so a server that
+                        // answers its probes is looked at once a deadline.
+                        let now = Instant::now();
+                        hedge_at = Some(now);
+                        probe_state = Probe::Pending;
+                        overdue = false;
+                        deadline_at = Some(now + deadline);
                     }
                     AtDeadline::WaitForProbe | AtDeadline::KeepWaiting => {}
                 }
@@ -985,9 +1027,10 @@ impl ServerPool {
         self.shared.state.lock().unwrap().timing(address)
     }
 
-    /// An attempt on `address` answered after `rtt`; `on_time`: within its
-    /// hedge delay, which ends a shared stall.
-    fn record_call(&self, address: &str, rtt: Duration, on_time: bool) {
+    /// An attempt on `address` sent at `sent` was answered now; `on_time`:
+    /// within its hedge delay, which ends a shared stall.
+    fn record_call(&self, address: &str, sent: Instant, on_time: bool) {
+        let rtt = sent.elapsed();
         let mut state = self.shared.state.lock().unwrap();
         state
             .timing
@@ -998,7 +1041,7 @@ impl ServerPool {
             state.shared_stall = false;
         }
         if let Some(suspect) = state.suspects.get_mut(address) {
-            suspect.suspicion.answered = true;
+            suspect.suspicion.answer(sent);
         }
     }
 
@@ -1014,12 +1057,17 @@ impl ServerPool {
 
     /// A call on `server` is late: decides with [`when_late`] whether to
     /// probe (opening a [`Suspicion`]) or join the one open on it, and
-    /// whether a copy goes to another live server (not in `skip`) now.
-    /// Returns where the verdict will be told, and the copy's server.
+    /// whether a copy goes to another live server (not in `skip`) now:
+    /// with a game set, the game's next choice ([`pick_for_game`]), where
+    /// every player of the game sends its copies and goes if the server is
+    /// left, so that the game's calls do not contend for it from two
+    /// servers. `sent`: when the late call was sent. Returns where the
+    /// verdict will be told, and the copy's server.
     fn late(
         &self,
         server: &Server,
         skip: &HashSet<String>,
+        sent: Instant,
     ) -> (watch::Receiver<Probe>, Option<Server>) {
         let mut state = self.shared.state.lock().unwrap();
         let candidates: Vec<&Server> = state
@@ -1027,15 +1075,12 @@ impl ServerPool {
             .iter()
             .filter(|s| s.address != server.address && !skip.contains(&s.address))
             .collect();
-        let target = pick(
-            &candidates
-                .iter()
-                .map(|s| s.address.as_str())
-                .collect::<Vec<_>>(),
-            &HashSet::new(),
-            &mut rand::rng(),
-        )
-        .map(|i| candidates[i].clone());
+        let addresses: Vec<&str> = candidates.iter().map(|s| s.address.as_str()).collect();
+        let chosen = match state.game {
+            Some(game) => pick_for_game(&addresses, &HashSet::new(), game),
+            None => pick(&addresses, &HashSet::new(), &mut rand::rng()),
+        };
+        let target = chosen.map(|i| candidates[i].clone());
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
             shared_stall: state.shared_stall,
@@ -1068,7 +1113,7 @@ impl ServerPool {
                 server.address.clone(),
                 Suspect {
                     id,
-                    suspicion: Suspicion::opened(step.hedge),
+                    suspicion: Suspicion::opened(step.hedge, sent),
                     verdict: verdict.clone(),
                 },
             );
@@ -1086,14 +1131,16 @@ impl ServerPool {
     }
 
     /// Health-checks a late call's server on its warm connection, and at
-    /// the same time one other live server, each within its probe deadline,
-    /// in a task of its own (its verdict counts even when the call is
-    /// answered first). [`probe_verdict`] decides; a hung server is marked
-    /// down (which every call in flight on it hears). The verdict is told
-    /// on `tell`, and closes suspicion `id`.
+    /// the same time one other live server, in a task of its own (its
+    /// verdict counts even when the call is answered first).
+    /// [`probe_verdict`] decides, as each answer or deadline comes: the
+    /// late server has its probe deadline, the other as long as
+    /// [`PROBE_PATIENCE`] of them. A hung server is marked down (which
+    /// every call in flight on it hears). The verdict is told on `tell`,
+    /// and closes suspicion `id`.
     fn probe(&self, server: &Server, id: u64, tell: watch::Sender<Probe>) {
         let pool = self.clone();
-        let (late, other) = {
+        let (timeout, other) = {
             let state = self.shared.state.lock().unwrap();
             let others: Vec<&Server> = state
                 .servers
@@ -1101,30 +1148,77 @@ impl ServerPool {
                 .filter(|s| s.address != server.address)
                 .collect();
             let addresses: Vec<&str> = others.iter().map(|s| s.address.as_str()).collect();
-            let other = pick(&addresses, &HashSet::new(), &mut rand::rng()).map(|i| {
-                let other = others[i].clone();
-                let timeout = state.timing(&other.address).probe_deadline();
-                (other, timeout)
-            });
-            let timeout = state.timing(&server.address).probe_deadline();
-            ((server.clone(), timeout), other)
+            let other =
+                pick(&addresses, &HashSet::new(), &mut rand::rng()).map(|i| others[i].clone());
+            (state.timing(&server.address).probe_deadline(), other)
         };
+        let server = server.clone();
         tokio::spawn(async move {
-            let (server, timeout) = late;
-            let other_probe = async {
-                let (other, timeout) = other.as_ref()?;
-                let answer = healthy(&other.channel, timeout.to_owned()).await;
-                if let Some(rtt) = answer {
-                    pool.record_probe(&other.address, rtt);
+            let started = Instant::now();
+            let overdue_at = started + timeout;
+            let give_up_at = started + timeout * PROBE_PATIENCE;
+            let longest = timeout * PROBE_PATIENCE;
+            let check = healthy(&server.channel, longest);
+            tokio::pin!(check);
+            let other_check = async {
+                match &other {
+                    Some(other) => healthy(&other.channel, longest).await,
+                    None => std::future::pending().await,
                 }
-                Some(answer.is_some())
             };
-            let (answer, other_answered) =
-                tokio::join!(healthy(&server.channel, timeout), other_probe);
-            if let Some(rtt) = answer {
-                pool.record_probe(&server.address, rtt);
-            }
-            let verdict = probe_verdict(answer.is_some(), other_answered);
+            tokio::pin!(other_check);
+            let mut now = Probing {
+                answered: false,
+                overdue: false,
+                other: other.as_ref().map(|_| None),
+                elapsed: Duration::ZERO,
+                given_up: false,
+            };
+            let (mut checking, mut other_checking) = (true, other.is_some());
+            let verdict = loop {
+                now.elapsed = started.elapsed();
+                let verdict = probe_verdict(now, rtt::PROBE_SLACK);
+                if verdict != Probe::Pending {
+                    break verdict;
+                }
+                // The other answered: the late server has that long and
+                // the slack more.
+                let other_slack_at = match now.other {
+                    Some(Some(other)) => started + other + rtt::PROBE_SLACK,
+                    _ => give_up_at,
+                };
+                tokio::select! {
+                    answer = &mut check, if checking => {
+                        checking = false;
+                        match answer {
+                            Some(rtt) => {
+                                pool.record_probe(&server.address, rtt);
+                                now.answered = true;
+                            }
+                            // Failed outright (or silent all along): no.
+                            None => now.overdue = true,
+                        }
+                    }
+                    answer = &mut other_check, if other_checking => {
+                        other_checking = false;
+                        if let (Some(rtt), Some(other)) = (answer, &other) {
+                            pool.record_probe(&other.address, rtt);
+                            now.other = Some(Some(started.elapsed()));
+                        }
+                    }
+                    _ = tokio::time::sleep_until(overdue_at.into()), if !now.overdue => {
+                        now.overdue = true;
+                    }
+                    _ = tokio::time::sleep_until(other_slack_at.into()), if other_slack_at < give_up_at => {}
+                    _ = tokio::time::sleep_until(give_up_at.into()) => {
+                        now.given_up = true;
+                    }
+                }
+                // Both checks over, neither changing anything any more.
+                if !checking && !other_checking {
+                    now.given_up = true;
+                }
+            };
             {
                 let mut state = pool.shared.state.lock().unwrap();
                 if state

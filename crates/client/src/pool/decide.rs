@@ -17,21 +17,25 @@
 //!   by its token, as long as the server has not answered meanwhile), and
 //!   its one verdict ends them all.
 //! - A server that does not answer its probe in time while another server
-//!   does is **hung**: it is dropped and the call moves on at once (free of
-//!   the budget: the call never ran there). One that answers is alive,
-//!   only **slow**.
-//! - When the copy is late too, two servers are slow together: the cause is
-//!   shared (the database). The pool enters a **shared stall**: no more
-//!   hedges and no failovers into it, calls just wait (up to the slow
-//!   deadline) until an answer comes back on time.
+//!   does (even late: the verdict waits for it, and gives the late server
+//!   as long and a slack more) is **hung**: it is dropped and the call
+//!   moves on at once (free of the budget: the call never ran there), as
+//!   does a copy sent to it. One that answers is alive, only **slow**.
+//! - When the copy is late too and the first server is alive, two servers
+//!   are slow together: the cause is shared (the database). The pool
+//!   enters a **shared stall**: no more hedges and no failovers into it,
+//!   calls just wait (up to the slow deadline) until an answer comes back
+//!   on time.
 //! - At its deadline an attempt on a slow but alive server is left for
 //!   another only outside a shared stall, with another server to go to,
 //!   and with a token from the budget. Otherwise it is waited for: leaving
 //!   a server that is working on the call for another just as slow would
-//!   add a second copy to the database's queue.
+//!   add a second copy to the database's queue. With another server to go
+//!   to, it is probed again at each deadline meanwhile: it may have hung
+//!   since its probe answered.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
@@ -51,18 +55,63 @@ pub enum Probe {
     Hung,
 }
 
-/// The verdict of a late attempt's probe: its server `answered` or not,
-/// and another live server probed at the same time answered or not
-/// (`None`: there is no other). A server is hung when it alone is silent;
-/// when the other is silent too, the machine or the network between is
+/// What the two health checks of a probe have come to so far: the late
+/// server's, and that of another live server sent at the same moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probing {
+    /// The late server answered.
+    pub answered: bool,
+    /// The late server's probe deadline has passed (or its check failed
+    /// outright).
+    pub overdue: bool,
+    /// The other server: `None` when there is none, else how long after
+    /// the probe was sent it answered (`None` yet).
+    pub other: Option<Option<Duration>>,
+    /// Since the probe was sent.
+    pub elapsed: Duration,
+    /// Both have been silent for [`PROBE_PATIENCE`] times the late
+    /// server's probe deadline.
+    pub given_up: bool,
+}
+
+/// How many of the late server's probe deadlines a probe waits for the
+/// other server's answer before calling everyone slow.
+pub const PROBE_PATIENCE: u32 = 2;
+
+/// The verdict of a late attempt's probe (see [`Probing`]). A server is
+/// hung when, past its probe deadline, it alone is silent: the other
+/// server answered, and the late one has had that long and `slack` more
+/// (a busy machine answers the two checks at different moments). When
+/// the other has not answered either, the verdict waits for it: in the
+/// burst of copies every client sends when a server hangs, the other can
+/// answer after its own deadline, and calling the hung server alive then
+/// kept every call on it until the deadline and a second probe. Both
+/// silent for [`PROBE_PATIENCE`] deadlines: the machine or the link is
 /// slow for everyone, and dropping a server for it would only add a
 /// failover to a stall.
-pub fn probe_verdict(answered: bool, other_answered: Option<bool>) -> Probe {
-    match (answered, other_answered) {
-        (true, _) => Probe::Alive,
-        (false, Some(true) | None) => Probe::Hung,
-        (false, Some(false)) => Probe::Alive,
+pub fn probe_verdict(now: Probing, slack: Duration) -> Probe {
+    if now.answered {
+        return Probe::Alive;
     }
+    if !now.overdue {
+        return Probe::Pending;
+    }
+    match now.other {
+        None => Probe::Hung,
+        Some(Some(other)) if now.elapsed >= other + slack => Probe::Hung,
+        Some(None) if now.given_up => Probe::Alive,
+        Some(_) => Probe::Pending,
+    }
+}
+
+/// Whether a copy that is late too means two servers are slow together
+/// (a shared stall, see [`at_deadline`]): only once the first server is
+/// known alive. While its probe is pending, or it is hung, the copy's
+/// server is only busy with the copies every client sends it when a
+/// server hangs; calling that a shared stall would stop the hedges and
+/// failovers the hang needs.
+pub fn late_copy_is_shared_stall(copy: Copy, probe: Probe) -> bool {
+    copy == Copy::Late && probe == Probe::Alive
 }
 
 /// A hedged copy of the attempt, if one was sent.
@@ -88,6 +137,15 @@ pub enum AtDeadline {
     WaitForProbe,
     /// Keep waiting, up to the slow deadline.
     KeepWaiting,
+    /// Probe the server again (and take a copy if one is covered), then
+    /// decide again at the next deadline: its probe found it alive, but
+    /// nothing else will end the wait before the slow deadline (no copy
+    /// out, and no leaving into a shared stall or without a token). The
+    /// server may have hung since its probe answered (a probe answered a
+    /// moment before the hang, or two silent servers called alive on a
+    /// machine stalling for everyone); without a second look its calls
+    /// waited the slow deadline out, 2 s on a loaded machine.
+    Reprobe,
 }
 
 /// What is known when an attempt's deadline passes.
@@ -112,10 +170,13 @@ pub fn at_deadline(late: Late) -> AtDeadline {
         (Probe::Pending, _) => AtDeadline::WaitForProbe,
         (Probe::Alive, Copy::Late) => AtDeadline::KeepWaiting,
         (Probe::Alive, Copy::None | Copy::Failed) => {
-            if !late.shared_stall && late.other_server && late.token {
+            if !late.other_server {
+                // Nowhere to go, whatever a probe says.
+                AtDeadline::KeepWaiting
+            } else if !late.shared_stall && late.token {
                 AtDeadline::Abandon
             } else {
-                AtDeadline::KeepWaiting
+                AtDeadline::Reprobe
             }
         }
     }
@@ -139,19 +200,35 @@ pub struct Suspicion {
     pub funded: bool,
     /// Copies it still covers.
     pub covered_left: u32,
-    /// The server answered a call since it was suspected: alive, only slow
-    /// (a database stall). Copies are no longer covered: duplicating into a
-    /// stall is what the budget is for.
+    /// The server answered a call sent no earlier than the opening one:
+    /// alive, only slow (a database stall). Copies are no longer covered:
+    /// duplicating into a stall is what the budget is for.
     pub answered: bool,
+    /// When the opening call was sent.
+    pub call_sent: Instant,
 }
 
 impl Suspicion {
-    /// The suspicion a late call opens, having hedged as `hedge` says.
-    pub fn opened(hedge: Hedge) -> Suspicion {
+    /// The suspicion a late call sent at `call_sent` opens, having hedged
+    /// as `hedge` says.
+    pub fn opened(hedge: Hedge, call_sent: Instant) -> Suspicion {
         Suspicion {
             funded: hedge == Hedge::Paid,
             covered_left: COPIES_PER_SUSPICION.saturating_sub(1),
             answered: false,
+            call_sent,
+        }
+    }
+
+    /// The server answered a call sent at `sent`. Only a call sent no
+    /// earlier than the opening one says the server is alive: one sent
+    /// before it may have been carried out just before the server hung
+    /// (100 ms away, its answer arrives a tenth of a second later), and
+    /// taking it for life would leave the calls behind it without their
+    /// copies.
+    pub fn answer(&mut self, sent: Instant) {
+        if sent >= self.call_sent {
+            self.answered = true;
         }
     }
 }
@@ -403,7 +480,7 @@ mod tests {
             shared_stall: true,
             ..late(Probe::Alive, Copy::None)
         };
-        assert_eq!(at_deadline(stall), AtDeadline::KeepWaiting, "shared stall");
+        assert_eq!(at_deadline(stall), AtDeadline::Reprobe, "shared stall");
         assert_eq!(
             at_deadline(late(Probe::Alive, Copy::Late)),
             AtDeadline::KeepWaiting,
@@ -418,7 +495,30 @@ mod tests {
             token: false,
             ..late(Probe::Alive, Copy::Failed)
         };
-        assert_eq!(at_deadline(broke), AtDeadline::KeepWaiting, "no budget");
+        assert_eq!(at_deadline(broke), AtDeadline::Reprobe, "no budget");
+    }
+
+    #[test]
+    fn a_call_on_a_server_found_alive_is_never_left_to_the_slow_deadline_unseen() {
+        // A call's server answered its probe (a moment before it hung, or
+        // beside another server as silent on a loaded machine), the call
+        // has no copy out, and it cannot leave: no token, or a shared
+        // stall. Keeping it waiting held it to the slow deadline (2.1 s on
+        // loopback at load 20) however hung the server was: look again.
+        for copy in [Copy::None, Copy::Failed] {
+            for (shared_stall, token) in [(false, false), (true, true), (true, false)] {
+                let stuck = Late {
+                    shared_stall,
+                    token,
+                    ..late(Probe::Alive, copy)
+                };
+                assert_eq!(
+                    at_deadline(stuck),
+                    AtDeadline::Reprobe,
+                    "{copy:?}, shared stall {shared_stall}, token {token}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -438,17 +538,112 @@ mod tests {
         );
     }
 
+    const SLACK: Duration = Duration::from_millis(50);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// At `elapsed` ms, the other having answered at `other` ms (`None`:
+    /// there is no other; `Some(None)`: not yet).
+    fn probing(
+        answered: bool,
+        overdue: bool,
+        other: Option<Option<u64>>,
+        elapsed: u64,
+        given_up: bool,
+    ) -> Probe {
+        let now = Probing {
+            answered,
+            overdue,
+            other: other.map(|o| o.map(ms)),
+            elapsed: ms(elapsed),
+            given_up,
+        };
+        probe_verdict(now, SLACK)
+    }
+
     #[test]
     fn a_server_is_hung_when_it_alone_is_silent() {
-        assert_eq!(probe_verdict(true, Some(true)), Probe::Alive);
-        assert_eq!(probe_verdict(true, None), Probe::Alive);
-        assert_eq!(probe_verdict(false, Some(true)), Probe::Hung);
-        assert_eq!(probe_verdict(false, None), Probe::Hung, "none to compare");
+        for overdue in [false, true] {
+            for other in [None, Some(None), Some(Some(10))] {
+                assert_eq!(probing(true, overdue, other, 300, false), Probe::Alive);
+            }
+        }
         assert_eq!(
-            probe_verdict(false, Some(false)),
-            Probe::Alive,
-            "everyone silent: the machine is slow, not this server"
+            probing(false, false, Some(Some(10)), 90, false),
+            Probe::Pending,
+            "within its deadline a far server may still answer"
         );
+        assert_eq!(
+            probing(false, true, Some(Some(10)), 100, false),
+            Probe::Hung
+        );
+        assert_eq!(
+            probing(false, true, None, 100, false),
+            Probe::Hung,
+            "none to compare"
+        );
+        assert_eq!(
+            probing(false, true, Some(None), 200, true),
+            Probe::Alive,
+            "everyone silent for long: the machine is slow, not this server"
+        );
+    }
+
+    #[test]
+    fn a_verdict_waits_for_the_other_server_before_calling_everyone_slow() {
+        // The other server, busy with every client's copies, has not
+        // answered by the late server's deadline (280 ms, 100 ms away): no
+        // verdict yet (before, this said "alive", and the hung server kept
+        // its calls).
+        assert_eq!(probing(false, true, Some(None), 280, false), Probe::Pending);
+        // It answers at 310 ms, the late server still silent: given as
+        // long and the slack more, it is hung.
+        assert_eq!(
+            probing(false, true, Some(Some(310)), 310, false),
+            Probe::Pending
+        );
+        assert_eq!(
+            probing(false, true, Some(Some(310)), 360, false),
+            Probe::Hung
+        );
+        // Or the late server answers first: alive.
+        assert_eq!(probing(true, true, Some(None), 300, false), Probe::Alive);
+    }
+
+    #[test]
+    fn a_late_copy_is_a_shared_stall_only_beside_a_live_server() {
+        assert!(late_copy_is_shared_stall(Copy::Late, Probe::Alive));
+        assert!(
+            !late_copy_is_shared_stall(Copy::Late, Probe::Pending),
+            "the first server may be hung: its copies make the other busy"
+        );
+        assert!(!late_copy_is_shared_stall(Copy::Late, Probe::Hung));
+        for copy in [Copy::None, Copy::OnTime, Copy::Failed] {
+            assert!(!late_copy_is_shared_stall(copy, Probe::Alive));
+        }
+    }
+
+    #[test]
+    fn only_an_answer_to_a_call_sent_since_the_late_one_clears_a_suspicion() {
+        let opened_at = Instant::now();
+        let mut open = Suspicion::opened(Hedge::Paid, opened_at);
+        // An answer to a call sent 50 ms before: carried out before the
+        // hang, arriving after it.
+        open.answer(opened_at - Duration::from_millis(50));
+        assert!(!open.answered);
+        assert_eq!(
+            when_late(LateNow {
+                token: false,
+                ..late_now(Some(open))
+            })
+            .hedge,
+            Hedge::Covered,
+            "the calls behind it keep their copies"
+        );
+        open.answer(opened_at + Duration::from_millis(1));
+        assert!(open.answered, "a later call answered: alive");
     }
 
     #[test]
@@ -495,7 +690,7 @@ mod tests {
 
     #[test]
     fn pipelined_calls_on_a_suspect_server_share_its_probe_and_token() {
-        let mut open = Suspicion::opened(Hedge::Paid);
+        let mut open = Suspicion::opened(Hedge::Paid, Instant::now());
         let mut covered = 0;
         // A player's other calls go late one after another, the budget
         // long spent: each hedges, none probes, up to the pipeline's depth.
@@ -517,7 +712,7 @@ mod tests {
 
     #[test]
     fn a_suspicion_covers_nothing_into_shared_trouble_or_once_the_server_answered() {
-        let open = Suspicion::opened(Hedge::Paid);
+        let open = Suspicion::opened(Hedge::Paid, Instant::now());
         let stall = LateNow {
             shared_stall: true,
             ..late_now(Some(open))
@@ -543,7 +738,7 @@ mod tests {
         };
         assert_eq!(when_late(broke).hedge, Hedge::No);
         // Opened without a token: nothing to cover with.
-        let unfunded = Suspicion::opened(Hedge::No);
+        let unfunded = Suspicion::opened(Hedge::No, Instant::now());
         let step = when_late(LateNow {
             token: false,
             ..late_now(Some(unfunded))
