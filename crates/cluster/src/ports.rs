@@ -7,9 +7,46 @@
 //! any test's client connection can take it. So ports are picked below the
 //! ephemeral range, from a random start, where only listeners bind; the
 //! kernel's pick is the fallback when that range is too small.
+//!
+//! Below that range the listeners are other processes of this crate (tests
+//! running side by side), and a port free a moment ago may be one whose
+//! daemon is between a stop and a restart (a Patroni member brought back
+//! after a host loss). So a process claims each port it picks: an exclusive
+//! lock on a file named after the port, held until the process exits; the
+//! others skip a claimed port.
 
+use std::fs::{File, OpenOptions};
 use std::net::{Ipv4Addr, TcpListener};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The claims of this process, held (open and locked) until it exits.
+static CLAIMS: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// Claims `port` for this process; false if another open claim holds it.
+/// Where no claim can be written (no shared directory), every port counts
+/// as unclaimed and the bind check alone decides, as before.
+fn claim(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("borbaman-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let Ok(file) = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(port.to_string()))
+    else {
+        return true;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            CLAIMS.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+            true
+        }
+        Err(_) => false,
+    }
+}
 
 /// The lowest port below the ephemeral range that is picked.
 const FIRST: u16 = 10_000;
@@ -35,6 +72,9 @@ pub(crate) fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
         for k in 0..span {
             let port = first + ((start + k) % span) as u16;
             if let Ok(listener) = TcpListener::bind((Ipv4Addr::LOCALHOST, port)) {
+                if !claim(port) {
+                    continue;
+                }
                 held.push(listener);
                 if held.len() == n {
                     break;
@@ -80,6 +120,23 @@ mod tests {
                 ports.iter().all(|&p| (FIRST..low).contains(&p)),
                 "{ports:?} not all in {FIRST}..{low}"
             );
+        }
+    }
+
+    /// A port one process picked is not picked by another while the first
+    /// lives, even with nothing bound to it (a daemon between a stop and
+    /// its restart): the claim stands in for the other process here.
+    #[test]
+    fn a_picked_port_stays_claimed_while_nothing_listens_on_it() {
+        let port = free_port().unwrap();
+        // Nothing listens on `port` now; a second claim must still fail.
+        assert!(
+            TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok(),
+            "{port} should be free to bind"
+        );
+        let low = ephemeral_low();
+        if low > FIRST + 2_000 {
+            assert!(!claim(port), "{port} was claimed a second time");
         }
     }
 
