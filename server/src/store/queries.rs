@@ -179,6 +179,22 @@ macro_rules! sessions_guard {
     };
 }
 
+/// The action-log rows of a commit (`a`): one per input applied, at the
+/// game's new version (`g`, so none if the compare-and-set missed), at tick
+/// `$7`, numbered in the order they were applied (`ord`). `$15`–`$19`:
+/// session, seq, seat, action, outcome.
+macro_rules! log_actions {
+    () => {
+        "a AS (INSERT INTO actions \
+               (session_id, seq, game_id, seat, tick, action, outcome, version, ord) \
+             SELECT i.session, i.seq, g.id, i.seat, $7::integer, i.action, i.outcome, \
+                    g.version, i.ord::integer \
+             FROM g, unnest($15::bigint[], $16::bigint[], $17::smallint[], $18::smallint[], \
+                            $19::smallint[]) WITH ORDINALITY \
+                     AS i(session, seq, seat, action, outcome, ord))"
+    };
+}
+
 /// Rankings upsert for the commit that finishes the game (`$when`, and only
 /// if the game update `g` matched: a compare-and-set that lost counts
 /// nothing, so a game is counted once), per identity, under the name it
@@ -386,14 +402,9 @@ pub const WRITE_CALLS: &str = concat!(
         "$6",
         "$11"
     ),
-    ", a AS (INSERT INTO actions \
-               (session_id, seq, game_id, seat, tick, action, outcome, version, ord) \
-             SELECT i.session, i.seq, g.id, i.seat, $7::integer, i.action, i.outcome, \
-                    g.version, i.ord::integer \
-             FROM g, unnest($15::bigint[], $16::bigint[], $17::smallint[], $18::smallint[], \
-                            $19::smallint[]) WITH ORDINALITY \
-                     AS i(session, seq, seat, action, outcome, ord)), \
-       s AS (UPDATE sessions SET in_game = false WHERE id = ANY($11::bigint[]) \
+    ", ",
+    log_actions!(),
+    ", s AS (UPDATE sessions SET in_game = false WHERE id = ANY($11::bigint[]) \
              AND id IN (SELECT session FROM w WHERE leaving) AND EXISTS (SELECT 1 FROM g)), \
        d AS (DELETE FROM seats WHERE game_id = $3::bigint \
              AND seat IN (SELECT seat FROM w WHERE freed) AND EXISTS (SELECT 1 FROM g)), \
@@ -435,13 +446,9 @@ pub const WRITE_ACTS: &str = concat!(
         "$6",
         "$11"
     ),
-    ", a AS (INSERT INTO actions \
-               (session_id, seq, game_id, seat, tick, action, outcome, version, ord) \
-             SELECT i.session, i.seq, g.id, i.seat, $7::integer, i.action, i.outcome, \
-                    g.version, i.ord::integer \
-             FROM g, unnest($15::bigint[], $16::bigint[], $17::smallint[], $18::smallint[], \
-                            $19::smallint[]) WITH ORDINALITY \
-                     AS i(session, seq, seat, action, outcome, ord)) ",
+    ", ",
+    log_actions!(),
+    " ",
     read_again!("$20", "$21")
 );
 
