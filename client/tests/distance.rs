@@ -123,30 +123,14 @@ async fn a_hung_server_100ms_away_is_left_and_the_call_answered() {
     );
     // The hung server is told from a far one: its probe goes unanswered
     // and it is dropped, while the others stay.
-    let deadline = Instant::now() + failover_bound();
-    while pool.status().live.contains(&victim) {
-        assert!(
-            Instant::now() < deadline,
-            "the hung server was never dropped: {:?}",
-            pool.status()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::until_pool_sees(&pool, &victim, false, failover_bound()).await;
     assert_eq!(pool.status().live.len(), 2, "{:?}", pool.status());
 
     // Woken, the server runs the copy it was sent: a replay. Once the pool
     // has it back (it answers health checks, so it has run again), the
     // game goes on and every action is applied exactly once.
     cluster.resume(index).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !pool.status().live.contains(&victim) {
-        assert!(
-            Instant::now() < deadline,
-            "the woken server never came back: {:?}",
-            pool.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::until_pool_sees(&pool, &victim, true, Duration::from_secs(20)).await;
     let (next, _) = player.act(Action::Idle).await.expect("the game goes on");
     assert_eq!(next.seq, seq + 1);
     let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
@@ -207,27 +191,11 @@ async fn every_call_in_flight_on_a_hung_server_100ms_away_moves_for_one_token() 
         1,
         "every copy of the game's calls went to one server: {answered_by:?}"
     );
-    let deadline = Instant::now() + failover_bound();
-    while pool.status().live.contains(&victim) {
-        assert!(
-            Instant::now() < deadline,
-            "the hung server was never dropped: {:?}",
-            pool.status()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::until_pool_sees(&pool, &victim, false, failover_bound()).await;
 
     // Woken, the server runs the calls it held: replays, applied once.
     cluster.resume(index).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !pool.status().live.contains(&victim) {
-        assert!(
-            Instant::now() < deadline,
-            "the woken server never came back: {:?}",
-            pool.status()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::until_pool_sees(&pool, &victim, true, Duration::from_secs(20)).await;
     for player in &mut players {
         let (next, _) = player.act(Action::Idle).await.expect("the game goes on");
         assert_eq!(next.seq, 2 + INPUTS_EACH);

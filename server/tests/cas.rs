@@ -172,15 +172,6 @@ async fn assert_each_call_applied_once(db: &sqlx::PgPool, game_id: u64, per_sess
     assert_eq!(stored_game(db, game_id).await.0, 4 + commits);
 }
 
-/// The commits in a game's action log: its distinct versions.
-async fn commits(db: &sqlx::PgPool, game_id: u64) -> i64 {
-    sqlx::query_scalar("SELECT count(DISTINCT version) FROM actions WHERE game_id = $1")
-        .bind(game_id as i64)
-        .fetch_one(db)
-        .await
-        .unwrap()
-}
-
 /// Every player sends each call to two servers at once, as a client that
 /// retries elsewhere before the first answer: both answer alike, exactly
 /// one applies it. The players leave the same way, and the game they end

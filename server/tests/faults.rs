@@ -90,12 +90,7 @@ async fn a_server_killed_mid_call_leaves_no_partial_state() {
     }
     assert!(logged > 0);
     // One version per commit (calls queued together share one).
-    let commits: i64 =
-        sqlx::query_scalar("SELECT count(DISTINCT version) FROM actions WHERE game_id = $1")
-            .bind(game_id as i64)
-            .fetch_one(&db)
-            .await
-            .unwrap();
+    let commits = commits(&db, game_id).await;
     let (version, state) = stored_game(&db, game_id).await;
     assert_eq!(version, 4 + commits);
     let newest: i64 = sqlx::query_scalar("SELECT max(version) FROM actions WHERE game_id = $1")

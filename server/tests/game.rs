@@ -234,12 +234,7 @@ async fn four_players_acting_at_once_through_two_servers_lose_nothing() {
     }
     // Joins made versions 1-4; each commit one more (calls queued together
     // behind the game's gate in one server share a commit).
-    let commits: i64 =
-        sqlx::query_scalar("SELECT count(DISTINCT version) FROM actions WHERE game_id = $1")
-            .bind(game_id as i64)
-            .fetch_one(&db)
-            .await
-            .unwrap();
+    let commits = commits(&db, game_id).await;
     assert_eq!(stored_game(&db, game_id).await.0, 4 + commits);
 }
 

@@ -129,6 +129,20 @@ pub async fn until_answers(address: &str) {
     .await
 }
 
+/// Waits until `pool` counts `server` among its live servers (`live`) or
+/// no longer does (`!live`): a hung server dropped, a woken one back.
+pub async fn until_pool_sees(pool: &ServerPool, server: &str, live: bool, timeout: Duration) {
+    let what = if live {
+        format!("the pool to count {server} live again")
+    } else {
+        format!("the pool to drop {server}")
+    };
+    wait::until(&what, timeout, || async move {
+        (pool.status().live.iter().any(|s| s == server) == live).then_some(())
+    })
+    .await
+}
+
 /// A plain HTTP/1.0 GET of `path` on `addr`: the body, or why not.
 pub fn http_get(addr: &str, path: &str) -> Result<String, String> {
     use std::io::{Read, Write};

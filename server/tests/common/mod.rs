@@ -399,6 +399,16 @@ pub async fn stored_game(pool: &PgPool, game_id: u64) -> (i64, Vec<u8>) {
         .unwrap()
 }
 
+/// How many commits logged actions in a game: one version each (calls
+/// queued together behind the game's gate share one).
+pub async fn commits(pool: &PgPool, game_id: u64) -> i64 {
+    sqlx::query_scalar("SELECT count(DISTINCT version) FROM actions WHERE game_id = $1")
+        .bind(game_id as i64)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// The phase of a reply's state.
 pub fn phase(state: &Option<pb::GameState>) -> pb::Phase {
     pb::Phase::try_from(state.as_ref().expect("state").phase).unwrap()
