@@ -14,6 +14,8 @@
 //!   (`TcpProxy::with_wan`) between clients and game servers.
 //! - [`ready`]: the line a server prints when it serves, which launchers
 //!   wait for.
+//! - `scratch`: where throwaway databases live (in memory when they run
+//!   without fsync).
 //! - [`wait`]: waiting for a condition with a deadline (a log line, a row),
 //!   saying what never came when it gives up.
 //!
@@ -27,6 +29,7 @@ pub mod postgres;
 mod process;
 pub mod proxy;
 pub mod ready;
+mod scratch;
 pub mod wait;
 pub mod wan;
 

@@ -137,13 +137,18 @@ pub struct LocalPostgres {
 }
 
 impl LocalPostgres {
-    /// Starts a throwaway cluster in a fresh directory under the system temp
-    /// dir, on a free port (unless `opts.port` is set). Dropping the handle
-    /// stops it at once and deletes the directory.
+    /// Starts a throwaway cluster in a fresh directory, on a free port
+    /// (unless `opts.port` is set): in memory under /dev/shm when fsync is
+    /// off and it has room, else under /tmp. Dropping the handle stops it
+    /// at once and deletes the directory.
     pub fn start_temp(opts: PgOptions) -> Result<LocalPostgres, PgError> {
-        let temp = tempfile::Builder::new()
-            .prefix("borbaman-pg-")
-            .tempdir_in("/tmp")
+        let in_dir = |root: &str| {
+            tempfile::Builder::new()
+                .prefix("borbaman-pg-")
+                .tempdir_in(root)
+        };
+        let temp = in_dir(crate::scratch::throwaway_root(opts.fsync))
+            .or_else(|_| in_dir("/tmp"))
             .map_err(io_err("creating a temporary directory"))?;
         // The postgres user must be able to enter the directory.
         fs::set_permissions(temp.path(), fs::Permissions::from_mode(0o755))
@@ -230,7 +235,8 @@ impl LocalPostgres {
             return Ok(());
         }
         match init {
-            Init::Initdb => self.initdb(dir, false),
+            // A cluster that runs without fsync needs no flush of its files.
+            Init::Initdb => self.initdb(dir, !self.opts.fsync),
             Init::FromTemplate => {
                 let template = self.template()?;
                 // -a keeps the postgres user's ownership when we are root.

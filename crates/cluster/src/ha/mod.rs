@@ -153,13 +153,6 @@ const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a switchover request may take to be refused outright.
 const SWITCHOVER_REFUSAL: Duration = Duration::from_millis(500);
 
-/// Where a throwaway layout goes besides /tmp: the tmpfs at /dev/shm when
-/// fsync is off and it exists.
-fn throwaway_root(fsync: bool) -> Option<&'static str> {
-    const SHM: &str = "/dev/shm";
-    (!fsync && Path::new(SHM).is_dir()).then_some(SHM)
-}
-
 /// How the replicated database runs.
 #[derive(Clone, Debug)]
 pub struct HaOptions {
@@ -387,11 +380,9 @@ impl LocalHa {
                 // reach the disk: in memory, where there is a tmpfs, its
                 // ~1000 files a member are also deleted in milliseconds
                 // (seconds on ext4 with `discard`).
-                let temp = match throwaway_root(opts.fsync) {
-                    Some(shm) => in_dir(shm).or_else(|_| in_dir("/tmp")),
-                    None => in_dir("/tmp"),
-                }
-                .map_err(io_err("creating a temporary directory"))?;
+                let temp = in_dir(crate::scratch::throwaway_root(opts.fsync))
+                    .or_else(|_| in_dir("/tmp"))
+                    .map_err(io_err("creating a temporary directory"))?;
                 let dir = temp.path().to_path_buf();
                 (Some(temp), dir)
             }
