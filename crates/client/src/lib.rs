@@ -2,7 +2,8 @@
 //! the terminal game, the bots, bench and chaos runs all sit on this.
 //!
 //! - [`brain`]: the bot AI, a pure function of the game state (the app's
-//!   bots and the server's benchmarks play with it).
+//!   bots and the server's benchmarks play with it); the crate
+//!   `borbaman-brain`, here under its old name.
 //! - [`pool`]: `ServerPool`, discovery, health and failover across servers.
 //! - [`session`]: `GameSession`, one player's seat, safe to retry.
 //! - [`inputs`]: the unacknowledged inputs, numbered, and when to send them.
@@ -14,7 +15,7 @@
 //! It knows the wire contract and the game core, never the server or the
 //! database.
 
-pub mod brain;
+pub use borbaman_brain as brain;
 pub mod inputs;
 pub mod pool;
 pub mod predict;

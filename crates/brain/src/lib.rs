@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 
 use borbaman_proto::pb::{self, Cell, GameState};
-use rand::Rng;
+use rand::{Rng, RngCore};
 
 /// Ticks a one-cell move is assumed to take before any speed power-up; an
 /// overestimate only makes the bot more careful.
@@ -365,7 +365,11 @@ fn escape_routes(board: &Board, danger: &DangerMap, from: usize, player: &pb::Pl
 
 /// The next action for the player in `seat`. [`pb::Action::Idle`] when there
 /// is nothing useful to do (or the player is dead, or the game not running).
-pub fn decide<R: Rng + ?Sized>(state: &GameState, seat: u32, rng: &mut R) -> pb::Action {
+///
+/// Not generic over the random source, so that the whole decision is
+/// compiled (and optimised, see the workspace's `Cargo.toml`) in this
+/// crate rather than in each caller's.
+pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action {
     let Some(me) = state.players.iter().find(|p| p.seat == seat) else {
         return pb::Action::Idle;
     };
