@@ -69,7 +69,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 300)]
     pub floor_samples: usize,
     /// Run the local cluster's private PostgreSQL without fsync (faster,
-    /// not durable; the floors are measured on the same database).
+    /// not durable; the floors are measured on the same database). Its
+    /// data then lives in memory, under /dev/shm, when that has 1 GiB
+    /// free.
     #[arg(long)]
     pub no_fsync: bool,
     /// An extra flag for every server of the local cluster, e.g.

@@ -125,7 +125,8 @@ pub struct ChaosArgs {
     /// Samples of each floor taken before the run.
     #[arg(long, default_value_t = 300)]
     pub floor_samples: usize,
-    /// Run the private PostgreSQL without fsync.
+    /// Run the private PostgreSQL without fsync, its data in memory under
+    /// /dev/shm when that has 1 GiB free.
     #[arg(long)]
     pub no_fsync: bool,
     #[command(flatten)]
