@@ -611,6 +611,13 @@ mod tests {
         .unwrap();
         assert!(pg.url().ends_with(&format!(":{}/borbaman", pg.port())));
         assert_eq!(psql(&pg, "SHOW fsync"), "off");
+        // Without fsync, in memory where /dev/shm has room.
+        let root = crate::scratch::throwaway_root(false);
+        assert!(
+            pg.data_dir().starts_with(root),
+            "{} is not under {root}",
+            pg.data_dir().display()
+        );
         psql(
             &pg,
             "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)",
