@@ -910,6 +910,44 @@ mod tests {
         store.close().await;
     }
 
+    /// Truncating a table takes an ACCESS EXCLUSIVE lock, which every game
+    /// call would wait behind: a vacuum of `games` must keep its pages.
+    #[tokio::test]
+    async fn a_vacuum_of_the_games_keeps_their_pages() {
+        let (_pg, store) = temp_store().await;
+        let size = "SELECT pg_relation_size('games')";
+        let mut conn = store.pool().acquire().await.unwrap();
+        sqlx::query(
+            "INSERT INTO games (state, phase) SELECT '\\x00', 3 FROM generate_series(1, 2000)",
+        )
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        sqlx::query("DELETE FROM games")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let before: i64 = sqlx::query_scalar(size)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert!(before > 8192, "the rows filled several pages");
+        sqlx::query("VACUUM games")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let after: i64 = sqlx::query_scalar(size)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            after, before,
+            "a vacuum removed pages of games, under an ACCESS EXCLUSIVE lock"
+        );
+        drop(conn);
+        store.close().await;
+    }
+
     #[tokio::test]
     async fn warm_up_fails_fast_while_the_database_is_unreachable() {
         let store = lazy_store(300);
