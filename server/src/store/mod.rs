@@ -571,8 +571,6 @@ async fn cas_pause(retry: u32) -> bool {
     }
 }
 
-/// A migrated store on a throwaway PostgreSQL of its own, for tests (the
-/// database goes when the returned handle is dropped).
 /// Prepares each of [`queries::HOT`] on `conn`, into the connection's
 /// statement cache where the calls find it, and has PostgreSQL build its
 /// generic plan: `EXPLAIN EXECUTE` with every parameter NULL plans without
@@ -582,26 +580,34 @@ async fn plan_hot_statements(conn: &mut PgConnection) -> Result<(), Error> {
     use sqlx::Executor as _;
     for sql in queries::HOT {
         conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await?;
-        let (name, params): (String, i32) = sqlx::query_as(
-            "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements \
-             WHERE statement = $1",
-        )
-        .bind(*sql)
-        .fetch_one(&mut *conn)
-        .await?;
-        let args = match params {
-            0 => String::new(),
-            n => format!("({})", vec!["NULL"; n as usize].join(", ")),
-        };
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN (COSTS OFF) EXECUTE {name}{args}"
-        )))
+    }
+    let prepared: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements \
+         WHERE statement = ANY($1)",
+    )
+    .bind(queries::HOT)
+    .fetch_all(&mut *conn)
+    .await?;
+    // One round trip for all the plans: a start-up on a busy machine waits
+    // for a core at each.
+    let explain: String = prepared
+        .iter()
+        .map(|(name, params)| match *params {
+            0 => format!("EXPLAIN (COSTS OFF) EXECUTE {name};"),
+            n => format!(
+                "EXPLAIN (COSTS OFF) EXECUTE {name}({});",
+                vec!["NULL"; n as usize].join(", ")
+            ),
+        })
+        .collect();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
         .execute(&mut *conn)
         .await?;
-    }
     Ok(())
 }
 
+/// A migrated store on a throwaway PostgreSQL of its own, for tests (the
+/// database goes when the returned handle is dropped).
 #[cfg(test)]
 pub(crate) async fn temp_store() -> (borbaman_cluster::LocalPostgres, Store) {
     let pg = borbaman_cluster::LocalPostgres::start_temp(borbaman_cluster::PgOptions {
