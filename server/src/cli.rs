@@ -106,6 +106,12 @@ pub struct ServerArgs {
     /// the clients of a server that dies.
     #[arg(long, default_value_t = 8)]
     pub db_min_connections: u32,
+    /// Pause between opening two of those at start-up: each is a process
+    /// start in PostgreSQL and the first plans of the game calls'
+    /// statements, CPU the running servers' calls would wait for if a new
+    /// server opened them all at once. 0 opens them back to back.
+    #[arg(long, default_value_t = 25)]
+    pub db_warm_up_pace_ms: u64,
     /// A player seated in a waiting game who sends nothing for this long
     /// loses the seat to the next player who joins.
     #[arg(long, default_value_t = 3000)]
@@ -260,6 +266,7 @@ impl ServerArgs {
                 idle_txn_timeout: Duration::from_millis(self.idle_txn_timeout_ms),
                 max_connections: self.db_connections,
                 min_connections: self.db_min_connections,
+                warm_up_pace: Duration::from_millis(self.db_warm_up_pace_ms),
                 lobby_seat_ttl: Duration::from_millis(self.lobby_seat_ttl_ms),
                 round: Duration::from_millis(self.round_ms),
                 follow: (!self.patroni.is_empty()).then(|| FollowOptions {

@@ -121,6 +121,11 @@ pub struct StoreOptions {
     /// a survivor that then had to open connections would pay a process
     /// start in PostgreSQL per connection, on the failover's critical path.
     pub min_connections: u32,
+    /// Pause between two of those connections at start-up ([`warm_up_pause`]):
+    /// each one is a process start in PostgreSQL and the first plans of the
+    /// game calls' statements on it, CPU the running servers' calls wait
+    /// for on a small machine when a replacement opens them all at once.
+    pub warm_up_pace: Duration,
     /// A player seated in a waiting game who has made no call that writes
     /// (a join or an `Act`) for this long loses the seat to the next
     /// joiner, so a crashed client does not start a game with a player who
@@ -145,12 +150,26 @@ impl Default for StoreOptions {
             idle_txn_timeout: Duration::from_millis(50),
             max_connections: 16,
             min_connections: 8,
+            warm_up_pace: DEFAULT_WARM_UP_PACE,
             lobby_seat_ttl: Duration::from_millis(3000),
             round: Duration::from_millis(u64::from(ROUND_TICKS * TICK_MS)),
             follow: None,
             name_hold: DEFAULT_NAME_HOLD,
         }
     }
+}
+
+/// Default of [`StoreOptions::warm_up_pace`]: 8 standing connections are
+/// open and planned within about 0.2 s, using a few per cent of a core
+/// rather than most of one for ~70 ms.
+pub const DEFAULT_WARM_UP_PACE: Duration = Duration::from_millis(25);
+
+/// How long start-up waits before opening the standing connection
+/// numbered `opened` (0 for the first): nothing for the first, `pace`
+/// before each other, so their start-up work in PostgreSQL is spread out
+/// instead of landing on the running servers' calls in one burst.
+pub fn warm_up_pause(opened: u32, pace: Duration) -> Duration {
+    if opened == 0 { Duration::ZERO } else { pace }
 }
 
 /// How long a released name stays its owner's: a day, so a player who
@@ -183,6 +202,8 @@ pub struct Store {
     /// [`StoreOptions::name_hold`] in milliseconds.
     name_hold_ms: i64,
     round_ticks: u16,
+    /// [`StoreOptions::warm_up_pace`].
+    warm_up_pace: Duration,
     /// Following Patroni's primary (`None`: the URL's host and port).
     follow: Option<Arc<Follower>>,
     /// [`StoreOptions::idle_txn_timeout`] in microseconds: how long after
@@ -272,6 +293,7 @@ impl Store {
             lobby_seat_ttl_ms: i64::try_from(opts.lobby_seat_ttl.as_millis()).unwrap_or(i64::MAX),
             name_hold_ms: i64::try_from(opts.name_hold.as_millis()).unwrap_or(i64::MAX),
             round_ticks: round_ticks(opts.round)?,
+            warm_up_pace: opts.warm_up_pace,
             follow,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
@@ -330,14 +352,20 @@ impl Store {
         result
     }
 
-    /// Opens the pool's `min_connections` at once, so the first calls (and
-    /// the burst of calls failing over from a dead server) find them open.
-    /// Start-up only; the pool keeps that many open afterwards.
+    /// Opens the pool's `min_connections`, one at a time and
+    /// [`StoreOptions::warm_up_pace`] apart ([`warm_up_pause`]), and plans
+    /// the game calls' statements ([`queries::HOT`]) on each, so the first
+    /// calls (and the burst of calls failing over from a dead server) find
+    /// them open and planned. Start-up only, before the server registers;
+    /// the pool keeps that many open afterwards.
     pub async fn warm_up(&self) -> Result<(), Error> {
-        let wanted = self.pool.options().get_min_connections() as usize;
-        let mut held = Vec::with_capacity(wanted);
-        while self.pool.size() < wanted as u32 && held.len() < wanted {
-            held.push(self.pool.acquire().await?);
+        let wanted = self.pool.options().get_min_connections();
+        let mut held: Vec<PoolConnection<Postgres>> = Vec::with_capacity(wanted as usize);
+        while self.pool.size() < wanted && (held.len() as u32) < wanted {
+            tokio::time::sleep(warm_up_pause(held.len() as u32, self.warm_up_pace)).await;
+            let mut conn = self.pool.acquire().await?;
+            plan_hot_statements(&mut conn).await?;
+            held.push(conn);
         }
         Ok(())
     }
@@ -543,6 +571,41 @@ async fn cas_pause(retry: u32) -> bool {
     }
 }
 
+/// Prepares each of [`queries::HOT`] on `conn`, into the connection's
+/// statement cache where the calls find it, and has PostgreSQL build its
+/// generic plan: `EXPLAIN EXECUTE` with every parameter NULL plans without
+/// running anything, and the connections plan generically
+/// (`plan_cache_mode`), so the values do not matter.
+async fn plan_hot_statements(conn: &mut PgConnection) -> Result<(), Error> {
+    use sqlx::Executor as _;
+    for sql in queries::HOT {
+        conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await?;
+    }
+    let prepared: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements \
+         WHERE statement = ANY($1)",
+    )
+    .bind(queries::HOT)
+    .fetch_all(&mut *conn)
+    .await?;
+    // One round trip for all the plans: a start-up on a busy machine waits
+    // for a core at each.
+    let explain: String = prepared
+        .iter()
+        .map(|(name, params)| match *params {
+            0 => format!("EXPLAIN (COSTS OFF) EXECUTE {name};"),
+            n => format!(
+                "EXPLAIN (COSTS OFF) EXECUTE {name}({});",
+                vec!["NULL"; n as usize].join(", ")
+            ),
+        })
+        .collect();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// A migrated store on a throwaway PostgreSQL of its own, for tests (the
 /// database goes when the returned handle is dropped).
 #[cfg(test)]
@@ -692,6 +755,8 @@ mod tests {
             },
         )
         .unwrap();
+        // Migrations run on a connection of their own, not the pool's.
+        store.migrate().await.unwrap();
         assert_eq!(store.pool().size(), 0, "connections open lazily");
         store.warm_up().await.unwrap();
         assert_eq!(store.pool().size(), 3);
@@ -758,6 +823,134 @@ mod tests {
             .await
             .unwrap();
         store.rankings(5).await.unwrap();
+        store.close().await;
+    }
+
+    #[test]
+    fn the_first_standing_connection_opens_at_once_the_others_a_pace_apart() {
+        let pace = Duration::from_millis(25);
+        assert_eq!(warm_up_pause(0, pace), Duration::ZERO);
+        assert_eq!(warm_up_pause(1, pace), pace);
+        assert_eq!(warm_up_pause(7, pace), pace);
+        assert_eq!(warm_up_pause(3, Duration::ZERO), Duration::ZERO);
+    }
+
+    /// A warmed store with `min_connections` standing connections, each
+    /// held: its backend's start time and how many of the game calls'
+    /// statements it holds with a generic plan built.
+    async fn standing_connections(store: &Store, min: u32) -> Vec<(f64, i64)> {
+        let mut held = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..min {
+            let mut conn = store.pool().acquire().await.unwrap();
+            let row: (f64, i64) = sqlx::query_as(
+                "SELECT extract(epoch FROM a.backend_start)::float8, \
+                        (SELECT count(*) FROM pg_prepared_statements p \
+                         WHERE p.statement = ANY($1) AND p.generic_plans > 0) \
+                 FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()",
+            )
+            .bind(queries::HOT)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+            seen.push(row);
+            held.push(conn);
+        }
+        seen
+    }
+
+    fn warm_store_options(min: u32, pace_ms: u64) -> StoreOptions {
+        StoreOptions {
+            min_connections: min,
+            max_connections: min,
+            warm_up_pace: Duration::from_millis(pace_ms),
+            ..StoreOptions::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn warm_up_plans_the_game_calls_statements_on_every_standing_connection() {
+        let pg = borbaman_cluster::LocalPostgres::start_temp(borbaman_cluster::PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let store = Store::connect(&pg.url(), &warm_store_options(3, 0)).unwrap();
+        store.migrate().await.unwrap();
+        store.warm_up().await.unwrap();
+        assert_eq!(store.pool().size(), 3);
+        for (_, planned) in standing_connections(&store, 3).await {
+            assert_eq!(
+                planned,
+                queries::HOT.len() as i64,
+                "a standing connection without a plan for every game-call statement"
+            );
+        }
+        store.close().await;
+    }
+
+    #[tokio::test]
+    async fn warm_up_opens_the_standing_connections_a_pace_apart() {
+        let pg = borbaman_cluster::LocalPostgres::start_temp(borbaman_cluster::PgOptions {
+            fsync: false,
+            port: None,
+        })
+        .unwrap();
+        let pace = Duration::from_millis(60);
+        let store = Store::connect(&pg.url(), &warm_store_options(4, 60)).unwrap();
+        store.migrate().await.unwrap();
+        store.warm_up().await.unwrap();
+        let mut started: Vec<f64> = standing_connections(&store, 4)
+            .await
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect();
+        started.sort_by(f64::total_cmp);
+        for pair in started.windows(2) {
+            let gap = Duration::from_secs_f64(pair[1] - pair[0]);
+            assert!(
+                gap >= pace,
+                "two standing connections opened {gap:?} apart, under the {pace:?} pace: {started:?}"
+            );
+        }
+        store.close().await;
+    }
+
+    /// Truncating a table takes an ACCESS EXCLUSIVE lock, which every game
+    /// call would wait behind: a vacuum of `games` must keep its pages.
+    #[tokio::test]
+    async fn a_vacuum_of_the_games_keeps_their_pages() {
+        let (_pg, store) = temp_store().await;
+        let size = "SELECT pg_relation_size('games')";
+        let mut conn = store.pool().acquire().await.unwrap();
+        sqlx::query(
+            "INSERT INTO games (state, phase) SELECT '\\x00', 3 FROM generate_series(1, 2000)",
+        )
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        sqlx::query("DELETE FROM games")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let before: i64 = sqlx::query_scalar(size)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert!(before > 8192, "the rows filled several pages");
+        sqlx::query("VACUUM games")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let after: i64 = sqlx::query_scalar(size)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            after, before,
+            "a vacuum removed pages of games, under an ACCESS EXCLUSIVE lock"
+        );
+        drop(conn);
         store.close().await;
     }
 

@@ -560,6 +560,20 @@ pub const LIVE_GAMES: &str = concat!(
     " FROM games g WHERE g.phase IN (1, 2) ORDER BY g.id DESC LIMIT $1::bigint"
 );
 
+/// The statements of the game calls (an act's read and its write, a state
+/// read, a game the clock ended), planned on each of a server's standing
+/// connections before it takes calls ([`super::Store::warm_up`]): the first
+/// plan of these on a new connection costs milliseconds of catalog reads,
+/// which would otherwise fall on the first calls of the games that fail
+/// over to this server, with their players queued behind them.
+pub const HOT: &[&str] = &[
+    LOAD_CALLERS,
+    WRITE_ACTS,
+    WRITE_CALLS,
+    READ_STATE,
+    WRITE_ADVANCE,
+];
+
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[

@@ -1,0 +1,12 @@
+-- A vacuum of the game table leaves its pages in place.
+--
+-- Removing empty pages at the end of a table takes an ACCESS EXCLUSIVE
+-- lock on it, which every game call's read and write waits behind. In the
+-- PostgreSQL logs of the 16-kill chaos runs, the first autovacuum of
+-- `games` (about 30 s after the database started) removed its last page
+-- in 5 runs of 8, inside the stall window that held the run's slowest
+-- calls (up to 103 ms, against 20-60 ms at the kills). The live games are
+-- a few rows updated in place (HOT, fillfactor 50), so a freed page is
+-- needed again within seconds, and a table of finished games is trimmed by
+-- the retention job's deletes, whose space new rows reuse.
+ALTER TABLE games SET (vacuum_truncate = false);
