@@ -275,7 +275,7 @@ impl Store {
             follow,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
-            gates: Arc::default(),
+            gates: Arc::new(play::CallGates::default().lingering(play::LINGER)),
             metrics: Metrics::new(),
         })
     }
@@ -283,7 +283,7 @@ impl Store {
     /// Counts this store's database latency, CAS retries, gate waits and
     /// retention deletes in `metrics`. Call before cloning the store.
     pub fn with_metrics(mut self, metrics: Metrics) -> Store {
-        self.gates = Arc::new(play::CallGates::observed(metrics.clone()));
+        self.gates = Arc::new(play::CallGates::observed(metrics.clone()).lingering(play::LINGER));
         self.metrics = metrics;
         self
     }

@@ -306,6 +306,12 @@ struct GameRead {
 /// longer than that is a backlog, and its next calls go in the next commit.
 const MAX_BATCH: usize = 16;
 
+/// The longest the call holding a game's gate waits for the game's other
+/// players before it commits (see [`gates`](super::gates)): about what a
+/// player's next call takes to come back in a closed loop on one machine,
+/// and a fiftieth of a 20 Hz player's interval.
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// An Act or a Leave, as queued on its game's gate.
 #[derive(Clone, Debug)]
 pub(crate) enum Call {
@@ -326,6 +332,16 @@ impl Call {
             Call::Act(call) => &call.token_hash,
             Call::Leave(call) => &call.token_hash,
         }
+    }
+
+    /// Who sent it, for the gate: the first bytes of its token hash (a
+    /// player's copies of a call share it).
+    fn caller(&self) -> u64 {
+        let token = self.token_hash();
+        let mut first = [0u8; 8];
+        let n = token.len().min(8);
+        first[..n].copy_from_slice(&token[..n]);
+        u64::from_le_bytes(first)
     }
 }
 
@@ -677,7 +693,9 @@ impl Store {
         let game_id = call.game_id();
         let deadline = tokio::time::Instant::now() + self.db_timeout;
         loop {
-            let turn = self.gates.turn(game_id, call.clone(), MAX_BATCH);
+            let turn = self
+                .gates
+                .turn(game_id, call.caller(), call.clone(), MAX_BATCH);
             let Ok(turn) = tokio::time::timeout_at(deadline, turn).await else {
                 return Err(self.timed_out());
             };
@@ -1910,7 +1928,7 @@ mod sql_tests {
         // Hold the game's gate, as a call writing it would.
         let Turn::Lead(held) = store
             .gates
-            .turn(game_id, Call::Act(act(0, &[99])), MAX_BATCH)
+            .turn(game_id, 0, Call::Act(act(0, &[99])), MAX_BATCH)
             .await
         else {
             panic!("nobody else holds the gate");
