@@ -193,6 +193,8 @@ pub struct Store {
     cas_retries: Arc<AtomicU64>,
     /// Calls writing one game through this server take turns.
     gates: Arc<play::CallGates>,
+    /// What this server knows of the games it just wrote.
+    known: Arc<play::KnownGames>,
     /// Where database latency, CAS retries and gate waits are counted.
     metrics: Metrics,
 }
@@ -276,6 +278,7 @@ impl Store {
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
             gates: Arc::new(play::CallGates::default().lingering(play::LINGER)),
+            known: Arc::default(),
             metrics: Metrics::new(),
         })
     }
