@@ -264,6 +264,9 @@ enum Written<T> {
     Done(T),
     /// Boxed: a read holds a whole game state, and misses are the rare case.
     Missed(Option<Box<Reads>>),
+    /// Nothing written: the calls were decided on what this server knew of
+    /// the game, and would write nothing; read the game and decide again.
+    ReadFirst,
 }
 
 /// The caller's session and game, as one statement read them.
@@ -314,6 +317,10 @@ struct CallersRead {
     /// When the game's roster (its "connected" flags, which the database
     /// derives from its clock) was read from the database.
     roster_read_at: Instant,
+    /// Taken from what this server knew of the game ([`Known`]), not read:
+    /// only a write's compare-and-set can confirm it, so a commit that
+    /// writes nothing (every call refused or a repeat) reads first.
+    known: bool,
 }
 
 /// What this server knows of a game right after its own commit of it:
@@ -395,6 +402,7 @@ impl Known {
             }),
             sessions,
             roster_read_at: self.roster_read_at,
+            known: true,
         })
     }
 
@@ -781,6 +789,7 @@ fn split_reads(reads: Reads, game_id: u64) -> Option<CallersRead> {
         game,
         sessions,
         roster_read_at,
+        known: false,
     })
 }
 
@@ -916,6 +925,7 @@ impl Store {
                         }
                         return Ok(committed.answers);
                     }
+                    Written::ReadFirst => next = None,
                     Written::Missed(again) => {
                         retries += 1;
                         let slept = self.lost(retries).await?;
@@ -1150,6 +1160,7 @@ impl Store {
             mut game,
             mut sessions,
             roster_read_at,
+            known: unconfirmed,
         } = read;
         let Some(game) = game.as_mut() else {
             // Nobody's session is in the game: every call is refused.
@@ -1172,6 +1183,12 @@ impl Store {
         };
         let mut known = None;
         if applied.commit.rows.is_empty() {
+            if unconfirmed {
+                // Refusals and repeats decided on what this server knew,
+                // which nothing confirms without a write: the game may
+                // have moved on through another server.
+                return Ok(Written::ReadFirst);
+            }
             if let Some(before) = advance_to(&mut snapshot, game.now_tick)
                 && !commit_clock(conn, &mut snapshot, before).await?
             {
@@ -1215,6 +1232,7 @@ impl Store {
             let done = match written(rows)? {
                 Written::Done(done) => done,
                 Written::Missed(again) => return Ok(Written::Missed(again)),
+                Written::ReadFirst => return Ok(Written::ReadFirst),
             };
             snapshot.version = done.version as u64;
             for writer in &commit.writers {
@@ -2709,6 +2727,15 @@ mod sql_tests {
             "a wrote on the version it knew, lost, and read again"
         );
         assert_eq!(applied(&a.act(&act(3)).await.unwrap()), (3, 1, false));
+        // Server b writes seq 4 and 5; a knows 3 as the last applied.
+        assert_eq!(applied(&b.act(&act(4)).await.unwrap()), (4, 1, false));
+        assert_eq!(applied(&b.act(&act(5)).await.unwrap()), (5, 1, false));
+        // By what a knows, a call starting at 6 skips 4 and 5, which a
+        // refusal would say; a reads first, and applies it.
+        assert_eq!(
+            applied(&a.act(&act(6)).await.expect("not refused on what a knew")),
+            (6, 1, false)
+        );
         let log: Vec<(i64, i64)> = sqlx::query_as(
             "SELECT a.seq, a.version FROM actions a JOIN sessions s ON s.id = a.session_id \
              WHERE s.token_hash = $1 ORDER BY a.seq",
@@ -2718,7 +2745,7 @@ mod sql_tests {
         .await
         .unwrap();
         let seqs: Vec<i64> = log.iter().map(|&(seq, _)| seq).collect();
-        assert_eq!(seqs, vec![1, 2, 3], "each input once");
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6], "each input once");
         assert!(
             log.windows(2).all(|w| w[0].1 < w[1].1),
             "in sequence order, one version each: {log:?}"
