@@ -21,7 +21,12 @@
 //! (`WRITE_CALLS`: one new version, every action-log row, numbered in the
 //! order applied; `WRITE_ACTS`, the same without a leave's parts and the
 //! rankings, when the commit holds Acts only and does not finish the game),
-//! and each call answered with its own reply or error.
+//! and each call answered with its own reply or error. The commit after
+//! that, through the same server, skips the read: it writes on what the
+//! server knows of the game after its own commit ([`Known`]), which the
+//! compare-and-set confirms or, if anything else wrote the game since,
+//! answers with the read again (one statement per commit while a game's
+//! calls keep coming through one server).
 //!
 //! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
 //! row lock across the round trips from the read to the commit, and a
