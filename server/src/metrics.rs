@@ -90,6 +90,7 @@ struct Inner {
     db_acquire_seconds: Histogram,
     cas_retries: IntCounter,
     gate_wait_seconds: Histogram,
+    gate_lingers: IntCounterVec,
     connections_open: IntGauge,
     games: IntGaugeVec,
     players_seated: IntGauge,
@@ -268,6 +269,15 @@ impl Metrics {
             .buckets(WAIT_BUCKETS.to_vec()),
         )
         .expect("valid");
+        let gate_lingers = IntCounterVec::new(
+            Opts::new(
+                "borbaman_gate_lingers_total",
+                "Waits of a call holding its game's gate for the game's other callers, \
+                 by whether another caller queued meanwhile (gained yes or no)",
+            ),
+            &["gained"],
+        )
+        .expect("valid");
         let connections_open =
             IntGauge::new("borbaman_connections_open", "Client connections open now")
                 .expect("valid");
@@ -363,6 +373,7 @@ impl Metrics {
             Box::new(db_acquire_seconds.clone()),
             Box::new(cas_retries.clone()),
             Box::new(gate_wait_seconds.clone()),
+            Box::new(gate_lingers.clone()),
             Box::new(connections_open.clone()),
             Box::new(games.clone()),
             Box::new(players_seated.clone()),
@@ -386,6 +397,9 @@ impl Metrics {
         for outcome in ["ok", "error"] {
             retention_passes.with_label_values(&[outcome]);
         }
+        for gained in ["yes", "no"] {
+            gate_lingers.with_label_values(&[gained]);
+        }
         for from in ["etcd-watch", "patroni-rest"] {
             db_leader_learned.with_label_values(&[from]);
         }
@@ -400,6 +414,7 @@ impl Metrics {
                 db_acquire_seconds,
                 cas_retries,
                 gate_wait_seconds,
+                gate_lingers,
                 connections_open,
                 games,
                 players_seated,
@@ -497,6 +512,13 @@ impl Metrics {
     /// A call waited `waited` for its game's gate.
     pub fn gate_waited(&self, waited: Duration) {
         self.inner.gate_wait_seconds.observe(waited.as_secs_f64());
+    }
+
+    /// A call holding its game's gate waited for the game's other
+    /// callers; `gained`: one queued meanwhile.
+    pub fn gate_lingered(&self, gained: bool) {
+        let gained = if gained { "yes" } else { "no" };
+        self.inner.gate_lingers.with_label_values(&[gained]).inc();
     }
 
     pub fn connection_opened(&self) {

@@ -17,13 +17,24 @@
 //! dropped before it answers (its deadline passed), the jobs it took are
 //! answered with nothing ([`Turn::Dropped`]), and their calls queue again:
 //! their outcome is unknown, which the retry by sequence number resolves.
+//!
+//! A commit costs the database about the same whether it holds one call or
+//! four, so the call that gets the gate may first wait a moment (at most
+//! the gate's linger, a fraction of a millisecond) for the game's other
+//! callers, when they called recently and are not queued yet: like
+//! PostgreSQL's `commit_delay`. Whether to wait is [`Arrivals`]'s
+//! decision: only while waiting has been bringing calls in (a closed loop,
+//! where the game's players call again the moment they are answered); a
+//! wait that brought nobody makes the next commits of the game skip it,
+//! for longer each time, so a paced game whose players call at their own
+//! rhythm is rarely held up.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedMutexGuard, oneshot};
-use tokio::time::Instant;
+use tokio::sync::{Notify, OwnedMutexGuard, oneshot};
+use tokio::time::{Duration, Instant};
 
 use crate::metrics::{self, Metrics};
 
@@ -35,6 +46,13 @@ pub(crate) struct Gates<J, R> {
     next_id: AtomicU64,
     /// Where the waits are counted, if anywhere.
     metrics: Option<Metrics>,
+    /// The longest the call holding a gate waits for the game's other
+    /// callers before it takes its batch (zero: it never waits).
+    linger: Duration,
+    /// Who called each game lately, and whether waiting for them paid;
+    /// kept apart from the gates, which are forgotten whenever idle (as
+    /// between two commits that each took all of a game's calls).
+    arrivals: Mutex<HashMap<u64, Arrivals>>,
 }
 
 impl<J, R> Default for Gates<J, R> {
@@ -43,6 +61,8 @@ impl<J, R> Default for Gates<J, R> {
             games: Mutex::default(),
             next_id: AtomicU64::new(0),
             metrics: None,
+            linger: Duration::ZERO,
+            arrivals: Mutex::default(),
         }
     }
 }
@@ -57,6 +77,8 @@ impl<J, R> std::fmt::Debug for Gates<J, R> {
 struct GameGate<J, R> {
     turn: Arc<tokio::sync::Mutex<()>>,
     queue: Mutex<VecDeque<Queued<J, R>>>,
+    /// Woken whenever a job is queued (for a call lingering at the gate).
+    queued: Notify,
 }
 
 impl<J, R> Default for GameGate<J, R> {
@@ -64,13 +86,27 @@ impl<J, R> Default for GameGate<J, R> {
         GameGate {
             turn: Arc::default(),
             queue: Mutex::default(),
+            queued: Notify::new(),
         }
+    }
+}
+
+impl<J, R> GameGate<J, R> {
+    /// How many different callers have a job queued.
+    fn callers_queued(&self) -> usize {
+        let queue = lock(&self.queue);
+        let mut callers: Vec<u64> = queue.iter().map(|q| q.caller).collect();
+        callers.sort_unstable();
+        callers.dedup();
+        callers.len()
     }
 }
 
 /// A job waiting on its game's gate, with where its answer goes.
 struct Queued<J, R> {
     id: u64,
+    /// Who sent it (a player; its copies share the number).
+    caller: u64,
     job: J,
     answer: oneshot::Sender<R>,
 }
@@ -151,6 +187,83 @@ impl<J, R> Drop for Waiting<'_, J, R> {
     }
 }
 
+/// How long a caller counts as one of its game's callers after its last
+/// call: a closed loop calls every few milliseconds, a paced player (20
+/// Hz) every 50.
+const SEEN_FOR: Duration = Duration::from_millis(100);
+
+/// The most callers [`Arrivals`] remembers per game (four players, their
+/// copies share a caller; more means callers that left).
+const SEEN_MAX: usize = 8;
+
+/// How many games' [`Arrivals`] are kept before those not heard from
+/// lately are forgotten.
+const ARRIVALS_KEPT: usize = 256;
+
+/// The most commits a game skips lingering after waits that brought
+/// nobody.
+const SKIP_MAX: u32 = 16;
+
+/// A game's recent callers at its gate, and whether lingering for them
+/// has paid: the pure part of the gate's wait for more calls (see the
+/// module doc).
+#[derive(Debug, Default)]
+pub(crate) struct Arrivals {
+    /// Each recent caller and when it last queued a job.
+    seen: Vec<(u64, Instant)>,
+    /// Commits to go before the next linger.
+    skip: u32,
+    /// Waits in a row that brought nobody.
+    fruitless: u32,
+}
+
+impl Arrivals {
+    /// `caller` queued a job at `now`.
+    pub(crate) fn arrived(&mut self, caller: u64, now: Instant) {
+        self.seen
+            .retain(|&(c, at)| c != caller && now.duration_since(at) < SEEN_FOR);
+        if self.seen.len() >= SEEN_MAX {
+            self.seen.remove(0);
+        }
+        self.seen.push((caller, now));
+    }
+
+    /// The game's callers at `now`: those that called within [`SEEN_FOR`].
+    pub(crate) fn expected(&self, now: Instant) -> usize {
+        self.seen
+            .iter()
+            .filter(|&&(_, at)| now.duration_since(at) < SEEN_FOR)
+            .count()
+    }
+
+    /// Whether the call about to commit, with `queued` different callers
+    /// queued, waits for the rest of the game's callers at `now`: only
+    /// when some are missing, and not while skipping after fruitless
+    /// waits. Counts a skipped commit.
+    pub(crate) fn linger(&mut self, queued: usize, now: Instant) -> bool {
+        if queued >= self.expected(now) {
+            return false;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        true
+    }
+
+    /// A wait ended; `gained`: a caller queued during it. A wait that
+    /// brought nobody skips the next 1, 2, 4 … (at most [`SKIP_MAX`])
+    /// commits' waits.
+    pub(crate) fn lingered(&mut self, gained: bool) {
+        if gained {
+            self.fruitless = 0;
+        } else {
+            self.skip = (1u32 << self.fruitless.min(4)).min(SKIP_MAX);
+            self.fruitless = self.fruitless.saturating_add(1);
+        }
+    }
+}
+
 /// Which of the `queued` jobs (their ids, oldest first) the call holding
 /// the gate writes in one commit: the oldest, at most `max`, and always its
 /// own (`own`), in queue order. Returns their positions in the queue.
@@ -167,15 +280,29 @@ pub(crate) fn take_batch(queued: &[u64], own: u64, max: usize) -> Vec<usize> {
 }
 
 impl<J, R> Gates<J, R> {
-    /// Queues `job` on `game_id`'s gate and waits until the call gets the
-    /// gate (calls that came before first), then takes up to `max` queued
-    /// jobs to write with its own; or until another call that got the gate
-    /// took the job and answered it.
-    pub(crate) async fn turn(&self, game_id: u64, job: J, max: usize) -> Turn<'_, J, R> {
+    /// Queues `job` of `caller` on `game_id`'s gate and waits until the
+    /// call gets the gate (calls that came before first), lingers for the
+    /// game's other callers if that has been paying (see [`Arrivals`]),
+    /// then takes up to `max` queued jobs to write with its own; or until
+    /// another call that got the gate took the job and answered it.
+    pub(crate) async fn turn(
+        &self,
+        game_id: u64,
+        caller: u64,
+        job: J,
+        max: usize,
+    ) -> Turn<'_, J, R> {
         let game = self.map().entry(game_id).or_default().clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, mut answered) = oneshot::channel();
-        lock(&game.queue).push_back(Queued { id, job, answer });
+        lock(&game.queue).push_back(Queued {
+            id,
+            caller,
+            job,
+            answer,
+        });
+        self.arrived(game_id, caller);
+        game.queued.notify_waiters();
         // The call's one handle on the game's gate from here on: whatever
         // way the call leaves, dropping it forgets an idle game.
         let waiting = Waiting {
@@ -205,19 +332,22 @@ impl<J, R> Gates<J, R> {
             game: Some(waiting.game().clone()),
             held: Some(held),
         };
+        if !lock(&waiting.game().queue).iter().any(|q| q.id == id) {
+            // Taken by the call before, which has answered (it let the gate
+            // go only after) or was dropped.
+            drop(gate);
+            return match answered.try_recv() {
+                Ok(answer) => Turn::Answered(answer),
+                Err(_) => Turn::Dropped,
+            };
+        }
+        // Holding the gate, the job still queued: only the holder takes
+        // jobs, and the job leaves the queue otherwise only if this call
+        // is dropped (then nothing of it is left to do).
+        self.linger(game_id, waiting.game()).await;
         let jobs = {
             let mut queue = lock(&waiting.game().queue);
             let ids: Vec<u64> = queue.iter().map(|q| q.id).collect();
-            if !ids.contains(&id) {
-                // Taken by the call before, which has answered (it let the
-                // gate go only after) or was dropped.
-                drop(queue);
-                drop(gate);
-                return match answered.try_recv() {
-                    Ok(answer) => Turn::Answered(answer),
-                    Err(_) => Turn::Dropped,
-                };
-            }
             let taken = take_batch(&ids, id, max);
             let mut jobs = Vec::with_capacity(taken.len());
             // From the back, so the positions stay valid.
@@ -235,6 +365,64 @@ impl<J, R> Gates<J, R> {
             own: id,
             gate,
         })
+    }
+
+    /// Waits, at most the gates' linger, until every recent caller of
+    /// `game` has a job queued, if [`Arrivals::linger`] says to.
+    async fn linger(&self, game_id: u64, game: &GameGate<J, R>) {
+        if self.linger.is_zero() {
+            return;
+        }
+        let start = Instant::now();
+        let before = game.callers_queued();
+        let expected = {
+            let mut all = lock(&self.arrivals);
+            let arrivals = all.entry(game_id).or_default();
+            if !arrivals.linger(before, start) {
+                return;
+            }
+            arrivals.expected(start)
+        };
+        let deadline = start + self.linger;
+        let mut queued = before;
+        loop {
+            let notified = game.queued.notified();
+            tokio::pin!(notified);
+            // Registered before the queue is looked at, so a job queued
+            // in between still wakes it.
+            notified.as_mut().enable();
+            queued = queued.max(game.callers_queued());
+            if queued >= expected || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                break;
+            }
+        }
+        lock(&self.arrivals)
+            .entry(game_id)
+            .or_default()
+            .lingered(queued > before);
+        if let Some(m) = &self.metrics {
+            m.gate_lingered(queued > before);
+        }
+    }
+
+    /// `caller` queued a job on `game_id` now. Games not heard from for
+    /// [`SEEN_FOR`] are forgotten once many are remembered.
+    fn arrived(&self, game_id: u64, caller: u64) {
+        if self.linger.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut all = lock(&self.arrivals);
+        if all.len() >= ARRIVALS_KEPT && !all.contains_key(&game_id) {
+            all.retain(|_, arrivals| arrivals.expected(now) > 0);
+        }
+        all.entry(game_id).or_default().arrived(caller, now);
+    }
+
+    /// These gates, with the call holding one waiting at most `linger` for
+    /// the game's other callers (see [`Arrivals`]).
+    pub(crate) fn lingering(self, linger: Duration) -> Gates<J, R> {
+        Gates { linger, ..self }
     }
 
     /// Forgets `game_id` once no call holds, awaits or queues on its gate
@@ -321,7 +509,7 @@ mod tests {
         for i in 0..8u32 {
             let (gates, inside) = (gates.clone(), inside.clone());
             tasks.push(tokio::spawn(async move {
-                match gates.turn(7, i, 1).await {
+                match gates.turn(7, u64::from(i), i, 1).await {
                     Turn::Lead(batch) => {
                         assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "call {i}");
                         let jobs: Vec<u32> = batch.jobs().copied().collect();
@@ -335,7 +523,7 @@ mod tests {
             }));
         }
         // Another game is not held up by game 7.
-        let other = tokio::time::timeout(Duration::from_millis(5), gates.turn(8, 99, 1)).await;
+        let other = tokio::time::timeout(Duration::from_millis(5), gates.turn(8, 99, 99, 1)).await;
         assert!(matches!(other, Ok(Turn::Lead(_))));
         drop(other);
         for (i, t) in tasks.into_iter().enumerate() {
@@ -350,14 +538,14 @@ mod tests {
     #[tokio::test]
     async fn jobs_queued_behind_the_gate_are_written_together() {
         let gates: Arc<Gates<u32, u32>> = Arc::new(Gates::default());
-        let Turn::Lead(first) = gates.turn(1, 0, 8).await else {
+        let Turn::Lead(first) = gates.turn(1, 0, 0, 8).await else {
             panic!("the first call gets the gate");
         };
         let mut tasks = Vec::new();
         for i in 1..=4u32 {
             let gates = gates.clone();
             tasks.push(tokio::spawn(async move {
-                match gates.turn(1, i, 8).await {
+                match gates.turn(1, u64::from(i), i, 8).await {
                     Turn::Lead(batch) => {
                         let jobs: Vec<u32> = batch.jobs().copied().collect();
                         let answers: Vec<u32> = jobs.iter().map(|j| j * 10).collect();
@@ -402,10 +590,10 @@ mod tests {
     #[tokio::test]
     async fn jobs_of_a_dropped_batch_are_queued_again() {
         let gates: Arc<Gates<u32, u32>> = Arc::new(Gates::default());
-        let Turn::Lead(first) = gates.turn(1, 0, 8).await else {
+        let Turn::Lead(first) = gates.turn(1, 0, 0, 8).await else {
             panic!("the first call gets the gate");
         };
-        let gone = tokio::time::timeout(Duration::from_millis(1), gates.turn(1, 9, 8)).await;
+        let gone = tokio::time::timeout(Duration::from_millis(1), gates.turn(1, 9, 9, 8)).await;
         assert!(gone.is_err(), "job 9 waits behind the gate");
         let queued = |gates: &Gates<u32, u32>| -> Vec<u32> {
             gates.map().get(&1).map_or(Vec::new(), |g| {
@@ -421,7 +609,7 @@ mod tests {
         for i in 1..=2u32 {
             let shared = gates.clone();
             tasks.push(tokio::spawn(async move {
-                match shared.turn(1, i, 8).await {
+                match shared.turn(1, u64::from(i), i, 8).await {
                     // Dropped without answering: its deadline passed.
                     Turn::Lead(batch) => Some(batch.jobs().copied().collect::<Vec<_>>()),
                     Turn::Dropped => None,
@@ -441,6 +629,147 @@ mod tests {
         }
         outcomes.sort();
         assert_eq!(outcomes, vec![None, Some(vec![1, 2])]);
+        assert_eq!(gates.len(), 0);
+    }
+
+    #[test]
+    fn a_games_callers_are_those_heard_from_lately_each_once() {
+        let t0 = Instant::now();
+        let mut arrivals = Arrivals::default();
+        arrivals.arrived(1, t0);
+        arrivals.arrived(2, t0);
+        arrivals.arrived(1, t0 + Duration::from_millis(1));
+        assert_eq!(
+            arrivals.expected(t0 + Duration::from_millis(1)),
+            2,
+            "a copy is the same caller"
+        );
+        arrivals.arrived(3, t0 + Duration::from_millis(60));
+        assert_eq!(arrivals.expected(t0 + Duration::from_millis(60)), 3);
+        assert_eq!(
+            arrivals.expected(t0 + SEEN_FOR + Duration::from_millis(2)),
+            1,
+            "callers silent for longer than SEEN_FOR are not waited for"
+        );
+        for caller in 10..30 {
+            arrivals.arrived(caller, t0 + Duration::from_millis(70));
+        }
+        assert_eq!(arrivals.expected(t0 + Duration::from_millis(70)), SEEN_MAX);
+    }
+
+    #[test]
+    fn a_commit_lingers_only_for_missing_callers_and_less_after_fruitless_waits() {
+        let t0 = Instant::now();
+        let mut arrivals = Arrivals::default();
+        for caller in 1..=4 {
+            arrivals.arrived(caller, t0);
+        }
+        assert!(!arrivals.linger(4, t0), "everyone is queued: no wait");
+        assert!(arrivals.linger(2, t0), "two of four queued: wait");
+        // Waits that bring nobody skip the next 1, 2, 4, 8, 16, 16 commits.
+        let mut skipped = Vec::new();
+        for _ in 0..6 {
+            arrivals.lingered(false);
+            let mut n = 0;
+            while !arrivals.linger(1, t0) {
+                n += 1;
+                assert!(n <= SKIP_MAX, "a wait comes back within SKIP_MAX commits");
+            }
+            skipped.push(n);
+        }
+        assert_eq!(skipped, vec![1, 2, 4, 8, 16, 16]);
+        // A wait that brought someone: the next commit waits again.
+        arrivals.lingered(true);
+        assert!(arrivals.linger(1, t0));
+        arrivals.lingered(false);
+        assert!(
+            !arrivals.linger(1, t0),
+            "one fruitless wait skips one commit"
+        );
+        assert!(arrivals.linger(1, t0));
+    }
+
+    /// The call that gets the gate waits for the game's other recent
+    /// callers and writes their jobs with its own; it stops waiting as
+    /// soon as they are all queued, not at the linger's end.
+    #[tokio::test]
+    async fn the_call_holding_the_gate_waits_for_the_games_other_callers() {
+        let linger = Duration::from_secs(10);
+        let gates: Arc<Gates<u32, u32>> = Arc::new(Gates::default().lingering(linger));
+        // Callers 1 and 2 were heard from.
+        gates.arrived(1, 1);
+        gates.arrived(1, 2);
+        let started = Instant::now();
+        let second = {
+            let gates = gates.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                match gates.turn(1, 2, 20, 8).await {
+                    Turn::Answered(answer) => answer,
+                    _ => panic!("caller 2's job was written by caller 1's commit"),
+                }
+            })
+        };
+        let Turn::Lead(batch) = gates.turn(1, 1, 10, 8).await else {
+            panic!("caller 1 gets the gate");
+        };
+        assert_eq!(batch.jobs().copied().collect::<Vec<_>>(), vec![10, 20]);
+        assert!(
+            started.elapsed() < linger / 2,
+            "the wait ended when caller 2 queued, not at the linger's end"
+        );
+        assert_eq!(batch.answer([100, 200]), Some(100));
+        assert_eq!(second.await.unwrap(), 200);
+        assert_eq!(gates.len(), 0);
+    }
+
+    /// A call dropped while it waits at the gate for more calls leaves the
+    /// jobs queued meanwhile for the next call: none is lost, none taken
+    /// twice.
+    #[tokio::test]
+    async fn a_call_dropped_while_lingering_leaves_the_others_jobs_queued() {
+        let gates: Arc<Gates<u32, u32>> =
+            Arc::new(Gates::default().lingering(Duration::from_millis(300)));
+        for caller in 1..=3 {
+            gates.arrived(1, caller);
+        }
+        // Caller 1 gets the gate and lingers for callers 2 and 3; caller 2
+        // queues, then caller 1's deadline passes before caller 3 comes.
+        let lingering = {
+            let gates = gates.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_millis(100), gates.turn(1, 1, 10, 8))
+                    .await
+                    .is_err()
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while gates.queued(1) == 0 {
+            assert!(Instant::now() < deadline, "caller 1 never queued");
+            tokio::task::yield_now().await;
+        }
+        let second = {
+            let gates = gates.clone();
+            tokio::spawn(async move {
+                match gates.turn(1, 2, 20, 8).await {
+                    Turn::Lead(batch) => {
+                        let jobs: Vec<u32> = batch.jobs().copied().collect();
+                        batch.answer(jobs.clone());
+                        jobs
+                    }
+                    _ => panic!("caller 2's job was left for it"),
+                }
+            })
+        };
+        assert!(
+            lingering.await.unwrap(),
+            "caller 1 was dropped while it lingered"
+        );
+        assert_eq!(
+            second.await.unwrap(),
+            vec![20],
+            "caller 1's job left with it"
+        );
         assert_eq!(gates.len(), 0);
     }
 }

@@ -214,6 +214,8 @@ pub struct Store {
     cas_retries: Arc<AtomicU64>,
     /// Calls writing one game through this server take turns.
     gates: Arc<play::CallGates>,
+    /// What this server knows of the games it just wrote.
+    known: Arc<play::KnownGames>,
     /// Where database latency, CAS retries and gate waits are counted.
     metrics: Metrics,
 }
@@ -297,7 +299,8 @@ impl Store {
             follow,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
-            gates: Arc::default(),
+            gates: Arc::new(play::CallGates::default().lingering(play::LINGER)),
+            known: Arc::default(),
             metrics: Metrics::new(),
         })
     }
@@ -305,7 +308,7 @@ impl Store {
     /// Counts this store's database latency, CAS retries, gate waits and
     /// retention deletes in `metrics`. Call before cloning the store.
     pub fn with_metrics(mut self, metrics: Metrics) -> Store {
-        self.gates = Arc::new(play::CallGates::observed(metrics.clone()));
+        self.gates = Arc::new(play::CallGates::observed(metrics.clone()).lingering(play::LINGER));
         self.metrics = metrics;
         self
     }

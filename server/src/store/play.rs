@@ -21,7 +21,12 @@
 //! (`WRITE_CALLS`: one new version, every action-log row, numbered in the
 //! order applied; `WRITE_ACTS`, the same without a leave's parts and the
 //! rankings, when the commit holds Acts only and does not finish the game),
-//! and each call answered with its own reply or error.
+//! and each call answered with its own reply or error. The commit after
+//! that, through the same server, skips the read: it writes on what the
+//! server knows of the game after its own commit ([`Known`]), which the
+//! compare-and-set confirms or, if anything else wrote the game since,
+//! answers with the read again (one statement per commit while a game's
+//! calls keep coming through one server).
 //!
 //! Why not `SELECT … FOR UPDATE` in a transaction: that holds the game's
 //! row lock across the round trips from the read to the commit, and a
@@ -77,11 +82,16 @@
 //! whatever else lets it through: that statement fails as a whole, is
 //! retried, and answers as a repeat.
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArgumentBuffer, PgConnection, PgRow, PgTypeInfo};
 use sqlx::{Postgres, Row, Transaction};
+
+use tokio::time::Instant;
 
 use super::Store;
 use super::gates::Turn;
@@ -259,6 +269,9 @@ enum Written<T> {
     Done(T),
     /// Boxed: a read holds a whole game state, and misses are the rare case.
     Missed(Option<Box<Reads>>),
+    /// Nothing written: the calls were decided on what this server knew of
+    /// the game, and would write nothing; read the game and decide again.
+    ReadFirst,
 }
 
 /// The caller's session and game, as one statement read them.
@@ -301,10 +314,169 @@ struct GameRead {
     roster: Roster,
 }
 
+/// The callers' sessions (by token hash) and their game (`None` if no
+/// caller's session is in it), as one commit starts from.
+struct CallersRead {
+    game: Option<GameRead>,
+    sessions: HashMap<TokenHash, SessionRead>,
+    /// When the game's roster (its "connected" flags, which the database
+    /// derives from its clock) was read from the database.
+    roster_read_at: Instant,
+    /// Taken from what this server knew of the game ([`Known`]), not read:
+    /// only a write's compare-and-set can confirm it, so a commit that
+    /// writes nothing (every call refused or a repeat) reads first.
+    known: bool,
+}
+
+/// What this server knows of a game right after its own commit of it:
+/// the state and version it wrote, the sessions of the game's players as
+/// it read and wrote them, and the database clock. The next commit of the
+/// game through this server (behind the game's gate) writes on it instead
+/// of reading the game first: one statement instead of two. If anything
+/// else wrote the game since (a call through another server, a join, the
+/// clock ending the game in a read), the version no longer matches: the
+/// write changes nothing and returns the read again in the same round
+/// trip, as any write that lost its compare-and-set does. The tick is the
+/// database's clock as last read plus the time since, never ahead of the
+/// database (see [`clock_since`]); the write checks it against the
+/// database's own clock (`cas_game!`).
+#[derive(Clone, Debug)]
+struct Known {
+    version: i64,
+    state: GameState,
+    roster: Roster,
+    /// The game's seated players' sessions, as after the commit.
+    sessions: HashMap<TokenHash, SessionRead>,
+    /// `games.created_at`, µs since the epoch: where the game's ticks count
+    /// from.
+    created_us: i64,
+    /// The database clock (µs since the epoch) as the commit's write read
+    /// it, and an instant of this process no earlier than that reading.
+    clock_us: i64,
+    clock_at: Instant,
+    /// When the roster was last read from the database.
+    roster_read_at: Instant,
+}
+
+/// How long what a server knows of a game stands in for reading it, after
+/// the game's roster was last read: its "connected" flags of players
+/// other than the writers go stale (the database derives them from its
+/// clock), so they are read again within a tenth of the connected window.
+const KNOWN_FOR: Duration = Duration::from_millis(300);
+
+/// How many games a server keeps [`Known`]; past that it forgets them all
+/// (each game's next commit reads it, and is known again).
+const KNOWN_GAMES: usize = 1024;
+
+/// The database clock `since` after a reading of `clock_us` (µs since the
+/// epoch), and the tick of a game created at `created_us` at that clock,
+/// as the database computes it (`now_tick!`). Never ahead of the
+/// database's clock when `since` is measured from an instant after the
+/// reading.
+fn clock_since(created_us: i64, clock_us: i64, since: Duration) -> (i64, Tick) {
+    let now_us = clock_us.saturating_add(i64::try_from(since.as_micros()).unwrap_or(i64::MAX));
+    let tick_us = i64::from(TICK_MS) * 1000;
+    (now_us, tick_from_db((now_us - created_us).max(0) / tick_us))
+}
+
+impl Known {
+    /// The read a commit of the calls of `tokens` starts from at `now`, from
+    /// what is known: `None` if a caller's session is not known, or the
+    /// roster is too old (see [`KNOWN_FOR`]); then the commit reads.
+    fn read_for(&self, tokens: &[&[u8]], now: Instant) -> Option<CallersRead> {
+        if now.saturating_duration_since(self.roster_read_at) >= KNOWN_FOR {
+            return None;
+        }
+        let mut sessions = HashMap::with_capacity(tokens.len());
+        for &token in tokens {
+            let token = TokenHash::try_from(token).ok()?;
+            sessions.insert(token, *self.sessions.get(&token)?);
+        }
+        let (read_us, now_tick) = clock_since(
+            self.created_us,
+            self.clock_us,
+            now.saturating_duration_since(self.clock_at),
+        );
+        Some(CallersRead {
+            game: Some(GameRead {
+                state: self.state.clone(),
+                version: self.version,
+                now_tick,
+                read_us,
+                roster: self.roster.clone(),
+            }),
+            sessions,
+            roster_read_at: self.roster_read_at,
+            known: true,
+        })
+    }
+
+    /// What is known of game `game_id` after a commit: `known` holds the
+    /// commit's callers' sessions; the game's other players' sessions are
+    /// kept from `before` only if the commit read the very version they
+    /// were known at (`read_version`: nobody wrote the game in between, so
+    /// none of them changed). Only sessions seated in the game are kept.
+    fn after(mut known: Known, game_id: u64, read_version: i64, before: Option<Known>) -> Known {
+        if let Some(before) = before
+            && before.version == read_version
+        {
+            for (token, session) in before.sessions {
+                known.sessions.entry(token).or_insert(session);
+            }
+        }
+        known
+            .sessions
+            .retain(|_, s| s.in_game && s.seat >= 0 && s.game_id as u64 == game_id);
+        known
+    }
+}
+
+/// The games this server knows after its own commits (see [`Known`]),
+/// taken by the commit holding a game's gate and given back after its
+/// write: a commit that fails or is dropped leaves nothing behind.
+#[derive(Debug, Default)]
+pub(crate) struct KnownGames(std::sync::Mutex<HashMap<u64, Known>>);
+
+impl KnownGames {
+    #[cfg(test)]
+    fn contains_key(&self, game_id: &u64) -> bool {
+        self.lock().contains_key(game_id)
+    }
+
+    fn take(&self, game_id: u64) -> Option<Known> {
+        self.lock().remove(&game_id)
+    }
+
+    fn put(&self, game_id: u64, known: Known) {
+        let mut games = self.lock();
+        if games.len() >= KNOWN_GAMES {
+            games.clear();
+        }
+        games.insert(game_id, known);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Known>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A commit written: each call's answer, and what is then known of the
+/// game (see [`Known`]), with the version the commit had read.
+struct Committed {
+    answers: Vec<Result<Reply, Error>>,
+    known: Option<(Known, i64)>,
+}
+
 /// The most calls one commit writes. The four players of a game, each
 /// with a copy or two in flight (a hedge, a retry), fit; a game's queue
 /// longer than that is a backlog, and its next calls go in the next commit.
 const MAX_BATCH: usize = 16;
+
+/// The longest the call holding a game's gate waits for the game's other
+/// players before it commits (see [`gates`](super::gates)): about what a
+/// player's next call takes to come back in a closed loop on one machine,
+/// and a fiftieth of a 20 Hz player's interval.
+pub(crate) const LINGER: Duration = Duration::from_millis(1);
 
 /// An Act or a Leave, as queued on its game's gate.
 #[derive(Clone, Debug)]
@@ -326,6 +498,16 @@ impl Call {
             Call::Act(call) => &call.token_hash,
             Call::Leave(call) => &call.token_hash,
         }
+    }
+
+    /// Who sent it, for the gate: the first bytes of its token hash (a
+    /// player's copies of a call share it).
+    fn caller(&self) -> u64 {
+        let token = self.token_hash();
+        let mut first = [0u8; 8];
+        let n = token.len().min(8);
+        first[..n].copy_from_slice(&token[..n]);
+        u64::from_le_bytes(first)
     }
 }
 
@@ -452,7 +634,7 @@ struct Applied {
 /// cooldown queues, as it would from calls arriving within one tick).
 fn apply_calls(
     calls: &[Call],
-    sessions: &mut std::collections::HashMap<TokenHash, SessionRead>,
+    sessions: &mut HashMap<TokenHash, SessionRead>,
     state: &mut GameState,
     now_tick: Tick,
 ) -> Applied {
@@ -585,15 +767,10 @@ fn leave_on(
 /// caller's session is in it) and each caller's session. `None` if the
 /// reads saw the game at different versions (a read again after a lost
 /// write reads each caller apart): read them anew, in one snapshot.
-fn split_reads(
-    reads: Reads,
-    game_id: u64,
-) -> Option<(
-    Option<GameRead>,
-    std::collections::HashMap<TokenHash, SessionRead>,
-)> {
+fn split_reads(reads: Reads, game_id: u64) -> Option<CallersRead> {
+    let roster_read_at = Instant::now();
     let mut game: Option<GameRead> = None;
-    let mut sessions = std::collections::HashMap::with_capacity(reads.len());
+    let mut sessions = HashMap::with_capacity(reads.len());
     for (token, read) in reads {
         sessions.insert(token, read.session);
         if read.session.game_id as u64 != game_id {
@@ -613,14 +790,16 @@ fn split_reads(
             }
         }
     }
-    Some((game, sessions))
+    Some(CallersRead {
+        game,
+        sessions,
+        roster_read_at,
+        known: false,
+    })
 }
 
 /// Why `call` is refused when no caller's session is in the game it names.
-fn refusal_without_game(
-    call: &Call,
-    sessions: &std::collections::HashMap<TokenHash, SessionRead>,
-) -> Error {
+fn refusal_without_game(call: &Call, sessions: &HashMap<TokenHash, SessionRead>) -> Error {
     let Some(session) = sessions.get(call.token_hash()) else {
         return unknown_token();
     };
@@ -677,7 +856,9 @@ impl Store {
         let game_id = call.game_id();
         let deadline = tokio::time::Instant::now() + self.db_timeout;
         loop {
-            let turn = self.gates.turn(game_id, call.clone(), MAX_BATCH);
+            let turn = self
+                .gates
+                .turn(game_id, call.caller(), call.clone(), MAX_BATCH);
             let Ok(turn) = tokio::time::timeout_at(deadline, turn).await else {
                 return Err(self.timed_out());
             };
@@ -717,26 +898,47 @@ impl Store {
                 tokens.push(token);
             }
         }
+        // Taken: a commit that fails or is dropped leaves nothing known.
+        let before = self.known.take(game_id);
         // A leased connection: if the deadline cuts this attempt (a commit
         // waiting for a synchronous standby that is gone), the connection
         // is dropped, never pooled, pinged or cancelled.
         let mut lease = self.lease().await?;
         let result = async {
             let conn = lease.conn();
-            let mut read = load_callers(conn, &tokens).await?;
+            let mut next = before
+                .as_ref()
+                .and_then(|known| known.read_for(&tokens, Instant::now()));
             let mut retries = 0;
             loop {
+                let read = match next.take() {
+                    Some(read) => read,
+                    None => match split_reads(load_callers(conn, &tokens).await?, game_id) {
+                        Some(read) => read,
+                        // One statement reads one snapshot.
+                        None => return Err(Error::Internal("one read saw two versions".into())),
+                    },
+                };
                 match self
                     .write_calls(conn, game_id, calls, &tokens, read)
                     .await?
                 {
-                    Written::Done(answers) => return Ok(answers),
+                    Written::Done(committed) => {
+                        if let Some((known, read_version)) = committed.known {
+                            let known = Known::after(known, game_id, read_version, before);
+                            self.known.put(game_id, known);
+                        }
+                        return Ok(committed.answers);
+                    }
+                    Written::ReadFirst => next = None,
                     Written::Missed(again) => {
                         retries += 1;
                         let slept = self.lost(retries).await?;
-                        read = match again {
-                            Some(read) if !slept => *read,
-                            _ => load_callers(conn, &tokens).await?,
+                        // Two snapshots (a read again reads each caller
+                        // apart): read anew.
+                        next = match again {
+                            Some(read) if !slept => split_reads(*read, game_id),
+                            _ => None,
                         };
                     }
                 }
@@ -957,19 +1159,24 @@ impl Store {
         game_id: u64,
         calls: &[Call],
         tokens: &[&[u8]],
-        read: Reads,
-    ) -> Result<Written<Vec<Result<Reply, Error>>>, Error> {
-        let Some((mut game, mut sessions)) = split_reads(read, game_id) else {
-            // Two snapshots (a read again after a lost write): read anew.
-            return Ok(Written::Missed(None));
-        };
+        read: CallersRead,
+    ) -> Result<Written<Committed>, Error> {
+        let CallersRead {
+            mut game,
+            mut sessions,
+            roster_read_at,
+            known: unconfirmed,
+        } = read;
         let Some(game) = game.as_mut() else {
             // Nobody's session is in the game: every call is refused.
             let answers = calls
                 .iter()
                 .map(|call| Err(refusal_without_game(call, &sessions)))
                 .collect();
-            return Ok(Written::Done(answers));
+            return Ok(Written::Done(Committed {
+                answers,
+                known: None,
+            }));
         };
         let before = game.state.phase();
         let applied = apply_calls(calls, &mut sessions, &mut game.state, game.now_tick);
@@ -979,7 +1186,14 @@ impl Store {
             state: game.state.clone(),
             roster: game.roster.clone(),
         };
+        let mut known = None;
         if applied.commit.rows.is_empty() {
+            if unconfirmed {
+                // Refusals and repeats decided on what this server knew,
+                // which nothing confirms without a write: the game may
+                // have moved on through another server.
+                return Ok(Written::ReadFirst);
+            }
             if let Some(before) = advance_to(&mut snapshot, game.now_tick)
                 && !commit_clock(conn, &mut snapshot, before).await?
             {
@@ -1016,12 +1230,16 @@ impl Store {
                 .bind(commit.rows.iter().map(|r| r.outcome).collect::<Vec<_>>())
                 .bind(tokens)
                 .bind(i64::from(TICK_MS))
+                .bind(i64::from(game.now_tick))
                 .fetch_all(&mut *conn)
                 .await?;
-            snapshot.version = match written(rows)? {
-                Written::Done(version) => version as u64,
+            let clock_at = Instant::now();
+            let done = match written(rows)? {
+                Written::Done(done) => done,
                 Written::Missed(again) => return Ok(Written::Missed(again)),
+                Written::ReadFirst => return Ok(Written::ReadFirst),
             };
+            snapshot.version = done.version as u64;
             for writer in &commit.writers {
                 let seat = seat_index(writer.seat)?;
                 snapshot.roster.connected[seat] = !writer.leaving;
@@ -1029,13 +1247,28 @@ impl Store {
                     snapshot.roster.names[seat].clear();
                 }
             }
+            if snapshot.state.phase() != Phase::Finished {
+                known = Some((
+                    Known {
+                        version: done.version,
+                        state: snapshot.state.clone(),
+                        roster: snapshot.roster.clone(),
+                        sessions,
+                        created_us: done.created_us,
+                        clock_us: done.clock_us,
+                        clock_at,
+                        roster_read_at,
+                    },
+                    game.version,
+                ));
+            }
         }
         let answers = applied
             .answers
             .into_iter()
             .map(|answer| answer.map(|a| a.into_reply(&snapshot)))
             .collect();
-        Ok(Written::Done(answers))
+        Ok(Written::Done(Committed { answers, known }))
     }
 
     /// One read, and a compare-and-set write only when the clock alone
@@ -1170,15 +1403,30 @@ fn read_row(row: &PgRow, at: usize) -> Result<Read, Error> {
     })
 }
 
+/// A compare-and-set write of Acts and Leaves that matched.
+struct WriteDone {
+    /// The game's new version.
+    version: i64,
+    /// `games.created_at`, µs since the epoch.
+    created_us: i64,
+    /// The database clock at the write, µs since the epoch.
+    clock_us: i64,
+}
+
 /// What a compare-and-set write of Acts and Leaves returned (see
-/// `read_again!` in the queries): the new version, or nothing written and
-/// the callers' read done again after the commit it lost to.
-fn written(rows: Vec<PgRow>) -> Result<Written<i64>, Error> {
+/// `read_again!` in the queries): the new version (with the game's
+/// creation and the database clock), or nothing written and the callers'
+/// read done again after the commit it lost to.
+fn written(rows: Vec<PgRow>) -> Result<Written<WriteDone>, Error> {
     let Some(first) = rows.first() else {
         return Ok(Written::Missed(None));
     };
     if let Some(version) = first.try_get::<Option<i64>, _>(0)? {
-        return Ok(Written::Done(version));
+        return Ok(Written::Done(WriteDone {
+            version,
+            created_us: first.try_get(2)?,
+            clock_us: first.try_get(15)?,
+        }));
     }
     let again = rows
         .iter()
@@ -1440,7 +1688,7 @@ mod tests {
 
     /// A game of four seated players, their sessions (session id 10 + seat,
     /// token `[seat; 32]`), none of which applied anything yet.
-    fn four_players() -> (GameState, std::collections::HashMap<TokenHash, SessionRead>) {
+    fn four_players() -> (GameState, HashMap<TokenHash, SessionRead>) {
         let mut state = GameState::new(7, 0);
         let mut sessions = std::collections::HashMap::new();
         for seat in 0..SEATS as u8 {
@@ -1728,6 +1976,105 @@ mod tests {
     }
 
     #[test]
+    fn the_clock_since_a_reading_counts_ticks_as_the_database_does() {
+        let tick_us = i64::from(TICK_MS) * 1000;
+        let created = 1_700_000_000_000_000;
+        let reading = created + 3 * tick_us - 1;
+        assert_eq!(
+            clock_since(created, reading, Duration::ZERO),
+            (reading, 2),
+            "floor, as now_tick! does"
+        );
+        assert_eq!(
+            clock_since(created, reading, Duration::from_micros(1)),
+            (reading + 1, 3)
+        );
+        assert_eq!(
+            clock_since(
+                created,
+                reading,
+                Duration::from_millis(u64::from(TICK_MS) * 10)
+            )
+            .1,
+            12
+        );
+        assert_eq!(clock_since(created, created - 5, Duration::ZERO).1, 0);
+    }
+
+    /// What a server knows of a game after its commit: seats 0-2 known, at
+    /// version 7, the database clock read at tick 10.
+    fn known(at: Instant) -> Known {
+        let (state, mut sessions) = four_players();
+        sessions.remove(&[3; 32]);
+        Known {
+            version: 7,
+            state,
+            roster: Roster::default(),
+            sessions,
+            created_us: 0,
+            clock_us: 10 * i64::from(TICK_MS) * 1000,
+            clock_at: at,
+            roster_read_at: at,
+        }
+    }
+
+    #[test]
+    fn a_known_game_stands_in_for_a_read_only_of_known_callers_with_a_fresh_roster() {
+        let t0 = Instant::now();
+        let known = known(t0);
+        let tokens: [&[u8]; 2] = [&[0; 32], &[2; 32]];
+        let read = known
+            .read_for(&tokens, t0 + Duration::from_millis(u64::from(TICK_MS) * 2))
+            .expect("both callers are known");
+        let game = read.game.expect("the game");
+        assert_eq!((game.version, game.now_tick), (7, 12));
+        assert_eq!(read.sessions.len(), 2);
+        assert_eq!(read.sessions[&[2; 32]].session_id, 12);
+        assert!(
+            known.read_for(&[&[3; 32]], t0).is_none(),
+            "seat 3 is not known: the commit reads"
+        );
+        assert!(
+            known.read_for(&tokens, t0 + KNOWN_FOR).is_none(),
+            "a roster read KNOWN_FOR ago is read again"
+        );
+    }
+
+    #[test]
+    fn what_is_known_after_a_commit_keeps_other_players_only_if_nobody_wrote_in_between() {
+        let t0 = Instant::now();
+        let before = known(t0);
+        // A commit of seat 0's call, which read version 7 (what was known)
+        // and wrote version 8.
+        let commit = |read_version: i64, left: bool| {
+            let mut session = before.sessions[&[0; 32]];
+            session.last_seq = 5;
+            session.in_game = !left;
+            let after = Known {
+                version: read_version + 1,
+                sessions: HashMap::from([([0; 32], session)]),
+                ..before.clone()
+            };
+            Known::after(after, 1, read_version, Some(before.clone()))
+        };
+        let after = commit(7, false);
+        assert_eq!(after.sessions.len(), 3, "seats 1 and 2 kept from before");
+        assert_eq!(after.sessions[&[0; 32]].last_seq, 5, "seat 0 as written");
+        let after = commit(9, false);
+        assert_eq!(
+            after.sessions.keys().collect::<Vec<_>>(),
+            vec![&[0; 32]],
+            "the commit read version 9: someone wrote after 7, the others may have moved on"
+        );
+        let after = commit(7, true);
+        assert!(
+            !after.sessions.contains_key(&[0; 32]),
+            "seat 0 left: not brought back from before"
+        );
+        assert_eq!(after.sessions.len(), 2);
+    }
+
+    #[test]
     fn winner_codes() {
         assert_eq!(winner_code(Some(Ending::Winner(2))), 2);
         assert_eq!(winner_code(Some(Ending::Draw)), -1);
@@ -1832,6 +2179,8 @@ mod sql_tests {
         token: &'a [u8],
         /// Winner or -1, draw, finishing.
         ending: (i16, bool, bool),
+        /// The game's tick the write takes for now.
+        now_tick: i64,
     }
 
     /// `sql` ([`WRITE_CALLS`] or [`WRITE_ACTS`]) of one call of one session.
@@ -1861,6 +2210,7 @@ mod sql_tests {
             .bind(vec![w.row.2])
             .bind(vec![w.token])
             .bind(i64::from(TICK_MS))
+            .bind(w.now_tick)
     }
 
     /// Calls queued behind a game's gate while another call holds it go
@@ -1910,7 +2260,7 @@ mod sql_tests {
         // Hold the game's gate, as a call writing it would.
         let Turn::Lead(held) = store
             .gates
-            .turn(game_id, Call::Act(act(0, &[99])), MAX_BATCH)
+            .turn(game_id, 0, Call::Act(act(0, &[99])), MAX_BATCH)
             .await
         else {
             panic!("nobody else holds the gate");
@@ -2143,6 +2493,7 @@ mod sql_tests {
             lag_us,
             token,
             ending: (0, false, true),
+            now_tick: 0,
         };
         // A missed write's rows: no version, then the read again.
         let read_again = |rows: Vec<PgRow>| {
@@ -2187,6 +2538,22 @@ mod sql_tests {
                     leaving: true,
                     ending: (1, false, true),
                     ..finishing_act(version - 1, 0, clock, lag_us)
+                },
+            ),
+            (
+                "a tick the game's clock has not reached",
+                WRITE_CALLS,
+                OneWrite {
+                    now_tick: 1_000_000,
+                    ..finishing_act(version, 0, clock, lag_us)
+                },
+            ),
+            (
+                "acts only, a tick the game's clock has not reached",
+                WRITE_ACTS,
+                OneWrite {
+                    now_tick: 1_000_000,
+                    ..plain_act(version, 0, clock, lag_us)
                 },
             ),
             (
@@ -2320,6 +2687,78 @@ mod sql_tests {
         store.close().await;
     }
 
+    /// A server writes on what it knows of a game after its own commit
+    /// (no read); when another server wrote the game since, that write
+    /// loses its compare-and-set, reads again in the same round trip and
+    /// applies on the newer version: each input once, in sequence order,
+    /// a copy of an input the other server applied answered as a repeat.
+    #[tokio::test]
+    async fn a_write_on_a_stale_known_version_loses_and_applies_nothing_twice() {
+        let (pg, a) = crate::store::temp_store().await;
+        let b = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+        let token = crate::token::hash(&crate::token::draw());
+        let joined = a
+            .join(&token, &Identity::session_only(&token), "p0", None)
+            .await
+            .unwrap();
+        let act = |seq: u64| ActCall {
+            token_hash: token,
+            game_id: joined.game_id,
+            seat: joined.seat,
+            inputs: vec![Input {
+                seq,
+                action: Action::Idle,
+            }],
+            batch: true,
+        };
+        let applied = |acted: &Acted| (acted.seq, acted.applied, acted.replayed);
+        assert_eq!(applied(&a.act(&act(1)).await.unwrap()), (1, 1, false));
+        assert!(
+            a.known.contains_key(&joined.game_id),
+            "server a knows the game after its commit"
+        );
+        // Server b writes seq 2: what a knows is now one version behind.
+        assert_eq!(applied(&b.act(&act(2)).await.unwrap()), (2, 1, false));
+        let lost = a.cas_retries.load(std::sync::atomic::Ordering::Relaxed);
+        // A copy of seq 2 through a: by what a knows, seq 2 is new.
+        assert_eq!(
+            applied(&a.act(&act(2)).await.unwrap()),
+            (2, 0, true),
+            "a repeat, not applied again"
+        );
+        assert_eq!(
+            a.cas_retries.load(std::sync::atomic::Ordering::Relaxed),
+            lost + 1,
+            "a wrote on the version it knew, lost, and read again"
+        );
+        assert_eq!(applied(&a.act(&act(3)).await.unwrap()), (3, 1, false));
+        // Server b writes seq 4 and 5; a knows 3 as the last applied.
+        assert_eq!(applied(&b.act(&act(4)).await.unwrap()), (4, 1, false));
+        assert_eq!(applied(&b.act(&act(5)).await.unwrap()), (5, 1, false));
+        // By what a knows, a call starting at 6 skips 4 and 5, which a
+        // refusal would say; a reads first, and applies it.
+        assert_eq!(
+            applied(&a.act(&act(6)).await.expect("not refused on what a knew")),
+            (6, 1, false)
+        );
+        let log: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT a.seq, a.version FROM actions a JOIN sessions s ON s.id = a.session_id \
+             WHERE s.token_hash = $1 ORDER BY a.seq",
+        )
+        .bind(&token[..])
+        .fetch_all(a.pool())
+        .await
+        .unwrap();
+        let seqs: Vec<i64> = log.iter().map(|&(seq, _)| seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6], "each input once");
+        assert!(
+            log.windows(2).all(|w| w[0].1 < w[1].1),
+            "in sequence order, one version each: {log:?}"
+        );
+        a.close().await;
+        b.close().await;
+    }
+
     /// A write that lost to a commit made while it ran (it waited for the
     /// winner's row lock, its own snapshot older than that commit) reads
     /// again after that commit: the winner's version and log row.
@@ -2394,6 +2833,7 @@ mod sql_tests {
                     lag_us: 60_000_000,
                     token: &token[..],
                     ending: (-1, false, false),
+                    now_tick: 0,
                 },
             )
             .fetch_all(&pool)

@@ -110,7 +110,7 @@ macro_rules! update_game {
             $game,
             "::bigint",
             $($cond)+,
-            " RETURNING id, version)"
+            " RETURNING id, version, created_at)"
         )
     };
 }
@@ -125,15 +125,22 @@ macro_rules! clock_us {
 /// The compare-and-set game update of a commit of Acts and Leaves: it
 /// matches only while the game is still at the version the caller read
 /// (`$version`), every session the commit writes for is still seated in it
-/// (`sl` holds as many rows as `$sessions` has), and the write is not older
-/// than `$lag_us` by the database clock since the read at `$read_us`. The
-/// last condition keeps a server that stalled between its read and its
-/// write (a stopped process, a CPU stall) from committing, much later,
-/// actions computed at a tick long gone, in a game nobody else touched
-/// meanwhile: the calls read again and apply at the current tick.
+/// (`sl` holds as many rows as `$sessions` has), the write is not older
+/// than `$lag_us` by the database clock since the read at `$read_us`, and
+/// the game's clock has reached the tick the caller took for now
+/// (`$now_tick`, with `$tick_ms` the tick length). The lag bound keeps a
+/// server that stalled between its read and its write (a stopped process,
+/// a CPU stall) from committing, much later, actions computed at a tick
+/// long gone, in a game nobody else touched meanwhile: the calls read
+/// again and apply at the current tick. The tick guard keeps a server that
+/// wrote on what it knew of the game after its last commit, without a
+/// read (see `play::Known`), from applying at a tick the database's clock
+/// has not reached (its estimate of that clock was wrong, or the clock
+/// stepped back): the calls read again.
 macro_rules! cas_game {
     ($state:literal, $phase:literal, $game:literal, $extra:literal,
-     $version:literal, $read_us:literal, $lag_us:literal, $sessions:literal) => {
+     $version:literal, $read_us:literal, $lag_us:literal, $sessions:literal,
+     $now_tick:literal, $tick_ms:literal) => {
         update_game!(
             $state,
             $phase,
@@ -150,6 +157,10 @@ macro_rules! cas_game {
                 $read_us,
                 "::bigint + ",
                 $lag_us,
+                "::bigint AND floor(extract(epoch FROM clock_timestamp() - created_at) * 1000 / ",
+                $tick_ms,
+                "::bigint)::bigint >= ",
+                $now_tick,
                 "::bigint"
             )
         )
@@ -339,18 +350,21 @@ pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game
      WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
 
 /// The end of a compare-and-set write: its new version in the first
-/// column, the rest NULL; or, if it wrote nothing, NULL then the callers'
+/// column, the game's creation and the database clock (both µs since the
+/// epoch) in the third and last, the rest NULL; or, if it wrote nothing, NULL then the callers'
 /// read done again ([`LOAD_CALLERS`]'s columns, one row per token, from
 /// `game_call_read`, which sees the commit the write lost to). `$tokens`
 /// token hashes, `$tick` tick length.
 macro_rules! read_again {
     ($tokens:literal, $tick:literal) => {
         concat!(
-            " SELECT version, NULL::bytea, NULL::bigint, NULL::smallint, NULL::boolean, \
-                     NULL::bigint, NULL::smallint, NULL::smallint, NULL::integer, NULL::bigint, \
-                     NULL::bytea, NULL::bigint, NULL::bigint, NULL::text[], NULL::boolean[], \
-                     NULL::bigint \
-              FROM g \
+            " SELECT version, NULL::bytea, \
+                     (extract(epoch FROM created_at) * 1000000)::bigint, NULL::smallint, \
+                     NULL::boolean, NULL::bigint, NULL::smallint, NULL::smallint, NULL::integer, \
+                     NULL::bigint, NULL::bytea, NULL::bigint, NULL::bigint, NULL::text[], \
+                     NULL::boolean[], ",
+            clock_us!(),
+            " FROM g \
               UNION ALL \
               SELECT NULL::bigint, t.h, r.* FROM unnest(",
             $tokens,
@@ -380,7 +394,8 @@ macro_rules! read_again {
 /// `$11` session, `$12` seat, `$13` it left, `$14` it left a waiting game
 /// (its seat is freed). Per log row, in the order applied: `$15` session,
 /// `$16` seq, `$17` seat, `$18` action, `$19` outcome. `$20` the callers'
-/// token hashes and `$21` the tick length, for the read again.
+/// token hashes and `$21` the tick length, for the read again. `$22` the
+/// game's tick the caller took for now (the tick guard of `cas_game!`).
 pub const WRITE_CALLS: &str = concat!(
     "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
                                      $14::boolean[]) AS w(session, seat, leaving, freed)), ",
@@ -400,7 +415,9 @@ pub const WRITE_CALLS: &str = concat!(
         "$4",
         "$5",
         "$6",
-        "$11"
+        "$11",
+        "$22",
+        "$21"
     ),
     ", ",
     log_actions!(),
@@ -444,7 +461,9 @@ pub const WRITE_ACTS: &str = concat!(
         "$4",
         "$5",
         "$6",
-        "$11"
+        "$11",
+        "$22",
+        "$21"
     ),
     ", ",
     log_actions!(),
