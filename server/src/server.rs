@@ -232,6 +232,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
     let admission = Admission::new(config.admission);
     let admission_stats = admission.clone();
+    let line = admission.clone();
+    store.not_lingering_when(move || line.has_line());
     let status = Observed::new(
         pb::status_server::StatusServer::new(StatusService::new(
             server_id.clone(),

@@ -31,7 +31,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{Notify, OwnedMutexGuard, oneshot};
 use tokio::time::{Duration, Instant};
@@ -53,7 +53,15 @@ pub(crate) struct Gates<J, R> {
     /// kept apart from the gates, which are forgotten whenever idle (as
     /// between two commits that each took all of a game's calls).
     arrivals: Mutex<HashMap<u64, Arrivals>>,
+    /// Whether other calls wait for a place in this server's admission
+    /// (set once the server's admission control exists): the call holding
+    /// a gate then does not linger, since its game's place would be held
+    /// with nothing of it in the database while others wait for one.
+    crowded: OnceLock<Crowded>,
 }
+
+/// Tells whether calls wait in line for admission right now.
+pub(crate) type Crowded = Box<dyn Fn() -> bool + Send + Sync>;
 
 impl<J, R> Default for Gates<J, R> {
     fn default() -> Self {
@@ -63,6 +71,7 @@ impl<J, R> Default for Gates<J, R> {
             metrics: None,
             linger: Duration::ZERO,
             arrivals: Mutex::default(),
+            crowded: OnceLock::new(),
         }
     }
 }
@@ -370,7 +379,7 @@ impl<J, R> Gates<J, R> {
     /// Waits, at most the gates' linger, until every recent caller of
     /// `game` has a job queued, if [`Arrivals::linger`] says to.
     async fn linger(&self, game_id: u64, game: &GameGate<J, R>) {
-        if self.linger.is_zero() {
+        if self.linger.is_zero() || self.crowded.get().is_some_and(|crowded| crowded()) {
             return;
         }
         let start = Instant::now();
@@ -423,6 +432,13 @@ impl<J, R> Gates<J, R> {
     /// the game's other callers (see [`Arrivals`]).
     pub(crate) fn lingering(self, linger: Duration) -> Gates<J, R> {
         Gates { linger, ..self }
+    }
+
+    /// From now on the call holding a gate does not linger while
+    /// `crowded` says calls wait for admission. Set once; later calls are
+    /// ignored.
+    pub(crate) fn not_lingering_when(&self, crowded: Crowded) {
+        let _ = self.crowded.set(crowded);
     }
 
     /// Forgets `game_id` once no call holds, awaits or queues on its gate
@@ -489,7 +505,7 @@ impl<J, R> Drop for Gate<'_, J, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::{AtomicBool, AtomicU32};
     use std::time::Duration;
 
     #[test]
@@ -720,6 +736,27 @@ mod tests {
         );
         assert_eq!(batch.answer([100, 200]), Some(100));
         assert_eq!(second.await.unwrap(), 200);
+        assert_eq!(gates.len(), 0);
+    }
+
+    /// While calls wait for admission the call holding the gate takes its
+    /// batch at once: its game's place is not held idle for the others.
+    #[tokio::test]
+    async fn the_call_holding_the_gate_does_not_wait_while_calls_wait_for_admission() {
+        let gates: Arc<Gates<u32, u32>> =
+            Arc::new(Gates::default().lingering(Duration::from_secs(10)));
+        let crowded = Arc::new(AtomicBool::new(true));
+        let flag = crowded.clone();
+        gates.not_lingering_when(Box::new(move || flag.load(Ordering::Relaxed)));
+        gates.arrived(1, 1);
+        gates.arrived(1, 2);
+        let Ok(Turn::Lead(batch)) =
+            tokio::time::timeout(Duration::from_secs(5), gates.turn(1, 1, 10, 8)).await
+        else {
+            panic!("caller 1 waited for caller 2 although calls wait for admission");
+        };
+        assert_eq!(batch.jobs().copied().collect::<Vec<_>>(), vec![10]);
+        assert_eq!(batch.answer([100]), Some(100));
         assert_eq!(gates.len(), 0);
     }
 

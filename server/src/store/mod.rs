@@ -313,6 +313,14 @@ impl Store {
         self
     }
 
+    /// From now on the call holding a game's gate does not wait for the
+    /// game's other players while `crowded` says calls wait for admission
+    /// (the server's admission control), so a game's place is not held
+    /// with nothing of it in the database while other games wait for one.
+    pub fn not_lingering_when(&self, crowded: impl Fn() -> bool + Send + Sync + 'static) {
+        self.gates.not_lingering_when(Box::new(crowded));
+    }
+
     /// The metrics this store counts into.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
