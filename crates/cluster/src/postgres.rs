@@ -142,13 +142,7 @@ impl LocalPostgres {
     /// off and it has room, else under /tmp. Dropping the handle stops it
     /// at once and deletes the directory.
     pub fn start_temp(opts: PgOptions) -> Result<LocalPostgres, PgError> {
-        let in_dir = |root: &str| {
-            tempfile::Builder::new()
-                .prefix("borbaman-pg-")
-                .tempdir_in(root)
-        };
-        let temp = in_dir(crate::scratch::throwaway_root(opts.fsync))
-            .or_else(|_| in_dir("/tmp"))
+        let temp = crate::scratch::throwaway_dir("borbaman-pg-", opts.fsync)
             .map_err(io_err("creating a temporary directory"))?;
         // The postgres user must be able to enter the directory.
         fs::set_permissions(temp.path(), fs::Permissions::from_mode(0o755))

@@ -34,6 +34,13 @@ pub(crate) fn throwaway_root(fsync: bool) -> &'static str {
     choose_root(fsync, free_bytes(Path::new(SHM)))
 }
 
+/// A fresh directory named `prefix…` for a throwaway cluster, under
+/// [`throwaway_root`], or under /tmp if that fails; deleted when dropped.
+pub(crate) fn throwaway_dir(prefix: &str, fsync: bool) -> std::io::Result<tempfile::TempDir> {
+    let in_dir = |root: &str| tempfile::Builder::new().prefix(prefix).tempdir_in(root);
+    in_dir(throwaway_root(fsync)).or_else(|_| in_dir(TMP))
+}
+
 /// Bytes an unprivileged process may still write to the file system at
 /// `dir`, if `dir` is a directory.
 fn free_bytes(dir: &Path) -> Option<u64> {

@@ -371,17 +371,11 @@ impl LocalHa {
                 (None, dir)
             }
             None => {
-                let in_dir = |root: &str| {
-                    tempfile::Builder::new()
-                        .prefix("borbaman-ha-")
-                        .tempdir_in(root)
-                };
                 // Without fsync nothing of a throwaway layout is meant to
                 // reach the disk: in memory, where there is a tmpfs, its
                 // ~1000 files a member are also deleted in milliseconds
                 // (seconds on ext4 with `discard`).
-                let temp = in_dir(crate::scratch::throwaway_root(opts.fsync))
-                    .or_else(|_| in_dir("/tmp"))
+                let temp = crate::scratch::throwaway_dir("borbaman-ha-", opts.fsync)
                     .map_err(io_err("creating a temporary directory"))?;
                 let dir = temp.path().to_path_buf();
                 (Some(temp), dir)
