@@ -66,7 +66,8 @@ use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    Suspicion, at_deadline, late_copy_is_shared_stall, probe_verdict, when_late,
+    SILENT_SLACK, Suspicion, at_deadline, copy_when_silent, late_copy_is_shared_stall,
+    probe_verdict, when_late,
 };
 pub use rtt::ServerTiming;
 
@@ -399,16 +400,36 @@ struct Attempt<T> {
     hedge_sent: Option<Duration>,
 }
 
-/// The verdict `probe` will tell (`Alive` if its probe ended without
-/// one); never ends without a probe.
-async fn verdict_of(probe: Option<&mut watch::Receiver<Probe>>) -> Probe {
+/// What `probe` tells next after `known` (a suspicion that the server is
+/// silent, or the verdict; `Alive` if its probe ended without one); never
+/// ends without a probe.
+async fn verdict_of(probe: Option<&mut watch::Receiver<Probe>>, known: Probe) -> Probe {
     match probe {
-        Some(probe) => match probe.wait_for(|p| *p != Probe::Pending).await {
+        Some(probe) => match probe
+            .wait_for(|p| *p != Probe::Pending && *p != known)
+            .await
+        {
             Ok(verdict) => *verdict,
             Err(_) => Probe::Alive,
         },
         None => std::future::pending().await,
     }
+}
+
+/// Where a call late on `server` sends its copy: another live server not in
+/// `skip`; with a game set, the game's next choice ([`pick_for_game`]).
+fn copy_target(state: &State, server: &Server, skip: &HashSet<String>) -> Option<Server> {
+    let candidates: Vec<&Server> = state
+        .servers
+        .iter()
+        .filter(|s| s.address != server.address && !skip.contains(&s.address))
+        .collect();
+    let addresses: Vec<&str> = candidates.iter().map(|s| s.address.as_str()).collect();
+    let chosen = match state.game {
+        Some(game) => pick_for_game(&addresses, &HashSet::new(), game),
+        None => pick(&addresses, &HashSet::new(), &mut rand::rng()),
+    };
+    chosen.map(|i| candidates[i].clone())
 }
 
 /// Awaits `future` if there is one, else never ends (a `select!` branch
@@ -663,6 +684,20 @@ impl ServerPool {
         let mut deadline_at = Some(started + deadline);
         let mut overdue = false;
         let final_at = started + longest.max(deadline);
+        // Sends the call's copy to `second` at `now` (one copy out at a
+        // time: a later one replaces it).
+        macro_rules! send_copy {
+            ($second:expr, $now:expr) => {{
+                let (second, now): (Server, Instant) = ($second, $now);
+                attempt.hedges += 1;
+                attempt.hedge_sent = Some(now.saturating_duration_since(started));
+                copy_late_at = Some(now + self.timing(&second.address).hedge_delay());
+                let future = Box::pin(f(GameClient::new(second.channel.clone())));
+                copy_down = Some(second.down.subscribe());
+                copy = Some((second, now, future));
+                copy_state = Copy::OnTime;
+            }};
+        }
         loop {
             let next = [hedge_at, copy_late_at, deadline_at, Some(final_at)]
                 .into_iter()
@@ -716,9 +751,17 @@ impl ServerPool {
                         }
                     }
                 },
-                verdict = verdict_of(probe.as_mut()), if probe_state == Probe::Pending && probe.is_some() => {
+                verdict = verdict_of(probe.as_mut(), probe_state), if matches!(probe_state, Probe::Pending | Probe::Silent) && probe.is_some() => {
                     // The probe marks a hung server down itself.
                     probe_state = verdict;
+                    if probe_state == Probe::Silent && first_pending {
+                        // Another server answered its health check, this
+                        // one did not: copy the call now, whatever the
+                        // budget or a stall say (see `copy_when_silent`).
+                        if let Some(second) = self.silent_copy(server, &skip, copy_state) {
+                            send_copy!(second, Instant::now());
+                        }
+                    }
                     if late_copy_is_shared_stall(copy_state, probe_state) {
                         // The copy was late beside a live server: two
                         // servers slow together.
@@ -771,14 +814,7 @@ impl ServerPool {
                         let (verdict, second) = self.late(server, &skip, started);
                         probe = Some(verdict);
                         if let Some(second) = second {
-                            attempt.hedges = 1;
-                            attempt.hedge_sent = Some(now.saturating_duration_since(started));
-                            let late_after = self.timing(&second.address).hedge_delay();
-                            copy_late_at = Some(now + late_after);
-                            let future = Box::pin(f(GameClient::new(second.channel.clone())));
-                            copy_down = Some(second.down.subscribe());
-                            copy = Some((second, now, future));
-                            copy_state = Copy::OnTime;
+                            send_copy!(second, now);
                         }
                     }
                     if copy_late_at.is_some_and(|at| at <= now) {
@@ -1070,17 +1106,7 @@ impl ServerPool {
         sent: Instant,
     ) -> (watch::Receiver<Probe>, Option<Server>) {
         let mut state = self.shared.state.lock().unwrap();
-        let candidates: Vec<&Server> = state
-            .servers
-            .iter()
-            .filter(|s| s.address != server.address && !skip.contains(&s.address))
-            .collect();
-        let addresses: Vec<&str> = candidates.iter().map(|s| s.address.as_str()).collect();
-        let chosen = match state.game {
-            Some(game) => pick_for_game(&addresses, &HashSet::new(), game),
-            None => pick(&addresses, &HashSet::new(), &mut rand::rng()),
-        };
-        let target = chosen.map(|i| candidates[i].clone());
+        let target = copy_target(&state, server, skip);
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
             shared_stall: state.shared_stall,
@@ -1130,6 +1156,20 @@ impl ServerPool {
         (verdict, target)
     }
 
+    /// A call late on `server`, which its probe found [`Probe::Silent`]:
+    /// the server to send its copy to now, if [`copy_when_silent`] says so
+    /// (chosen as [`Self::late`] chooses). Pays a token if one is left.
+    fn silent_copy(&self, server: &Server, skip: &HashSet<String>, copy: Copy) -> Option<Server> {
+        let mut state = self.shared.state.lock().unwrap();
+        let target = copy_target(&state, server, skip);
+        if !copy_when_silent(copy, target.is_some()) {
+            return None;
+        }
+        state.budget.spend();
+        state.hedges += 1;
+        target
+    }
+
     /// Health-checks a late call's server on its warm connection, and at
     /// the same time one other live server, in a task of its own (its
     /// verdict counts even when the call is answered first).
@@ -1140,7 +1180,7 @@ impl ServerPool {
     /// and closes suspicion `id`.
     fn probe(&self, server: &Server, id: u64, tell: watch::Sender<Probe>) {
         let pool = self.clone();
-        let (timeout, other) = {
+        let (timeout, own_round_trip, other) = {
             let state = self.shared.state.lock().unwrap();
             let others: Vec<&Server> = state
                 .servers
@@ -1150,7 +1190,12 @@ impl ServerPool {
             let addresses: Vec<&str> = others.iter().map(|s| s.address.as_str()).collect();
             let other =
                 pick(&addresses, &HashSet::new(), &mut rand::rng()).map(|i| others[i].clone());
-            (state.timing(&server.address).probe_deadline(), other)
+            let timing = state.timing(&server.address);
+            (
+                timing.probe_deadline(),
+                timing.net.rto().unwrap_or_default(),
+                other,
+            )
         };
         let server = server.clone();
         tokio::spawn(async move {
@@ -1173,19 +1218,35 @@ impl ServerPool {
                 other: other.as_ref().map(|_| None),
                 elapsed: Duration::ZERO,
                 given_up: false,
+                own_round_trip,
             };
             let (mut checking, mut other_checking) = (true, other.is_some());
             let verdict = loop {
                 now.elapsed = started.elapsed();
                 let verdict = probe_verdict(now, rtt::PROBE_SLACK);
-                if verdict != Probe::Pending {
-                    break verdict;
+                match verdict {
+                    Probe::Pending => {}
+                    Probe::Silent => {
+                        if *tell.borrow() != Probe::Silent {
+                            tracing::debug!(
+                                server = server.address,
+                                "server silent: probe unanswered beside another's answer"
+                            );
+                            tell.send_replace(Probe::Silent);
+                        }
+                    }
+                    Probe::Alive | Probe::Hung => break verdict,
                 }
-                // The other answered: the late server has that long and
-                // the slack more.
-                let other_slack_at = match now.other {
-                    Some(Some(other)) => started + other + rtt::PROBE_SLACK,
-                    _ => give_up_at,
+                // The other answered: the late server has that long (at
+                // least its own round trip) and the silent slack more,
+                // then that long and the hung slack more.
+                let (silent_at, other_slack_at) = match now.other {
+                    Some(Some(other)) if verdict == Probe::Pending => (
+                        started + other.max(own_round_trip) + SILENT_SLACK,
+                        started + other + rtt::PROBE_SLACK,
+                    ),
+                    Some(Some(other)) => (give_up_at, started + other + rtt::PROBE_SLACK),
+                    _ => (give_up_at, give_up_at),
                 };
                 tokio::select! {
                     answer = &mut check, if checking => {
@@ -1209,6 +1270,7 @@ impl ServerPool {
                     _ = tokio::time::sleep_until(overdue_at.into()), if !now.overdue => {
                         now.overdue = true;
                     }
+                    _ = tokio::time::sleep_until(silent_at.into()), if silent_at < give_up_at => {}
                     _ = tokio::time::sleep_until(other_slack_at.into()), if other_slack_at < give_up_at => {}
                     _ = tokio::time::sleep_until(give_up_at.into()) => {
                         now.given_up = true;

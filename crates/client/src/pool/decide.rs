@@ -16,6 +16,13 @@
 //!   server while it is open join it (their copies go out at once, covered
 //!   by its token, as long as the server has not answered meanwhile), and
 //!   its one verdict ends them all.
+//! - A late server whose probe is still unanswered a few milliseconds
+//!   after another server answered its own (sent at the same moment) is
+//!   **silent**: probably hung. Every call late on it that has no copy out
+//!   sends one now, even into a shared stall and with the budget spent:
+//!   a stall delays calls, not health checks, so a health check one server
+//!   answers and another does not is no stall; and waiting for the verdict
+//!   instead cost a call ~100 ms.
 //! - A server that does not answer its probe in time while another server
 //!   does (even late: the verdict waits for it, and gives the late server
 //!   as long and a slack more) is **hung**: it is dropped and the call
@@ -48,6 +55,9 @@ use super::rtt::ServerTiming;
 pub enum Probe {
     /// Not sent yet, or no verdict yet.
     Pending,
+    /// No verdict yet, but the other server answered and this one has not
+    /// within [`SILENT_SLACK`] more: probably hung (see [`probe_verdict`]).
+    Silent,
     /// Answered in time: the server is alive (or nothing could answer,
     /// see [`probe_verdict`]).
     Alive,
@@ -72,7 +82,17 @@ pub struct Probing {
     /// Both have been silent for [`PROBE_PATIENCE`] times the late
     /// server's probe deadline.
     pub given_up: bool,
+    /// The late server's own network round trip as usually late (its
+    /// network RTO): it is not silent before this, whatever the other did.
+    pub own_round_trip: Duration,
 }
+
+/// How much longer than the other server (and than its own usual round
+/// trip) the late server may take to answer its probe before it is
+/// [`Probe::Silent`]: a health check is answered without database work,
+/// so two live servers on one machine answer within a few milliseconds
+/// of each other even under load.
+pub const SILENT_SLACK: Duration = Duration::from_millis(10);
 
 /// How many of the late server's probe deadlines a probe waits for the
 /// other server's answer before calling everyone slow.
@@ -89,19 +109,37 @@ pub const PROBE_PATIENCE: u32 = 2;
 /// silent for [`PROBE_PATIENCE`] deadlines: the machine or the link is
 /// slow for everyone, and dropping a server for it would only add a
 /// failover to a stall.
+///
+/// Before the verdict, the late server is [`Probe::Silent`] once the other
+/// answered and the late one has had as long, and at least its own usual
+/// round trip, and [`SILENT_SLACK`] more.
 pub fn probe_verdict(now: Probing, slack: Duration) -> Probe {
     if now.answered {
         return Probe::Alive;
     }
+    let silent = match now.other {
+        Some(Some(other)) if now.elapsed >= other.max(now.own_round_trip) + SILENT_SLACK => {
+            Probe::Silent
+        }
+        _ => Probe::Pending,
+    };
     if !now.overdue {
-        return Probe::Pending;
+        return silent;
     }
     match now.other {
         None => Probe::Hung,
         Some(Some(other)) if now.elapsed >= other + slack => Probe::Hung,
         Some(None) if now.given_up => Probe::Alive,
-        Some(_) => Probe::Pending,
+        Some(_) => silent,
     }
+}
+
+/// Whether a call late on a [`Probe::Silent`] server sends a copy now: when
+/// none is out and another live server can take it. Budget and shared stall
+/// do not stop it (see the module docs); the call pays a token if one is
+/// left.
+pub fn copy_when_silent(copy: Copy, other_server: bool) -> bool {
+    copy == Copy::None && other_server
 }
 
 /// Whether a copy that is late too means two servers are slow together
@@ -167,7 +205,7 @@ pub fn at_deadline(late: Late) -> AtDeadline {
         (Probe::Hung, _) => AtDeadline::Hung,
         // The copy is still within its time: it will answer.
         (_, Copy::OnTime) => AtDeadline::KeepWaiting,
-        (Probe::Pending, _) => AtDeadline::WaitForProbe,
+        (Probe::Pending | Probe::Silent, _) => AtDeadline::WaitForProbe,
         (Probe::Alive, Copy::Late) => AtDeadline::KeepWaiting,
         (Probe::Alive, Copy::None | Copy::Failed) => {
             if !late.other_server {
@@ -559,8 +597,83 @@ mod tests {
             other: other.map(|o| o.map(ms)),
             elapsed: ms(elapsed),
             given_up,
+            own_round_trip: ms(2),
         };
         probe_verdict(now, SLACK)
+    }
+
+    #[test]
+    fn a_server_that_alone_does_not_answer_is_silent_before_its_verdict() {
+        // Loopback: the other answered at 1 ms; the late server has 1 ms
+        // and the slack, or its own round trip (2 ms) and the slack.
+        assert_eq!(
+            probing(false, false, Some(Some(1)), 11, false),
+            Probe::Pending
+        );
+        assert_eq!(
+            probing(false, false, Some(Some(1)), 12, false),
+            Probe::Silent
+        );
+        assert_eq!(
+            probing(false, false, Some(Some(20)), 29, false),
+            Probe::Pending,
+            "the other answered late: the late one gets as long"
+        );
+        assert_eq!(
+            probing(false, false, Some(Some(20)), 30, false),
+            Probe::Silent
+        );
+        assert_eq!(
+            probing(false, false, Some(None), 90, false),
+            Probe::Pending,
+            "nobody answered: nothing to compare"
+        );
+        assert_eq!(probing(false, false, None, 90, false), Probe::Pending);
+        assert_eq!(probing(true, false, Some(Some(1)), 50, false), Probe::Alive);
+        assert_eq!(
+            probing(false, true, Some(Some(1)), 40, false),
+            Probe::Silent,
+            "overdue but within the hung slack: still only silent"
+        );
+        assert_eq!(probing(false, true, Some(Some(1)), 51, false), Probe::Hung);
+        // A far server (own round trip 210 ms) beside a near one.
+        let far = Probing {
+            answered: false,
+            overdue: false,
+            other: Some(Some(ms(1))),
+            elapsed: ms(100),
+            given_up: false,
+            own_round_trip: ms(210),
+        };
+        assert_eq!(probe_verdict(far, SLACK), Probe::Pending);
+        assert_eq!(
+            probe_verdict(
+                Probing {
+                    elapsed: ms(220),
+                    ..far
+                },
+                SLACK
+            ),
+            Probe::Silent
+        );
+    }
+
+    #[test]
+    fn a_silent_server_gets_a_copy_whatever_the_budget_or_a_stall_say() {
+        assert!(copy_when_silent(Copy::None, true));
+        assert!(!copy_when_silent(Copy::None, false), "nowhere to send it");
+        for out in [Copy::OnTime, Copy::Late, Copy::Failed] {
+            assert!(!copy_when_silent(out, true), "{out:?}: one copy a call");
+        }
+        assert_eq!(
+            at_deadline(late(Probe::Silent, Copy::None)),
+            AtDeadline::WaitForProbe
+        );
+        assert_eq!(
+            at_deadline(late(Probe::Silent, Copy::OnTime)),
+            AtDeadline::KeepWaiting
+        );
+        assert!(!late_copy_is_shared_stall(Copy::Late, Probe::Silent));
     }
 
     #[test]
@@ -572,8 +685,8 @@ mod tests {
         }
         assert_eq!(
             probing(false, false, Some(Some(10)), 90, false),
-            Probe::Pending,
-            "within its deadline a far server may still answer"
+            Probe::Silent,
+            "within its deadline no verdict, only a suspicion"
         );
         assert_eq!(
             probing(false, true, Some(Some(10)), 100, false),
