@@ -55,8 +55,7 @@ fn wait_metrics(
 async fn losing_an_etcd_member_moves_nothing_and_the_metrics_follow_a_switchover() {
     let config = ClusterConfig {
         database: Database::Replicated,
-        server_args: vec!["--metrics-listen=127.0.0.1:0".into()],
-        ..ClusterConfig::temporary(1).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+        ..common::config(1, &["--metrics-listen=127.0.0.1:0"])
     };
     let mut cluster = common::blocking(|| LocalCluster::start(config, |_| {})).expect("a cluster");
     let metrics = cluster.metrics_addresses()[0].clone().expect("/metrics");
