@@ -36,6 +36,10 @@
 //! reset reaches its clients one delay later, and its replacement is
 //! found behind the same proxy address.
 //!
+//! The run ends `--tail-s` after the last fault is over (its server
+//! replaced, its member back), or after the last interval if that is
+//! later: a fault that ran late still has its recovery measured.
+//!
 //! Besides the bench outputs it writes `faults.csv` (time, kind, target,
 //! `promoted_ms`, `recovered_ms` — until every client had a good `Act`
 //! after the fault — and `restored_ms`),
@@ -67,7 +71,9 @@ pub struct ChaosArgs {
     /// Faults to inject.
     #[arg(long, default_value_t = 16)]
     pub faults: u32,
-    /// Seconds between two faults.
+    /// Seconds between two faults. A fault on the replicated database
+    /// (`--db ha`) waits besides until the one before is over (its member
+    /// back) and the cluster has been whole for 3 s.
     #[arg(long, default_value_t = 3)]
     pub fault_interval_s: u64,
     /// Kinds of fault, mixed at random when several.
@@ -113,7 +119,9 @@ pub struct ChaosArgs {
     /// Warm-up before the first fault; left out of every figure.
     #[arg(long, default_value_t = 5)]
     pub warmup_s: u64,
-    /// Calm after the last fault before the run ends.
+    /// Calm after the last fault before the run ends: after the last
+    /// interval, or after the last fault is over (its server replaced, its
+    /// database member back) if that is later.
     #[arg(long, default_value_t = 3)]
     pub tail_s: u64,
     /// Directory for the bench outputs and faults.csv.
@@ -237,6 +245,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     plan.workload.name_prefix = "chaos-".into();
     plan.workload.predict = args.predict;
     plan.floor_samples = args.floor_samples;
+    plan.tail_after_faults = Duration::from_secs(args.tail_s);
 
     let mut server_args = args.server_args.clone();
     if args.fault.contains(&FaultKind::Slow)

@@ -29,7 +29,7 @@ fn far_cluster() -> LocalCluster {
             jitter: JITTER,
             ..WanSpec::delay(ONE_WAY)
         }],
-        ..ClusterConfig::temporary(3).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+        ..common::config(3, &[])
     };
     LocalCluster::start(config, |_| {}).expect("start a local cluster at 100 ms")
 }

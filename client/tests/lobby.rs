@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token, seat_lost};
-use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use borbaman_cluster::local::LocalCluster;
 use borbaman_proto::pb::{Action, Phase};
 use tokio::sync::mpsc;
 
@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 const TTL: Duration = Duration::from_millis(2000);
 
 fn cluster() -> LocalCluster {
-    let mut config = ClusterConfig::temporary(1).with_binary(env!("CARGO_BIN_EXE_borbaman"));
-    config.server_args = vec!["--lobby-seat-ttl-ms".into(), TTL.as_millis().to_string()];
+    let ttl = TTL.as_millis().to_string();
+    let config = common::config(1, &["--lobby-seat-ttl-ms", &ttl]);
     LocalCluster::start(config, |_| {}).expect("start a local cluster")
 }
 

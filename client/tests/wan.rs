@@ -23,9 +23,8 @@ use tonic::transport::Channel;
 
 fn wan_cluster(wan: &[&str], server_args: &[&str]) -> LocalCluster {
     let config = ClusterConfig {
-        server_args: server_args.iter().map(|a| a.to_string()).collect(),
         wan: wan.iter().map(|w| WanSpec::parse(w).unwrap()).collect(),
-        ..ClusterConfig::temporary(3).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+        ..common::config(3, server_args)
     };
     LocalCluster::start(config, |_| {}).expect("start a local cluster at a distance")
 }

@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use borbaman_server::store::audit;
@@ -107,6 +107,11 @@ pub struct RunPlan {
     pub games: u32,
     pub floor_samples: usize,
     pub out: PathBuf,
+    /// With a fault injector: calm after its last fault is over (the
+    /// server replaced, the database member back) before the run ends.
+    /// The run lasts `workload.total` at least, and longer when the faults
+    /// ran late, so that a late fault's recovery is still measured.
+    pub tail_after_faults: Duration,
 }
 
 impl RunPlan {
@@ -138,10 +143,12 @@ impl RunPlan {
                 total: Duration::from_secs(warmup_s + duration_s),
                 name_prefix: "bench-".into(),
                 predict: false,
+                until_stopped: false,
             },
             games,
             floor_samples: 0,
             out,
+            tail_after_faults: Duration::ZERO,
         })
     }
 }
@@ -548,7 +555,33 @@ pub async fn run_measured(
             ))
         })
         .collect();
-    let injector = injector.map(|start| start(clock, stop.clone()));
+    // With an injector the run ends a calm after its last fault is over
+    // (and no sooner than planned), not at a fixed time: a fault that ran
+    // late still has its recovery measured, and a run need not leave room
+    // for the slowest fault after each one.
+    let workload_config = WorkloadConfig {
+        until_stopped: injector.is_some(),
+        ..plan.workload.clone()
+    };
+    let (injector, end) = match injector {
+        Some(start) => {
+            let faults = start(clock, stop.clone());
+            let planned_end = clock.started() + plan.workload.total;
+            let tail = plan.tail_after_faults;
+            let (ender, end) = shutdown::channel();
+            let task = tokio::spawn(async move {
+                let faults = faults.await;
+                let end = run_end(planned_end, Instant::now(), tail);
+                tokio::time::sleep_until(end.into()).await;
+                ender.stop();
+                faults
+            });
+            (Some(task), end)
+        }
+        // Without faults the clients stop at the planned end. (Not on a
+        // stopper of their own: dropping it would stop them at once.)
+        None => (None, stop.clone()),
+    };
     let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
     let cost_db = match &target.database_url {
@@ -572,8 +605,11 @@ pub async fn run_measured(
     let census = cost_db
         .clone()
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
-    let logs = workload::run(&plan.workload, pools, clock, &recorder, &progress, stop).await;
+    let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
     stopper.stop();
+    // What the clients ran for, warm-up included: the plan's total, or
+    // more when the run was held open for a late fault.
+    let ran = clock.started().elapsed().max(plan.workload.total);
     let table_rows = match census {
         Some(task) => task.await?,
         None => Vec::new(),
@@ -599,7 +635,7 @@ pub async fn run_measured(
         db_floor = db_floor.or(db);
     }
     let mut faults = match injector {
-        Some(task) => task.await?,
+        Some(task) => task.await??,
         None => Vec::new(),
     };
     bar.await?;
@@ -615,7 +651,7 @@ pub async fn run_measured(
                 url,
                 plan.workload.clients,
                 plan.games,
-                plan.workload.total - plan.workload.warmup,
+                ran - plan.workload.warmup,
             )
             .await
             .context("measuring the bare-transaction throughput")?,
@@ -666,7 +702,7 @@ pub async fn run_measured(
         floor_idle_ping_us: all(&idle, |s| &s.ping_us),
         floor_idle_db_txn_us: all(&idle, |s| &s.db_txn_us),
         warmup_s: plan.workload.warmup.as_secs_f64(),
-        duration_s: (plan.workload.total - plan.workload.warmup).as_secs_f64(),
+        duration_s: (ran - plan.workload.warmup).as_secs_f64(),
         clients: plan.workload.clients,
         games: plan.games,
         games_finished: finished_games(&logs),
@@ -913,6 +949,12 @@ fn keep_database_logs(
     (kept, events)
 }
 
+/// When a run with faults ends: `tail` after its last fault was over
+/// (`faults_over`), and never before the planned end.
+pub fn run_end(planned: Instant, faults_over: Instant, tail: Duration) -> Instant {
+    planned.max(faults_over + tail)
+}
+
 /// Shows elapsed seconds and live counters until `stop` turns true. Draws
 /// nothing when stderr is not a terminal.
 fn progress_bar(
@@ -1025,6 +1067,18 @@ async fn count_rows(db: PgPool, clock: RunClock, mut stop: Shutdown) -> Vec<repo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_with_faults_ends_a_tail_after_the_last_one_and_never_early() {
+        let start = Instant::now();
+        let s = |secs| start + Duration::from_secs(secs);
+        let tail = Duration::from_secs(2);
+        // Faults over early: the planned end stands.
+        assert_eq!(run_end(s(20), s(10), tail), s(20));
+        // Over late: held open a tail after them.
+        assert_eq!(run_end(s(20), s(25), tail), s(27));
+        assert_eq!(run_end(s(20), s(19), tail), s(21));
+    }
 
     #[test]
     fn a_closed_loop_with_more_than_one_percent_errors_does_not_stand() {

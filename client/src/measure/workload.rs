@@ -50,6 +50,9 @@ pub struct WorkloadConfig {
     pub warmup: Duration,
     /// Total run time, warm-up included.
     pub total: Duration,
+    /// The clients run until `stop` turns true, not until `total`: a chaos
+    /// run ends a calm after its last fault is over.
+    pub until_stopped: bool,
     /// Players are named `<prefix><n>`.
     pub name_prefix: String,
     /// Each client predicts its own inputs as the terminal does (see
@@ -183,7 +186,8 @@ struct ClientRun {
 
 impl ClientRun {
     async fn run(mut self) -> ClientLog {
-        let deadline = self.clock.started() + self.config.total;
+        let deadline =
+            (!self.config.until_stopped).then(|| self.clock.started() + self.config.total);
         let mut driver = Driver::new(u64::from(self.client));
         // Spread the clients' calls over the interval instead of all at once.
         // An interval of zero is a closed loop: the next call as soon as
@@ -201,7 +205,7 @@ impl ClientRun {
             if let Some(pause) = self.pause.take() {
                 // A refused call: wait as the server asked, then carry on
                 // at the next tick (the missed ones are skipped).
-                let left = deadline.saturating_duration_since(Instant::now());
+                let left = deadline.map_or(pause, |d| d.saturating_duration_since(Instant::now()));
                 if self.stop.sleep(pause.min(left)).await {
                     break;
                 }
@@ -236,7 +240,7 @@ impl ClientRun {
                 // overran the interval delays the next one by its own RTT.
                 self.tick_late_us = duration_us(idle_from.max(due).elapsed());
             }
-            if Instant::now() >= deadline || self.stop.is_shutdown() {
+            if deadline.is_some_and(|d| Instant::now() >= d) || self.stop.is_shutdown() {
                 break;
             }
             let Some(current) = session.as_mut() else {

@@ -11,6 +11,7 @@ use borbaman_client::session::{GameSession, new_token};
 use std::time::Duration;
 
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use borbaman_cluster::no_warm_up_pace_unless_set;
 use borbaman_cluster::wait;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::{Phase, PingRequest};
@@ -22,12 +23,27 @@ pub fn cluster(servers: usize) -> LocalCluster {
     cluster_with(servers, &[])
 }
 
+/// `args` for every server of a test's cluster, with no pause between the
+/// standing connections a server opens at start-up unless `args` sets one
+/// ([`no_warm_up_pace_unless_set`]).
+pub fn server_args(args: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    args.extend(no_warm_up_pace_unless_set(&args));
+    args
+}
+
+/// A test's cluster config: `servers` servers of the binary under test,
+/// with [`server_args`] of `args`, on a throwaway database.
+pub fn config(servers: usize, args: &[&str]) -> ClusterConfig {
+    ClusterConfig {
+        server_args: server_args(args),
+        ..ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+    }
+}
+
 /// [`cluster`] with extra flags for every server (e.g. a short round).
 pub fn cluster_with(servers: usize, server_args: &[&str]) -> LocalCluster {
-    let config = ClusterConfig {
-        server_args: server_args.iter().map(|a| a.to_string()).collect(),
-        ..ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"))
-    };
+    let config = config(servers, server_args);
     LocalCluster::start(config, |_| {}).expect("start a local cluster")
 }
 
@@ -35,9 +51,8 @@ pub fn cluster_with(servers: usize, server_args: &[&str]) -> LocalCluster {
 /// its own, which [`LocalCluster::partition_database`] cuts.
 pub fn cluster_with_proxies(servers: usize, server_args: &[&str]) -> LocalCluster {
     let config = ClusterConfig {
-        server_args: server_args.iter().map(|a| a.to_string()).collect(),
         database_proxy: true,
-        ..ClusterConfig::temporary(servers).with_binary(env!("CARGO_BIN_EXE_borbaman"))
+        ..config(servers, server_args)
     };
     LocalCluster::start(config, |_| {}).expect("start a local cluster")
 }

@@ -34,7 +34,10 @@ pub mod wait;
 pub mod wan;
 
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
-pub use local::{ClusterConfig, ClusterError, Database, LocalCluster, unlimited_unless_set};
+pub use local::{
+    ClusterConfig, ClusterError, Database, LocalCluster, no_warm_up_pace_unless_set,
+    unlimited_unless_set,
+};
 pub use postgres::{LocalPostgres, PgError, PgOptions};
 pub use proxy::TcpProxy;
 pub use ready::ReadyLine;

@@ -841,6 +841,25 @@ fn json_logs_unless_set(args: &[String]) -> Option<&'static str> {
     (!set).then_some("--log-format=json")
 }
 
+/// `--db-warm-up-pace-ms=0` unless `args` sets the pace: for the servers of
+/// the end-to-end tests. The pace spreads a starting server's standing
+/// connections over ~0.2 s so that the calls of the servers already
+/// running (what a benchmark or a chaos run measures while it replaces a
+/// server) do not wait on their start-up; a test's servers start before
+/// its calls, and ~0.2 s a start adds up over the suite's few hundred
+/// starts. The connections are opened and planned all the same.
+pub fn no_warm_up_pace_unless_set(args: &[String]) -> Vec<String> {
+    const PACE: &str = "--db-warm-up-pace-ms";
+    let set = args
+        .iter()
+        .any(|a| a == PACE || a.starts_with(&format!("{PACE}=")));
+    if set {
+        Vec::new()
+    } else {
+        vec![format!("{PACE}=0")]
+    }
+}
+
 /// The server flags that lift the rate and connection limits, less those
 /// `args` sets itself. Every client of a local cluster comes from one
 /// address (loopback), and bench and chaos drive closed loops far above a
@@ -863,4 +882,24 @@ pub fn unlimited_unless_set(args: &[String]) -> Vec<String> {
         })
         .map(|flag| format!("{flag}=0"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warm_up_pace_is_dropped_unless_the_args_set_one() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            no_warm_up_pace_unless_set(&args(&["--round-ms=1000"])),
+            ["--db-warm-up-pace-ms=0"]
+        );
+        for set in [
+            args(&["--db-warm-up-pace-ms=25"]),
+            args(&["--db-warm-up-pace-ms", "25"]),
+        ] {
+            assert!(no_warm_up_pace_unless_set(&set).is_empty(), "{set:?}");
+        }
+    }
 }

@@ -9,7 +9,6 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use borbaman_cluster::ha::LEADER_LEASE_WORST;
 use borbaman_cluster::wait;
 use borbaman_cluster::{HaOptions, LocalHa};
 
@@ -118,9 +117,9 @@ fn drop_and_check(ha: LocalHa) {
     assert!(!dir.exists(), "{} must be deleted", dir.display());
 }
 
-/// Every fault on one cluster (starting one takes ~15 s): a postmaster
-/// kill, a host loss, an etcd member lost, a switchover, a standby's host
-/// lost; after each the committed rows are on the new primary (or on the
+/// Every fault on one cluster (starting one takes ~10 s): a postmaster
+/// kill, a host loss, a switchover, a standby's host lost (an etcd member
+/// lost is `operate_ha`'s); after each the committed rows are on the new primary (or on the
 /// standby left) and, once restored, the member that went is back as a
 /// streaming standby. Then nothing is left running.
 #[test]
@@ -180,26 +179,10 @@ fn every_fault_fails_over_keeps_commits_and_heals() {
     restore(&mut ha, "host_loss");
     assert_streaming_standby(&ha, primary);
 
-    // One etcd member down: the other two keep a quorum, nothing fails over.
-    // A lost quorum would show only once the leader lease ran out: watch
-    // for a new primary longer than that.
+    // One etcd member lost (nothing may fail over) is checked in
+    // client/tests/operate_ha.rs: a watch longer than the leader lease,
+    // kept off this test, which is on the suite's longest chain.
     let leader = ha.primary().expect("a primary");
-    ha.kill_etcd(0).unwrap();
-    let watch = LEADER_LEASE_WORST + Duration::from_secs(1);
-    if let Some((moved, _)) = ha.wait_for_new_primary(leader, watch) {
-        panic!(
-            "losing one etcd member moved the leader from pg{leader} to pg{moved}; \
-             members {:?}",
-            ha.members()
-        );
-    }
-    assert_eq!(
-        ha.primary(),
-        Some(leader),
-        "losing one etcd member moved the leader"
-    );
-    restore(&mut ha, "kill_etcd");
-
     let switch = ha.switchover().unwrap();
     assert_eq!(switch.from, leader);
     let t = Instant::now();

@@ -10,7 +10,9 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use borbaman_cluster::{LocalPostgres, PgOptions, ReadyLine, unlimited_unless_set};
+use borbaman_cluster::{
+    LocalPostgres, PgOptions, ReadyLine, no_warm_up_pace_unless_set, unlimited_unless_set,
+};
 use borbaman_proto::pb;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
@@ -96,12 +98,12 @@ impl ServerProcess {
                 });
             }
         }
+        let extra_args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
         let mut child = command
             .args(["--listen", listen, "--database-url", database_url])
             .args(extra)
-            .args(unlimited_unless_set(
-                &extra.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-            ))
+            .args(unlimited_unless_set(&extra_args))
+            .args(no_warm_up_pace_unless_set(&extra_args))
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
