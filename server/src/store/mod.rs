@@ -117,7 +117,8 @@ pub struct StoreOptions {
     pub idle_txn_timeout: Duration,
     /// Connections in the pool.
     pub max_connections: u32,
-    /// Connections opened at start-up ([`Store::warm_up`]) and kept open.
+    /// Connections opened at start-up ([`Store::warm_up`]) and kept open
+    /// (reopened after an outage: [`Store::keep_standing`]).
     /// When a server dies its clients fail over to the others all at once;
     /// a survivor that then had to open connections would pay a process
     /// start in PostgreSQL per connection, on the failover's critical path.
