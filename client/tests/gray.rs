@@ -74,6 +74,40 @@ async fn a_partitioned_server_is_left_for_one_that_can_commit() {
     assert_eq!(applied, (1..=seq as i64 + 1).collect::<Vec<_>>());
 }
 
+/// A partition ends every connection of the server it cuts off. Once it
+/// heals, the server opens its standing connections again at once, with
+/// no call asking for them: the next failover's burst of calls lands on
+/// connections already open, not on PostgreSQL starting a backend for
+/// each (which costs every server's calls tens of milliseconds at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_server_reopens_its_standing_connections() {
+    const STANDING: usize = 6;
+    let standing = format!("--db-min-connections={STANDING}");
+    let mut cluster = common::cluster_with_proxies(1, &[standing.as_str()]);
+    let opened = cluster.proxy(0).unwrap().open_connections();
+    assert!(opened >= STANDING, "opened at start-up: {opened}");
+
+    cluster.partition_database(0).unwrap();
+    assert_eq!(cluster.proxy(0).unwrap().open_connections(), 0);
+    // Cut off until its heartbeat has failed (the outage was seen).
+    wait::until_logged(
+        cluster.server_log(0).unwrap(),
+        "heartbeat failed",
+        Duration::from_secs(5),
+    )
+    .await;
+    cluster.heal_database(0).unwrap();
+
+    // Nothing calls the server: only its heartbeat needs a connection.
+    let proxy = cluster.proxy(0).unwrap();
+    wait::until(
+        "the healed server to reopen its standing connections",
+        Duration::from_secs(5),
+        || async { (proxy.open_connections() >= STANDING).then_some(()) },
+    )
+    .await;
+}
+
 /// Two servers: the current one is cut off the database, the other is
 /// slower than the call deadline. The call must wait for the slow one (it
 /// can commit) rather than go back and forth between backing off and the

@@ -103,7 +103,8 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 16)]
     pub db_connections: u32,
     /// Database connections opened at start-up and kept open, ready for
-    /// the clients of a server that dies.
+    /// the clients of a server that dies; reopened as soon as a heartbeat
+    /// commits again after this server lost its database.
     #[arg(long, default_value_t = 8)]
     pub db_min_connections: u32,
     /// Pause between opening two of those at start-up: each is a process

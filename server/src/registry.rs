@@ -52,6 +52,9 @@ pub async fn heartbeat_task(
         }
         let beat = store.heartbeat(&me.server_id, &me.address).await;
         health.beat(beat.is_ok());
+        // Reachable again after an outage: reopen the standing
+        // connections before the next failover needs them.
+        store.keep_standing(beat.is_ok());
         match beat {
             Ok(()) if failing => {
                 tracing::info!("heartbeat recovered");

@@ -51,11 +51,12 @@ pub mod replay;
 pub mod retention;
 pub mod servers;
 pub mod spectate;
+pub mod standing;
 
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -116,7 +117,8 @@ pub struct StoreOptions {
     pub idle_txn_timeout: Duration,
     /// Connections in the pool.
     pub max_connections: u32,
-    /// Connections opened at start-up ([`Store::warm_up`]) and kept open.
+    /// Connections opened at start-up ([`Store::warm_up`]) and kept open
+    /// (reopened after an outage: [`Store::keep_standing`]).
     /// When a server dies its clients fail over to the others all at once;
     /// a survivor that then had to open connections would pay a process
     /// start in PostgreSQL per connection, on the failover's critical path.
@@ -212,6 +214,9 @@ pub struct Store {
     /// Compare-and-set writes that lost to another call and were retried,
     /// by all clones of this store.
     cas_retries: Arc<AtomicU64>,
+    /// A top-up of the standing connections is running
+    /// ([`Store::keep_standing`]).
+    topping_up: Arc<AtomicBool>,
     /// Calls writing one game through this server take turns.
     gates: Arc<play::CallGates>,
     /// What this server knows of the games it just wrote.
@@ -299,6 +304,7 @@ impl Store {
             follow,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
+            topping_up: Arc::default(),
             gates: Arc::new(play::CallGates::default().lingering(play::LINGER)),
             known: Arc::default(),
             metrics: Metrics::new(),
