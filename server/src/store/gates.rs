@@ -20,14 +20,16 @@
 //!
 //! A commit costs the database about the same whether it holds one call or
 //! four, so the call that gets the gate may first wait a moment (at most
-//! the gate's linger, a fraction of a millisecond) for the game's other
+//! the gate's linger, a millisecond or two) for the game's other
 //! callers, when they called recently and are not queued yet: like
-//! PostgreSQL's `commit_delay`. Whether to wait is [`Arrivals`]'s
-//! decision: only while waiting has been bringing calls in (a closed loop,
-//! where the game's players call again the moment they are answered); a
-//! wait that brought nobody makes the next commits of the game skip it,
-//! for longer each time, so a paced game whose players call at their own
-//! rhythm is rarely held up.
+//! PostgreSQL's `commit_delay`. Whether to wait, and for whom, is
+//! [`Arrivals`]'s decision: it learns how long each caller takes to call
+//! again after an answer, and the call holding the gate waits only for the
+//! callers due back before the linger ends. In a closed loop, where the
+//! game's players call again the moment they are answered, that is the
+//! players answered with it; a paced game whose players call at their own
+//! rhythm (every 50 ms at 20 Hz) is held up only when a player is due
+//! within the linger anyway.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,13 +103,13 @@ impl<J, R> Default for GameGate<J, R> {
 }
 
 impl<J, R> GameGate<J, R> {
-    /// How many different callers have a job queued.
-    fn callers_queued(&self) -> usize {
+    /// The different callers with a job queued.
+    fn callers_queued(&self) -> Vec<u64> {
         let queue = lock(&self.queue);
         let mut callers: Vec<u64> = queue.iter().map(|q| q.caller).collect();
         callers.sort_unstable();
         callers.dedup();
-        callers.len()
+        callers
     }
 }
 
@@ -149,6 +151,9 @@ impl<J, R> Batch<'_, J, R> {
     /// [`Batch::jobs`]), lets the next call in, and returns the caller's
     /// own answer. A job whose call is gone is answered into the void.
     pub(crate) fn answer(self, answers: impl IntoIterator<Item = R>) -> Option<R> {
+        self.gate
+            .gates
+            .answered(self.gate.game_id, self.jobs.iter().map(|q| q.caller));
         let mut own = None;
         for (queued, answer) in self.jobs.into_iter().zip(answers) {
             if queued.id == self.own {
@@ -209,67 +214,137 @@ const SEEN_MAX: usize = 8;
 /// lately are forgotten.
 const ARRIVALS_KEPT: usize = 256;
 
-/// The most commits a game skips lingering after waits that brought
-/// nobody.
-const SKIP_MAX: u32 = 16;
-
-/// A game's recent callers at its gate, and whether lingering for them
-/// has paid: the pure part of the gate's wait for more calls (see the
-/// module doc).
+/// A game's recent callers at its gate, and when each is due to call
+/// again: the pure part of the gate's wait for more calls (see the module
+/// doc).
 #[derive(Debug, Default)]
 pub(crate) struct Arrivals {
-    /// Each recent caller and when it last queued a job.
-    seen: Vec<(u64, Instant)>,
-    /// Commits to go before the next linger.
-    skip: u32,
-    /// Waits in a row that brought nobody.
-    fruitless: u32,
+    seen: Vec<Seen>,
+}
+
+/// One recent caller of a game.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    caller: u64,
+    /// When it last queued a job.
+    at: Instant,
+    /// When its last job was answered, if it was and the caller has not
+    /// called since.
+    answered: Option<Instant>,
+    /// How long it took to call again after its last answers: in a
+    /// closed loop the network and the client's turn, at 20 Hz most of
+    /// 50 ms.
+    gaps: Gaps,
+}
+
+impl Seen {
+    /// Whether it is due to queue a job by `until`, when it has no job
+    /// queued: answered and expected back by then (or answered, and how
+    /// soon it calls again not known yet). A caller with a job out and not
+    /// answered is not waited for.
+    fn due_by(&self, until: Instant) -> bool {
+        match (self.answered, self.gaps.typical()) {
+            (Some(answered), Some(gap)) => answered + gap <= until,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
+/// How many of a caller's last gaps (between an answer and its next
+/// call) [`Gaps`] keeps.
+const GAPS_KEPT: usize = 5;
+
+/// A caller's last gaps between an answer and its next call, and the
+/// typical one: their median. A closed loop's gaps are short with a tail
+/// (a client or a server that did not get the CPU at once), and a mean
+/// follows the tail past the wait and stops the waits that pay; a paced
+/// player's gaps are most of its interval, with a short one now and then
+/// (a call answered late, a client behind its schedule), and a minimum
+/// follows those and makes the game wait for a player who is not coming.
+#[derive(Clone, Copy, Debug, Default)]
+struct Gaps {
+    last: [Duration; GAPS_KEPT],
+    /// How many of `last` are filled (they fill from the front).
+    len: usize,
+    /// Where the next goes once all are filled.
+    next: usize,
+}
+
+impl Gaps {
+    fn push(&mut self, gap: Duration) {
+        if self.len < GAPS_KEPT {
+            self.last[self.len] = gap;
+            self.len += 1;
+        } else {
+            self.last[self.next] = gap;
+            self.next = (self.next + 1) % GAPS_KEPT;
+        }
+    }
+
+    /// The median of the gaps kept (of two, the longer); `None` before
+    /// the first.
+    fn typical(&self) -> Option<Duration> {
+        let mut gaps = self.last;
+        let gaps = &mut gaps[..self.len];
+        gaps.sort_unstable();
+        gaps.get(self.len / 2).copied()
+    }
 }
 
 impl Arrivals {
     /// `caller` queued a job at `now`.
     pub(crate) fn arrived(&mut self, caller: u64, now: Instant) {
-        self.seen
-            .retain(|&(c, at)| c != caller && now.duration_since(at) < SEEN_FOR);
+        let mut gaps = Gaps::default();
+        self.seen.retain(|seen| {
+            if seen.caller == caller {
+                gaps = seen.gaps;
+                if let Some(answered) = seen.answered {
+                    gaps.push(now.saturating_duration_since(answered));
+                }
+                return false;
+            }
+            now.duration_since(seen.at) < SEEN_FOR
+        });
         if self.seen.len() >= SEEN_MAX {
             self.seen.remove(0);
         }
-        self.seen.push((caller, now));
+        self.seen.push(Seen {
+            caller,
+            at: now,
+            answered: None,
+            gaps,
+        });
+    }
+
+    /// `caller`'s job was answered at `now`.
+    pub(crate) fn answered(&mut self, caller: u64, now: Instant) {
+        if let Some(seen) = self.seen.iter_mut().find(|seen| seen.caller == caller) {
+            seen.answered = Some(now);
+        }
     }
 
     /// The game's callers at `now`: those that called within [`SEEN_FOR`].
     pub(crate) fn expected(&self, now: Instant) -> usize {
         self.seen
             .iter()
-            .filter(|&&(_, at)| now.duration_since(at) < SEEN_FOR)
+            .filter(|seen| now.duration_since(seen.at) < SEEN_FOR)
             .count()
     }
 
-    /// Whether the call about to commit, with `queued` different callers
-    /// queued, waits for the rest of the game's callers at `now`: only
-    /// when some are missing, and not while skipping after fruitless
-    /// waits. Counts a skipped commit.
-    pub(crate) fn linger(&mut self, queued: usize, now: Instant) -> bool {
-        if queued >= self.expected(now) {
-            return false;
-        }
-        if self.skip > 0 {
-            self.skip -= 1;
-            return false;
-        }
-        true
-    }
-
-    /// A wait ended; `gained`: a caller queued during it. A wait that
-    /// brought nobody skips the next 1, 2, 4 … (at most [`SKIP_MAX`])
-    /// commits' waits.
-    pub(crate) fn lingered(&mut self, gained: bool) {
-        if gained {
-            self.fruitless = 0;
-        } else {
-            self.skip = (1u32 << self.fruitless.min(4)).min(SKIP_MAX);
-            self.fruitless = self.fruitless.saturating_add(1);
-        }
+    /// How many of the game's recent callers at `now` with no job queued
+    /// (`queued` holds those with one) are due to call again by `until`:
+    /// the call about to commit waits for them, and for no one when none
+    /// is. A paced player answered a moment ago is not due for most of
+    /// its interval; a closed loop's player is due about when the others
+    /// answered with it come back.
+    pub(crate) fn due(&self, queued: &[u64], now: Instant, until: Instant) -> usize {
+        self.seen
+            .iter()
+            .filter(|seen| now.duration_since(seen.at) < SEEN_FOR)
+            .filter(|seen| !queued.contains(&seen.caller))
+            .filter(|seen| seen.due_by(until))
+            .count()
     }
 }
 
@@ -376,23 +451,24 @@ impl<J, R> Gates<J, R> {
         })
     }
 
-    /// Waits, at most the gates' linger, until every recent caller of
-    /// `game` has a job queued, if [`Arrivals::linger`] says to.
+    /// Waits, at most the gates' linger, until the recent callers of
+    /// `game` due to call again within it have a job queued (see
+    /// [`Arrivals::due`]); not at all when none is due.
     async fn linger(&self, game_id: u64, game: &GameGate<J, R>) {
         if self.linger.is_zero() || self.crowded.get().is_some_and(|crowded| crowded()) {
             return;
         }
         let start = Instant::now();
-        let before = game.callers_queued();
-        let expected = {
-            let mut all = lock(&self.arrivals);
-            let arrivals = all.entry(game_id).or_default();
-            if !arrivals.linger(before, start) {
-                return;
-            }
-            arrivals.expected(start)
-        };
         let deadline = start + self.linger;
+        let queued_before = game.callers_queued();
+        let before = queued_before.len();
+        let due = lock(&self.arrivals)
+            .get(&game_id)
+            .map_or(0, |arrivals| arrivals.due(&queued_before, start, deadline));
+        if due == 0 {
+            return;
+        }
+        let expected = before + due;
         let mut queued = before;
         loop {
             let notified = game.queued.notified();
@@ -400,17 +476,26 @@ impl<J, R> Gates<J, R> {
             // Registered before the queue is looked at, so a job queued
             // in between still wakes it.
             notified.as_mut().enable();
-            queued = queued.max(game.callers_queued());
+            queued = queued.max(game.callers_queued().len());
             if queued >= expected || tokio::time::timeout_at(deadline, notified).await.is_err() {
                 break;
             }
         }
-        lock(&self.arrivals)
-            .entry(game_id)
-            .or_default()
-            .lingered(queued > before);
         if let Some(m) = &self.metrics {
             m.gate_lingered(queued > before);
+        }
+    }
+
+    /// The jobs of `callers` on `game_id` were answered now.
+    fn answered(&self, game_id: u64, callers: impl Iterator<Item = u64>) {
+        if self.linger.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(arrivals) = lock(&self.arrivals).get_mut(&game_id) {
+            for caller in callers {
+                arrivals.answered(caller, now);
+            }
         }
     }
 
@@ -674,35 +759,92 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_lingers_only_for_missing_callers_and_less_after_fruitless_waits() {
-        let t0 = Instant::now();
-        let mut arrivals = Arrivals::default();
-        for caller in 1..=4 {
-            arrivals.arrived(caller, t0);
-        }
-        assert!(!arrivals.linger(4, t0), "everyone is queued: no wait");
-        assert!(arrivals.linger(2, t0), "two of four queued: wait");
-        // Waits that bring nobody skip the next 1, 2, 4, 8, 16, 16 commits.
-        let mut skipped = Vec::new();
-        for _ in 0..6 {
-            arrivals.lingered(false);
-            let mut n = 0;
-            while !arrivals.linger(1, t0) {
-                n += 1;
-                assert!(n <= SKIP_MAX, "a wait comes back within SKIP_MAX commits");
+    fn a_callers_typical_gap_is_the_median_of_its_last_ones() {
+        let ms = Duration::from_millis;
+        let mut gaps = Gaps::default();
+        assert_eq!(gaps.typical(), None);
+        gaps.push(ms(7));
+        assert_eq!(gaps.typical(), Some(ms(7)));
+        gaps.push(ms(1));
+        assert_eq!(gaps.typical(), Some(ms(7)), "of two, the longer");
+        // A closed loop with a slow return in five stays at 1 ms.
+        let mut closed = Gaps::default();
+        for round in 0..50 {
+            closed.push(if round % 5 == 4 { ms(20) } else { ms(1) });
+            if round >= 2 {
+                assert_eq!(closed.typical(), Some(ms(1)), "round {round}");
             }
-            skipped.push(n);
         }
-        assert_eq!(skipped, vec![1, 2, 4, 8, 16, 16]);
-        // A wait that brought someone: the next commit waits again.
-        arrivals.lingered(true);
-        assert!(arrivals.linger(1, t0));
-        arrivals.lingered(false);
-        assert!(
-            !arrivals.linger(1, t0),
-            "one fruitless wait skips one commit"
+        // A paced player with a short gap in five (a late answer, a client
+        // behind) stays at its interval.
+        let mut paced = Gaps::default();
+        for round in 0..50 {
+            paced.push(if round % 5 == 2 { ms(1) } else { ms(48) });
+            assert_eq!(paced.typical(), Some(ms(48)), "round {round}");
+        }
+        // Only the last five count.
+        for _ in 0..3 {
+            paced.push(ms(2));
+        }
+        assert_eq!(paced.typical(), Some(ms(2)));
+    }
+
+    #[test]
+    fn a_commit_waits_only_for_callers_due_back_within_the_linger() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // A closed loop: the four players answered together call again
+        // about 2 ms after their answer.
+        let mut closed = Arrivals::default();
+        for caller in 1..=4 {
+            closed.arrived(caller, t0);
+            closed.answered(caller, t0 + ms(1));
+        }
+        assert_eq!(
+            closed.due(&[1], t0 + ms(1), t0 + ms(3)),
+            3,
+            "answered, how soon they call again not known yet: due"
         );
-        assert!(arrivals.linger(1, t0));
+        for caller in 1..=4 {
+            closed.arrived(caller, t0 + ms(3));
+            closed.answered(caller, t0 + ms(4));
+        }
+        closed.arrived(1, t0 + ms(6));
+        assert_eq!(closed.due(&[1], t0 + ms(6), t0 + ms(8)), 3);
+        assert_eq!(closed.due(&[1, 2, 3, 4], t0 + ms(6), t0 + ms(8)), 0);
+        assert_eq!(
+            closed.due(&[1], t0 + ms(4), t0 + ms(5)),
+            0,
+            "callers due back after the wait's end are not waited for"
+        );
+        // A paced game: each player calls 50 ms after its answer.
+        let mut paced = Arrivals::default();
+        for caller in 1..=4 {
+            paced.arrived(caller, t0);
+            paced.answered(caller, t0 + ms(1));
+            paced.arrived(caller, t0 + ms(51));
+            paced.answered(caller, t0 + ms(52));
+        }
+        paced.arrived(1, t0 + ms(62));
+        assert_eq!(
+            paced.due(&[1], t0 + ms(62), t0 + ms(64)),
+            0,
+            "nobody is due back within the wait: no wait"
+        );
+        assert_eq!(
+            paced.due(&[1], t0 + ms(101), t0 + ms(103)),
+            3,
+            "near the end of their interval they are"
+        );
+        // A caller whose job is out, not answered yet, is not waited for.
+        paced.arrived(2, t0 + ms(101));
+        assert_eq!(paced.due(&[1], t0 + ms(101), t0 + ms(103)), 2);
+        // Its gaps were 50 and 49 ms; one of 90 ms makes the median 50.
+        paced.answered(2, t0 + ms(102));
+        paced.arrived(2, t0 + ms(192));
+        paced.answered(2, t0 + ms(193));
+        assert_eq!(paced.due(&[], t0 + ms(193), t0 + ms(242)), 0);
+        assert_eq!(paced.due(&[3, 4], t0 + ms(193), t0 + ms(243)), 1);
     }
 
     /// The call that gets the gate waits for the game's other recent
@@ -712,9 +854,10 @@ mod tests {
     async fn the_call_holding_the_gate_waits_for_the_games_other_callers() {
         let linger = Duration::from_secs(10);
         let gates: Arc<Gates<u32, u32>> = Arc::new(Gates::default().lingering(linger));
-        // Callers 1 and 2 were heard from.
+        // Callers 1 and 2 were heard from, and answered.
         gates.arrived(1, 1);
         gates.arrived(1, 2);
+        gates.answered(1, [1, 2].into_iter());
         let started = Instant::now();
         let second = {
             let gates = gates.clone();
@@ -750,6 +893,7 @@ mod tests {
         gates.not_lingering_when(Box::new(move || flag.load(Ordering::Relaxed)));
         gates.arrived(1, 1);
         gates.arrived(1, 2);
+        gates.answered(1, [1, 2].into_iter());
         let Ok(Turn::Lead(batch)) =
             tokio::time::timeout(Duration::from_secs(5), gates.turn(1, 1, 10, 8)).await
         else {
@@ -770,6 +914,7 @@ mod tests {
         for caller in 1..=3 {
             gates.arrived(1, caller);
         }
+        gates.answered(1, 1..=3);
         // Caller 1 gets the gate and lingers for callers 2 and 3; caller 2
         // queues, then caller 1's deadline passes before caller 3 comes.
         let lingering = {
