@@ -66,8 +66,8 @@ use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    SILENT_SLACK, Suspicion, at_deadline, copy_when_silent, late_copy_is_shared_stall,
-    probe_verdict, when_late,
+    Suspicion, at_deadline, copy_when_silent, late_copy_is_shared_stall, probe_verdict,
+    silent_after, when_late,
 };
 pub use rtt::ServerTiming;
 
@@ -1242,7 +1242,7 @@ impl ServerPool {
                 // then that long and the hung slack more.
                 let (silent_at, other_slack_at) = match now.other {
                     Some(Some(other)) if verdict == Probe::Pending => (
-                        started + other.max(own_round_trip) + SILENT_SLACK,
+                        started + silent_after(other, own_round_trip),
                         started + other + rtt::PROBE_SLACK,
                     ),
                     Some(Some(other)) => (give_up_at, started + other + rtt::PROBE_SLACK),

@@ -118,7 +118,7 @@ pub fn probe_verdict(now: Probing, slack: Duration) -> Probe {
         return Probe::Alive;
     }
     let silent = match now.other {
-        Some(Some(other)) if now.elapsed >= other.max(now.own_round_trip) + SILENT_SLACK => {
+        Some(Some(other)) if now.elapsed >= silent_after(other, now.own_round_trip) => {
             Probe::Silent
         }
         _ => Probe::Pending,
@@ -132,6 +132,13 @@ pub fn probe_verdict(now: Probing, slack: Duration) -> Probe {
         Some(None) if now.given_up => Probe::Alive,
         Some(_) => silent,
     }
+}
+
+/// When, from the probe, a late server is [`Probe::Silent`], the other
+/// having answered after `other`: as long, at least its own usual round
+/// trip, and [`SILENT_SLACK`] more.
+pub fn silent_after(other: Duration, own_round_trip: Duration) -> Duration {
+    other.max(own_round_trip) + SILENT_SLACK
 }
 
 /// Whether a call late on a [`Probe::Silent`] server sends a copy now: when
