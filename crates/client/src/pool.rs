@@ -66,8 +66,8 @@ use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    Suspicion, at_deadline, copy_when_silent, late_copy_is_shared_stall, probe_verdict,
-    silent_after, when_late,
+    Suspicion, at_deadline, copy_answer_ends_stall, copy_when_silent, late_copy_is_shared_stall,
+    probe_verdict, silent_after, stall_trial_due, when_late,
 };
 pub use rtt::ServerTiming;
 
@@ -321,6 +321,9 @@ struct State {
     /// Two servers were slow together and no call has been answered on
     /// time since (see `pool::decide`).
     shared_stall: bool,
+    /// When the shared stall was last seen (declared, or a late copy
+    /// confirmed it) or last tried with a copy ([`stall_trial_due`]).
+    stall_seen: Option<Instant>,
     /// The game this client plays, if any: its server is chosen by
     /// [`pick_for_game`], so all its players share one.
     game: Option<u64>,
@@ -343,8 +346,27 @@ struct Suspect {
 }
 
 impl State {
+    /// Two servers were seen slow together: a shared stall (again).
+    fn stall(&mut self) {
+        self.shared_stall = true;
+        self.stall_seen = Some(Instant::now());
+    }
+
+    /// A server's timing; one with too few answers of its own borrows the
+    /// others' work for its hedge delay ([`ServerTiming::borrow_work`]).
     fn timing(&self, address: &str) -> ServerTiming {
-        self.timing.get(address).cloned().unwrap_or_default()
+        let mut timing = self.timing.get(address).cloned().unwrap_or_default();
+        if !timing.knows_its_p95() {
+            let others = self
+                .timing
+                .iter()
+                .filter(|(other, _)| other.as_str() != address)
+                .map(|(_, t)| t);
+            if let Some(work) = rtt::borrowed_work(others) {
+                timing.borrow_work(work);
+            }
+        }
+        timing
     }
 
     /// Four of the farthest known network RTOs, for a new connection's
@@ -535,7 +557,7 @@ impl ServerPool {
                         } => state.database_unavailable = true,
                         // Every server this call tried was slow: the cause
                         // is shared.
-                        Pause::Sleep { .. } => state.shared_stall = true,
+                        Pause::Sleep { .. } => state.stall(),
                         Pause::WaitForServer => {}
                     }
                     pause
@@ -728,8 +750,12 @@ impl ServerPool {
                     match result {
                         Ok(response) => {
                             let rtt = copy_started.elapsed();
-                            let on_time = rtt <= self.timing(&second.address).hedge_delay();
-                            self.record_call(&second.address, *copy_started, on_time);
+                            let ends_stall = copy_answer_ends_stall(
+                                rtt,
+                                self.timing(&second.address).hedge_delay(),
+                                first_pending,
+                            );
+                            self.record_call(&second.address, *copy_started, ends_stall);
                             self.hedge_won(&server.address, &second.address);
                             attempt.result = Ok(response);
                             attempt.answered_by = second.address.clone();
@@ -765,7 +791,7 @@ impl ServerPool {
                     if late_copy_is_shared_stall(copy_state, probe_state) {
                         // The copy was late beside a live server: two
                         // servers slow together.
-                        self.shared.state.lock().unwrap().shared_stall = true;
+                        self.shared.state.lock().unwrap().stall();
                     }
                     if probe_state == Probe::Hung && first_pending {
                         first_pending = false;
@@ -825,7 +851,7 @@ impl ServerPool {
                                 // Two servers slow together: the cause is
                                 // shared. (While the first server's probe
                                 // is pending, its verdict decides.)
-                                self.shared.state.lock().unwrap().shared_stall = true;
+                                self.shared.state.lock().unwrap().stall();
                             }
                         }
                     }
@@ -1064,7 +1090,8 @@ impl ServerPool {
     }
 
     /// An attempt on `address` sent at `sent` was answered now; `on_time`:
-    /// within its hedge delay, which ends a shared stall.
+    /// within its hedge delay (or a copy back first, see
+    /// [`copy_answer_ends_stall`]), which ends a shared stall.
     fn record_call(&self, address: &str, sent: Instant, on_time: bool) {
         let rtt = sent.elapsed();
         let mut state = self.shared.state.lock().unwrap();
@@ -1107,9 +1134,14 @@ impl ServerPool {
     ) -> (watch::Receiver<Probe>, Option<Server>) {
         let mut state = self.shared.state.lock().unwrap();
         let target = copy_target(&state, server, skip);
+        // A shared stall that has lasted a while lets one late call try a
+        // copy: the stall ends only with an answer on time, and a client
+        // whose game is on a server that alone turned slow gets none.
+        let now = Instant::now();
+        let trial = state.shared_stall && stall_trial_due(state.stall_seen, now);
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
-            shared_stall: state.shared_stall,
+            shared_stall: state.shared_stall && !trial,
             database_unavailable: state.database_unavailable,
             other_server: target.is_some(),
             token: state.budget.has_token(),
@@ -1128,6 +1160,10 @@ impl ServerPool {
         let target = if step.hedge == Hedge::No {
             None
         } else {
+            if trial {
+                // The next trial waits its turn.
+                state.stall_seen = Some(now);
+            }
             state.hedges += 1;
             target
         };

@@ -159,6 +159,37 @@ pub fn late_copy_is_shared_stall(copy: Copy, probe: Probe) -> bool {
     copy == Copy::Late && probe == Probe::Alive
 }
 
+/// Whether a copy's answer ends a shared stall. An answer within its
+/// server's hedge delay does, as any call's does. So does one within twice
+/// that delay while the first server has still not answered: the copy went
+/// out a hedge delay after the first call and is back first, so the two
+/// servers are not slow together; it was late only for queueing at its
+/// game's gate behind the other players' copies, which all land on that
+/// server at once. Before, such a copy (10 ms beside a hedge delay of 9)
+/// kept its client in a "shared stall" while one server was slow, and the
+/// client's next call on that server sent no copy and waited out its
+/// 150 ms deadline (a loopback `slow` run's maximum, 152 ms).
+pub fn copy_answer_ends_stall(rtt: Duration, hedge_delay: Duration, first_pending: bool) -> bool {
+    rtt <= hedge_delay || (first_pending && rtt <= hedge_delay * 2)
+}
+
+/// How long a shared stall stops copies before one late call may send one
+/// anyway. The stall ends only when a call is answered on time; a client
+/// whose game sits on a server that alone turned slow gets no such answer
+/// while every copy is stopped, and a moment of machine-wide slowness had
+/// so latched one client into a "shared stall" for the whole two seconds a
+/// server was slow: each of its calls waited out the slow server's 204 ms
+/// (a loopback `slow` run). One copy a client each 100 ms is little next
+/// to the copies a stall would otherwise draw, and the budget still pays
+/// for it.
+pub const STALL_TRIAL_AFTER: Duration = Duration::from_millis(100);
+
+/// Whether a late call in a shared stall last seen (or tried) at `seen`
+/// may try a copy now.
+pub fn stall_trial_due(seen: Option<Instant>, now: Instant) -> bool {
+    seen.is_none_or(|seen| now.saturating_duration_since(seen) >= STALL_TRIAL_AFTER)
+}
+
 /// A hedged copy of the attempt, if one was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Copy {
@@ -663,6 +694,34 @@ mod tests {
             ),
             Probe::Silent
         );
+    }
+
+    #[test]
+    fn a_shared_stall_lets_one_copy_through_each_interval() {
+        let seen = Instant::now();
+        assert!(!stall_trial_due(Some(seen), seen));
+        assert!(!stall_trial_due(
+            Some(seen),
+            seen + STALL_TRIAL_AFTER - Duration::from_millis(1)
+        ));
+        assert!(stall_trial_due(Some(seen), seen + STALL_TRIAL_AFTER));
+        assert!(stall_trial_due(None, seen), "never seen: nothing holds it");
+    }
+
+    #[test]
+    fn a_copy_back_before_its_first_call_ends_a_shared_stall() {
+        let ms = Duration::from_millis;
+        // On time: ends it, whatever the first call does.
+        assert!(copy_answer_ends_stall(ms(8), ms(9), false));
+        assert!(copy_answer_ends_stall(ms(8), ms(9), true));
+        // A little late, but back while the first server is still silent
+        // on the call: one server is slow, not both.
+        assert!(copy_answer_ends_stall(ms(10), ms(9), true));
+        // The same answer after the first had failed says nothing of the
+        // first server's speed.
+        assert!(!copy_answer_ends_stall(ms(10), ms(9), false));
+        // Back first, but as slow as a stall: both servers are in it.
+        assert!(!copy_answer_ends_stall(ms(30), ms(9), true));
     }
 
     #[test]

@@ -32,7 +32,15 @@
 //!   [`HEDGE_HEADROOM`] (the loopback cap of 40 ms, now counted above the
 //!   round trip instead of from zero, so a far server is never hedged before
 //!   its answer could arrive, and a hung near one costs ≤ 40 ms). Before
-//!   [`MIN_SAMPLES`] answers it is that cap.
+//!   [`MIN_SAMPLES`] answers of its own, a server's p95 is *borrowed*
+//!   ([`ServerTiming::borrow_work`]): its own network SRTT plus the work
+//!   above the network that the servers this client knows better take at
+//!   their p95 (the longest of them), since every server does the same
+//!   transactions on one database. A game moves between servers (a hedge
+//!   won, a failover) and its first calls on a server it rarely used had
+//!   the cap as their hedge delay, 41–45 ms on loopback: a server that
+//!   turned slow then cost every such call that long before its copy left.
+//!   With nothing to borrow from it is that cap.
 //! - **probe deadline** (a health check sent when a call is late) = network
 //!   RTO + [`PROBE_SLACK`], at least [`PROBE_FLOOR`]: a server that cannot
 //!   answer a health check within its own round trip plus scheduling slack
@@ -179,10 +187,41 @@ impl ServerTiming {
         }
     }
 
+    /// What this server's calls take above its network round trip at their
+    /// p95: the server's work (a database transaction and the queue before
+    /// it). `None` before [`MIN_SAMPLES`] answers or the first health check.
+    pub fn work_p95(&self) -> Option<Duration> {
+        Some(self.p95?.saturating_sub(self.net.srtt()?))
+    }
+
+    /// Whether this server's own answers set its hedge delay.
+    pub fn knows_its_p95(&self) -> bool {
+        self.p95.is_some()
+    }
+
+    /// Before this server has [`MIN_SAMPLES`] answers of its own, its p95
+    /// is taken as its network SRTT plus `work`, what the better-known
+    /// servers' calls take above their network (see the module docs and
+    /// [`borrowed_work`]). Still clamped as [`Self::hedge_delay`] says.
+    pub fn borrow_work(&mut self, work: Duration) {
+        if self.p95.is_none()
+            && let Some(srtt) = self.net.srtt()
+        {
+            self.p95 = Some(srtt + work);
+        }
+    }
+
     /// A health probe unanswered after this long means the server is hung.
     pub fn probe_deadline(&self) -> Duration {
         (self.net.rto().unwrap_or_default() + PROBE_SLACK).max(PROBE_FLOOR)
     }
+}
+
+/// The work to lend a server that has too few answers of its own: the
+/// longest [`ServerTiming::work_p95`] of the others (they share one
+/// database, and the longest hedges least).
+pub fn borrowed_work<'a>(others: impl IntoIterator<Item = &'a ServerTiming>) -> Option<Duration> {
+    others.into_iter().filter_map(ServerTiming::work_p95).max()
 }
 
 #[cfg(test)]
@@ -271,6 +310,54 @@ mod tests {
             t.record_call(ms(201));
             assert!(t.hedge_delay() > ms(201), "{:?}", t.hedge_delay());
         }
+    }
+
+    /// A game that moves to a server it rarely used hedges there as soon as
+    /// on the servers it knows, not after the 40 ms cap; a far server lent
+    /// the near ones' work still waits for its own round trip.
+    #[test]
+    fn a_server_with_few_answers_borrows_the_others_work() {
+        let mut known = ServerTiming::default();
+        for _ in 0..50 {
+            known.record_probe(Duration::from_micros(300));
+            known.record_call(ms(4));
+        }
+        let work = known.work_p95().expect("enough answers");
+        assert!(work > ms(3) && work < ms(4), "{work:?}");
+
+        let mut near = ServerTiming::default();
+        near.record_probe(Duration::from_micros(300));
+        // A join's slow answer among its few: its own p95 would be it.
+        near.record_call(ms(70));
+        for _ in 0..5 {
+            near.record_call(ms(4));
+        }
+        assert!(near.hedge_delay() >= ms(40), "the cap before borrowing");
+        assert!(!near.knows_its_p95());
+        near.borrow_work(borrowed_work([&known]).unwrap());
+        assert_eq!(near.hedge_delay(), ms(4));
+
+        let mut far = ServerTiming::default();
+        far.record_probe(ms(200));
+        far.borrow_work(work);
+        let delay = far.hedge_delay();
+        assert!(delay > ms(203) && delay < ms(205), "{delay:?}");
+
+        // A server that knows its own p95 keeps it.
+        let before = known.hedge_delay();
+        let mut slow = ServerTiming::default();
+        for _ in 0..50 {
+            slow.record_probe(Duration::from_micros(300));
+            slow.record_call(ms(30));
+        }
+        known.borrow_work(slow.work_p95().unwrap());
+        assert_eq!(known.hedge_delay(), before);
+        // The longest work is lent.
+        assert_eq!(borrowed_work([&known, &slow]), slow.work_p95());
+        // Nothing to borrow from: the cap stays.
+        let mut alone = ServerTiming::default();
+        alone.record_probe(Duration::from_micros(300));
+        assert_eq!(borrowed_work([&alone]), None);
     }
 
     #[test]
