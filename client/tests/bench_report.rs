@@ -101,7 +101,27 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
             window["postgres"].is_object(),
             "the log beside it: {window}"
         );
+        assert!(
+            window["machine"]["io_pressure_ms"].is_f64(),
+            "the machine beside it: {window}"
+        );
     }
+
+    // The machine's view: pressure read all along the run, kept whole.
+    let machine = &summary["machine"];
+    assert!(
+        machine["readings"].as_u64().unwrap() > 100,
+        "read every 10 ms over the run: {machine}"
+    );
+    let psi = Path::new("/proc/pressure/io").exists();
+    assert_eq!(machine["psi"].as_bool(), Some(psi), "{machine}");
+    let readings = read(&out.path().join("logs").join("machine.csv"));
+    assert!(
+        readings.starts_with("at_us,"),
+        "{}",
+        &readings[..readings.len().min(200)]
+    );
+    assert!(readings.lines().count() as u64 > machine["readings"].as_u64().unwrap());
 
     // PostgreSQL's view: the log and both readings kept, the run's
     // commits and backends counted.
@@ -126,7 +146,12 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
     assert_eq!(postgres["log_files"][0], "postgres.log", "{postgres}");
     assert!(postgres["log"].is_object(), "{postgres}");
 
-    for line in ["slow calls (over", "stall windows:", "postgres: "] {
+    for line in [
+        "slow calls (over",
+        "stall windows:",
+        "postgres: ",
+        "machine: ",
+    ] {
         assert!(stdout.contains(line), "{line:?} printed:\n{stdout}");
     }
 }

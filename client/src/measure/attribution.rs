@@ -294,6 +294,9 @@ pub struct StallWindow {
     /// PostgreSQL's log in the same moments (when it was read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postgres: Option<super::pgview::LogCounts>,
+    /// The machine's CPU and disk pressure in the same moments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<super::machine::MachineInWindow>,
 }
 
 impl StallWindow {
@@ -356,6 +359,7 @@ pub fn stall_windows(
                 floor_ping: FloorInWindow::of(ping, start_us, end_us),
                 floor_db_txn: FloorInWindow::of(db_txn, start_us, end_us),
                 postgres: None,
+                machine: None,
             }
         })
         .collect()

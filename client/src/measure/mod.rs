@@ -10,13 +10,16 @@
 //! - `faults.csv` when faults were injected;
 //! - `logs/`: the servers' logs and, for a local cluster, PostgreSQL's
 //!   (`postgres.log`, or `ha/pgN.log`), with its statistics views read
-//!   before and after (`pg_stat_before.json`, `pg_stat_after.json`).
+//!   before and after (`pg_stat_before.json`, `pg_stat_after.json`),
+//!   and the machine's pressure readings (`machine.csv`).
 //!
 //! [`run_measured`] is the run itself.
 //!
 //! - [`record`]: per-invocation records and CSV.
 //! - [`attribution`]: slow calls by part, and the stall windows.
 //! - [`pgview`]: PostgreSQL's statistics and log over the run.
+//! - [`machine`]: the machine's CPU and disk pressure over the run and in
+//!   each stall window.
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
 //! - [`plot`]: `ecdf.svg` and `rtt.svg`.
 //! - [`floors`]: the bare gRPC ping and bare PostgreSQL transaction floors.
@@ -32,6 +35,7 @@ pub mod distance;
 pub mod faults;
 pub mod floors;
 pub mod invariants;
+pub mod machine;
 pub mod pgview;
 pub mod plot;
 pub mod record;
@@ -370,6 +374,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     if let Some(postgres) = &summary.postgres {
         println!("{}", postgres.line());
     }
+    if let Some(machine) = &summary.machine {
+        println!("{}", machine.line());
+    }
     if let Some(cost) = &summary.database_cost {
         println!(
             "database per call: {} B of WAL, {} writing transactions, {} of postgres CPU",
@@ -441,7 +448,16 @@ fn window_line(w: &attribution::StallWindow) -> String {
             Some(log) => format!("; postgres: {}", log.line()),
             None => String::new(),
         },
-    )
+    ) + &match &w.machine {
+        Some(m) => format!(
+            "; machine: {}{}",
+            m.line(),
+            m.held_by(w.length_us)
+                .map(|part| format!(" (held by the {part})"))
+                .unwrap_or_default()
+        ),
+        None => String::new(),
+    }
 }
 
 /// `a 3, b 1`, or `none`.
@@ -531,6 +547,7 @@ pub async fn run_measured(
     }
 
     let clock = RunClock::start();
+    let sampler = machine::MachineSampler::start(clock.started());
     let run_started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -627,6 +644,7 @@ pub async fn run_measured(
         db.close().await;
     }
     let run_end_us = clock.now_us();
+    let readings = sampler.stop();
     let mut probed = Vec::new();
     let mut db_floor = None;
     for prober in probers {
@@ -782,6 +800,18 @@ pub async fn run_measured(
             ));
         }
     }
+    for window in &mut windows {
+        window.machine = Some(machine::MachineInWindow::within(
+            &readings,
+            window.start_us,
+            window.end_us(),
+        ));
+    }
+    summary.machine = Some(machine::MachineView::new(&readings, warmup_us));
+    std::fs::create_dir_all(&log_dir).ok();
+    let machine_csv = log_dir.join("machine.csv");
+    std::fs::write(&machine_csv, machine::csv(&readings))
+        .with_context(|| format!("cannot write {}", machine_csv.display()))?;
     if let (Some(before), Some(after)) = (&stats_before, &stats_after) {
         let mut view = PostgresView::between(before, after);
         if let Some((copied, events)) = log {

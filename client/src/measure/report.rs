@@ -267,6 +267,10 @@ pub struct Summary {
     /// Slow calls clustered in time, with the floor probes and
     /// PostgreSQL's log in the same moments.
     pub stall_windows: super::attribution::StallWindows,
+    /// The machine's CPU and disk pressure over the measured run
+    /// (`/proc/pressure`), and its disk stalls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<super::machine::MachineView>,
     /// PostgreSQL's statistics and log over the run (a local cluster, or
     /// a `--database-url` whose statistics can be read).
     pub postgres: Option<super::pgview::PostgresView>,

@@ -1,0 +1,418 @@
+//! The machine's own view of a run: Linux's pressure stall information
+//! (`/proc/pressure/cpu` and `/proc/pressure/io`, "PSI"), read every
+//! [`PERIOD`] on a thread of its own beside the clients, and set beside
+//! each stall window ([`MachineInWindow`]) and over the whole run
+//! ([`MachineView`]).
+//!
+//! PSI counts the time in which some task was ready to run but waited for a
+//! CPU (`cpu some`), waited for the disk (`io some`), or in which every
+//! runnable task waited for the disk (`io full`). So a stall window tells
+//! on its own which of three it was:
+//!
+//! - **io**: the disk held every commit at once. Seen on this project's
+//!   machines as a WAL flush of ~150 ms while the CPUs were idle: four
+//!   games' writes and the floor probe's `COMMIT` all ended in the same
+//!   millisecond, with `io some` at 100 % and `cpu some` at 0 for the
+//!   150 ms before. No setting of the game reaches it.
+//! - **cpu**: the two cores were busy (the moment a fault's backends exit
+//!   and pools reconnect, a burst of copies).
+//! - **neither**: something inside the processes (a lock, a gate, a queue).
+//!
+//! The thread also notes how late its own wake-ups come: a 10 ms sleep
+//! that wakes 100 ms later means nothing on the machine ran (for it).
+//! Without `/proc/pressure` (kernels before 4.20, or PSI off) only that is
+//! kept.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// How often the machine is read.
+pub const PERIOD: Duration = Duration::from_millis(10);
+
+/// A stretch of samples with the disk holding some task for at least this
+/// share of the time is an "io stall" ([`MachineView::io_stalls`]).
+const IO_STALL_SHARE: f64 = 0.8;
+
+/// ...lasting at least this long.
+const IO_STALL_MIN_US: u64 = 30_000;
+
+/// One reading: time since the start of the run and the counters'
+/// totals (µs since boot); `None` where the kernel has no PSI.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reading {
+    pub at_us: u64,
+    pub cpu_some_us: Option<u64>,
+    pub io_some_us: Option<u64>,
+    pub io_full_us: Option<u64>,
+}
+
+/// Reads `/proc/pressure/*` every [`PERIOD`] until stopped.
+pub struct MachineSampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<Reading>>,
+}
+
+impl MachineSampler {
+    /// Starts reading, times measured from `started` (the run's clock).
+    pub fn start(started: Instant) -> MachineSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("machine-sampler".into())
+            .spawn(move || {
+                let mut readings = Vec::with_capacity(8192);
+                while !stopped.load(Ordering::Relaxed) {
+                    readings.push(read(started));
+                    std::thread::sleep(PERIOD);
+                }
+                readings
+            })
+            .expect("spawning a thread");
+        MachineSampler { stop, thread }
+    }
+
+    /// Stops reading and returns every reading, in time order.
+    pub fn stop(self) -> Vec<Reading> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+fn read(started: Instant) -> Reading {
+    let cpu = std::fs::read_to_string("/proc/pressure/cpu").ok();
+    let io = std::fs::read_to_string("/proc/pressure/io").ok();
+    Reading {
+        at_us: Instant::now()
+            .saturating_duration_since(started)
+            .as_micros() as u64,
+        cpu_some_us: cpu.as_deref().and_then(|t| total(t, "some")),
+        io_some_us: io.as_deref().and_then(|t| total(t, "some")),
+        io_full_us: io.as_deref().and_then(|t| total(t, "full")),
+    }
+}
+
+/// The `total=` of the line starting with `kind` in a PSI file:
+/// `some avg10=0.00 avg60=0.00 avg300=0.00 total=1234`.
+pub fn total(text: &str, kind: &str) -> Option<u64> {
+    text.lines()
+        .find(|line| line.split_whitespace().next() == Some(kind))?
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
+/// What the machine did between two moments of the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineInWindow {
+    /// Time some task waited for a CPU, ms.
+    pub cpu_pressure_ms: f64,
+    /// Time some task waited for the disk, ms.
+    pub io_pressure_ms: f64,
+    /// Time every runnable task waited for the disk, ms.
+    pub io_full_ms: f64,
+    /// The longest the sampler's own 10 ms sleep overran, ms.
+    pub sampler_late_max_ms: f64,
+}
+
+impl MachineInWindow {
+    /// Between `from_us` and `to_us` (time since the start of the run),
+    /// counted over the readings that cover it.
+    pub fn within(readings: &[Reading], from_us: u64, to_us: u64) -> MachineInWindow {
+        let first = readings
+            .iter()
+            .rposition(|r| r.at_us <= from_us)
+            .unwrap_or(0);
+        let last = readings
+            .iter()
+            .position(|r| r.at_us >= to_us)
+            .unwrap_or(readings.len().saturating_sub(1));
+        let Some(span) = readings.get(first..=last) else {
+            return MachineInWindow::default();
+        };
+        let delta = |f: fn(&Reading) -> Option<u64>| match (span.first(), span.last()) {
+            (Some(a), Some(b)) => match (f(a), f(b)) {
+                (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1000.0,
+                _ => 0.0,
+            },
+            _ => 0.0,
+        };
+        MachineInWindow {
+            cpu_pressure_ms: round1(delta(|r| r.cpu_some_us)),
+            io_pressure_ms: round1(delta(|r| r.io_some_us)),
+            io_full_ms: round1(delta(|r| r.io_full_us)),
+            sampler_late_max_ms: round1(
+                span.windows(2)
+                    .map(|w| late_us(&w[0], &w[1]))
+                    .max()
+                    .unwrap_or(0) as f64
+                    / 1000.0,
+            ),
+        }
+    }
+
+    /// Which of the machine's parts held the window, if either did: the
+    /// larger pressure when it covers at least half of `length_us`.
+    pub fn held_by(&self, length_us: u64) -> Option<&'static str> {
+        let half = length_us as f64 / 2000.0;
+        if self.io_pressure_ms >= half && self.io_pressure_ms >= self.cpu_pressure_ms {
+            Some("io")
+        } else if self.cpu_pressure_ms >= half {
+            Some("cpu")
+        } else {
+            None
+        }
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "io {} ms (all tasks {} ms), cpu {} ms, sampler late ≤ {} ms",
+            self.io_pressure_ms, self.io_full_ms, self.cpu_pressure_ms, self.sampler_late_max_ms
+        )
+    }
+}
+
+/// How much later than [`PERIOD`] the second reading came.
+fn late_us(a: &Reading, b: &Reading) -> u64 {
+    b.at_us
+        .saturating_sub(a.at_us)
+        .saturating_sub(PERIOD.as_micros() as u64)
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// `summary.json`'s `machine`: pressure over the measured run, and the
+/// stretches in which the disk held the machine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineView {
+    /// Whether the kernel reports pressure (`/proc/pressure`).
+    pub psi: bool,
+    pub readings: u64,
+    /// Shares of the measured run in which some task waited.
+    pub cpu_pressure_share: f64,
+    pub io_pressure_share: f64,
+    /// Stretches of ≥ 30 ms in which some task waited for the disk ≥ 80 %
+    /// of the time: how many, the longest, and all of them added up.
+    pub io_stalls: u64,
+    pub io_stall_longest_ms: f64,
+    pub io_stall_total_ms: f64,
+    /// The longest the sampler's 10 ms sleep overran, ms.
+    pub sampler_late_max_ms: f64,
+}
+
+impl MachineView {
+    /// Over the readings from `from_us` on (the measured run).
+    pub fn new(readings: &[Reading], from_us: u64) -> MachineView {
+        let run: Vec<&Reading> = readings.iter().filter(|r| r.at_us >= from_us).collect();
+        let psi = run.iter().any(|r| r.io_some_us.is_some());
+        let whole = match (run.first(), run.last()) {
+            (Some(a), Some(b)) => MachineInWindow::within(readings, a.at_us, b.at_us),
+            _ => MachineInWindow::default(),
+        };
+        let length_ms = match (run.first(), run.last()) {
+            (Some(a), Some(b)) => (b.at_us - a.at_us) as f64 / 1000.0,
+            _ => 0.0,
+        };
+        let share = |ms: f64| {
+            if length_ms > 0.0 {
+                (ms / length_ms * 1000.0).round() / 1000.0
+            } else {
+                0.0
+            }
+        };
+        let stalls = io_stalls(&run);
+        MachineView {
+            psi,
+            readings: run.len() as u64,
+            cpu_pressure_share: share(whole.cpu_pressure_ms),
+            io_pressure_share: share(whole.io_pressure_ms),
+            io_stalls: stalls.len() as u64,
+            io_stall_longest_ms: round1(stalls.iter().copied().max().unwrap_or(0) as f64 / 1000.0),
+            io_stall_total_ms: round1(stalls.iter().sum::<u64>() as f64 / 1000.0),
+            sampler_late_max_ms: whole.sampler_late_max_ms,
+        }
+    }
+
+    pub fn line(&self) -> String {
+        if !self.psi {
+            return format!(
+                "machine: no pressure information (/proc/pressure); sampler late ≤ {} ms",
+                self.sampler_late_max_ms
+            );
+        }
+        format!(
+            "machine: some task waited for a CPU {:.1} % and for the disk {:.1} % of the run; \
+             {} disk stalls of ≥ 30 ms (longest {} ms, {} ms in all); sampler late ≤ {} ms",
+            self.cpu_pressure_share * 100.0,
+            self.io_pressure_share * 100.0,
+            self.io_stalls,
+            self.io_stall_longest_ms,
+            self.io_stall_total_ms,
+            self.sampler_late_max_ms
+        )
+    }
+}
+
+/// The lengths (µs) of the stretches of consecutive readings in which some
+/// task waited for the disk at least [`IO_STALL_SHARE`] of the time,
+/// [`IO_STALL_MIN_US`] or longer.
+fn io_stalls(run: &[&Reading]) -> Vec<u64> {
+    let mut stalls = Vec::new();
+    let mut current = 0u64;
+    for pair in run.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let elapsed = b.at_us.saturating_sub(a.at_us);
+        let waited = match (a.io_some_us, b.io_some_us) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => 0,
+        };
+        if elapsed > 0 && waited as f64 >= IO_STALL_SHARE * elapsed as f64 {
+            current += elapsed;
+        } else {
+            if current >= IO_STALL_MIN_US {
+                stalls.push(current);
+            }
+            current = 0;
+        }
+    }
+    if current >= IO_STALL_MIN_US {
+        stalls.push(current);
+    }
+    stalls
+}
+
+/// The readings as CSV, for `OUT/logs/machine.csv`: time since the start of
+/// the run and the three counters (empty where the kernel has none).
+pub fn csv(readings: &[Reading]) -> String {
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut out = String::from("at_us,cpu_some_total_us,io_some_total_us,io_full_total_us\n");
+    for r in readings {
+        out.push_str(&format!(
+            "{},{},{},{}\n",
+            r.at_us,
+            opt(r.cpu_some_us),
+            opt(r.io_some_us),
+            opt(r.io_full_us)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPU: &str = "some avg10=1.00 avg60=2.00 avg300=3.00 total=5000\n\
+                       full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+
+    #[test]
+    fn the_totals_are_read_from_psi_lines() {
+        assert_eq!(total(CPU, "some"), Some(5000));
+        assert_eq!(total(CPU, "full"), Some(0));
+        assert_eq!(total(CPU, "other"), None);
+        assert_eq!(total("", "some"), None);
+        assert_eq!(total("some avg10=1.00 total=x", "some"), None);
+    }
+
+    /// Readings every 10 ms; from 100 to 250 ms some task waits for the
+    /// disk the whole time (a WAL flush), from 400 to 450 ms for a CPU.
+    fn run() -> Vec<Reading> {
+        let (mut cpu, mut io, mut full) = (0u64, 0u64, 0u64);
+        (0..=60u64)
+            .map(|i| {
+                let at_us = i * 10_000;
+                if i > 10 && i <= 25 {
+                    io += 10_000;
+                    full += 6_000;
+                }
+                if i > 40 && i <= 45 {
+                    cpu += 9_000;
+                }
+                if i == 50 {
+                    // A sleep that overran: nothing ran for 60 ms.
+                    return Reading {
+                        at_us: at_us + 60_000,
+                        cpu_some_us: Some(cpu),
+                        io_some_us: Some(io),
+                        io_full_us: Some(full),
+                    };
+                }
+                Reading {
+                    at_us: if i > 50 { at_us + 60_000 } else { at_us },
+                    cpu_some_us: Some(cpu),
+                    io_some_us: Some(io),
+                    io_full_us: Some(full),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_says_whether_the_disk_or_the_cpus_held_it() {
+        let readings = run();
+        let flush = MachineInWindow::within(&readings, 120_000, 240_000);
+        assert_eq!(flush.io_pressure_ms, 120.0, "{flush:?}");
+        assert_eq!(flush.io_full_ms, 72.0);
+        assert_eq!(flush.cpu_pressure_ms, 0.0);
+        assert_eq!(flush.held_by(120_000), Some("io"));
+
+        let busy = MachineInWindow::within(&readings, 400_000, 450_000);
+        assert_eq!(busy.cpu_pressure_ms, 45.0, "{busy:?}");
+        assert_eq!(busy.held_by(50_000), Some("cpu"));
+
+        let calm = MachineInWindow::within(&readings, 300_000, 380_000);
+        assert_eq!(calm.held_by(80_000), None, "{calm:?}");
+        assert_eq!(calm.sampler_late_max_ms, 0.0);
+
+        let paused = MachineInWindow::within(&readings, 480_000, 560_000);
+        assert_eq!(paused.sampler_late_max_ms, 60.0, "{paused:?}");
+    }
+
+    #[test]
+    fn the_run_counts_its_disk_stalls() {
+        let readings = run();
+        let view = MachineView::new(&readings, 0);
+        assert!(view.psi);
+        assert_eq!(view.io_stalls, 1, "{view:?}");
+        assert_eq!(view.io_stall_longest_ms, 150.0);
+        assert_eq!(view.sampler_late_max_ms, 60.0);
+        assert!(view.io_pressure_share > 0.2 && view.io_pressure_share < 0.25);
+        // From after the flush on, none.
+        let later = MachineView::new(&readings, 300_000);
+        assert_eq!(later.io_stalls, 0);
+    }
+
+    #[test]
+    fn without_psi_only_the_sampler_is_kept() {
+        let readings: Vec<Reading> = (0..10)
+            .map(|i| Reading {
+                at_us: i * 10_000,
+                ..Reading::default()
+            })
+            .collect();
+        let view = MachineView::new(&readings, 0);
+        assert!(!view.psi);
+        assert!(view.line().contains("no pressure information"));
+        assert_eq!(
+            MachineInWindow::within(&readings, 0, 90_000).held_by(90_000),
+            None
+        );
+    }
+
+    #[test]
+    fn the_sampler_reads_and_stops() {
+        let sampler = MachineSampler::start(Instant::now());
+        std::thread::sleep(Duration::from_millis(50));
+        let readings = sampler.stop();
+        assert!(!readings.is_empty());
+        assert!(readings.windows(2).all(|w| w[0].at_us <= w[1].at_us));
+        let csv = csv(&readings);
+        assert_eq!(csv.lines().count(), readings.len() + 1);
+    }
+}
