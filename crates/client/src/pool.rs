@@ -324,6 +324,8 @@ struct State {
     /// When the shared stall was last seen (declared, or a late copy
     /// confirmed it) or last tried with a copy ([`stall_trial_due`]).
     stall_seen: Option<Instant>,
+    /// Copies tried through the shared stall since it began.
+    stall_tries: u32,
     /// The game this client plays, if any: its server is chosen by
     /// [`pick_for_game`], so all its players share one.
     game: Option<u64>,
@@ -1102,6 +1104,7 @@ impl ServerPool {
             .record_call(rtt);
         if on_time {
             state.shared_stall = false;
+            state.stall_tries = 0;
         }
         if let Some(suspect) = state.suspects.get_mut(address) {
             suspect.suspicion.answer(sent);
@@ -1138,7 +1141,7 @@ impl ServerPool {
         // copy: the stall ends only with an answer on time, and a client
         // whose game is on a server that alone turned slow gets none.
         let now = Instant::now();
-        let trial = state.shared_stall && stall_trial_due(state.stall_seen, now);
+        let trial = state.shared_stall && stall_trial_due(state.stall_seen, state.stall_tries, now);
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
             shared_stall: state.shared_stall && !trial,
@@ -1161,8 +1164,9 @@ impl ServerPool {
             None
         } else {
             if trial {
-                // The next trial waits its turn.
+                // The next try waits its turn, longer each time.
                 state.stall_seen = Some(now);
+                state.stall_tries += 1;
             }
             state.hedges += 1;
             target

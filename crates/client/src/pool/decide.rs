@@ -179,15 +179,22 @@ pub fn copy_answer_ends_stall(rtt: Duration, hedge_delay: Duration, first_pendin
 /// while every copy is stopped, and a moment of machine-wide slowness had
 /// so latched one client into a "shared stall" for the whole two seconds a
 /// server was slow: each of its calls waited out the slow server's 204 ms
-/// (a loopback `slow` run). One copy a client each 100 ms is little next
-/// to the copies a stall would otherwise draw, and the budget still pays
-/// for it.
+/// (a loopback `slow` run). The first try comes after 100 ms; each try
+/// that does not end the stall doubles the wait for the next, up to
+/// [`STALL_TRIAL_LONGEST`] (a circuit breaker's half-open backoff), so a
+/// stall that really is shared (an overloaded database) draws few copies,
+/// and the budget pays for each.
 pub const STALL_TRIAL_AFTER: Duration = Duration::from_millis(100);
+/// The longest wait between two tries.
+pub const STALL_TRIAL_LONGEST: Duration = Duration::from_millis(1600);
 
-/// Whether a late call in a shared stall last seen (or tried) at `seen`
-/// may try a copy now.
-pub fn stall_trial_due(seen: Option<Instant>, now: Instant) -> bool {
-    seen.is_none_or(|seen| now.saturating_duration_since(seen) >= STALL_TRIAL_AFTER)
+/// Whether a late call in a shared stall last seen (or tried) at `seen`,
+/// after `tries` tries that did not end it, may try a copy now.
+pub fn stall_trial_due(seen: Option<Instant>, tries: u32, now: Instant) -> bool {
+    let wait = STALL_TRIAL_AFTER
+        .saturating_mul(1 << tries.min(8))
+        .min(STALL_TRIAL_LONGEST);
+    seen.is_none_or(|seen| now.saturating_duration_since(seen) >= wait)
 }
 
 /// A hedged copy of the attempt, if one was sent.
@@ -697,15 +704,23 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_stall_lets_one_copy_through_each_interval() {
+    fn a_shared_stall_lets_a_copy_through_less_often_each_try() {
         let seen = Instant::now();
-        assert!(!stall_trial_due(Some(seen), seen));
-        assert!(!stall_trial_due(
-            Some(seen),
-            seen + STALL_TRIAL_AFTER - Duration::from_millis(1)
-        ));
-        assert!(stall_trial_due(Some(seen), seen + STALL_TRIAL_AFTER));
-        assert!(stall_trial_due(None, seen), "never seen: nothing holds it");
+        let ms = Duration::from_millis;
+        assert!(!stall_trial_due(Some(seen), 0, seen));
+        assert!(!stall_trial_due(Some(seen), 0, seen + ms(99)));
+        assert!(stall_trial_due(Some(seen), 0, seen + STALL_TRIAL_AFTER));
+        // Tries that did not end the stall: 200 ms, 400 ms, … 1.6 s.
+        assert!(!stall_trial_due(Some(seen), 1, seen + ms(199)));
+        assert!(stall_trial_due(Some(seen), 1, seen + ms(200)));
+        assert!(!stall_trial_due(Some(seen), 3, seen + ms(799)));
+        assert!(stall_trial_due(Some(seen), 3, seen + ms(800)));
+        assert!(!stall_trial_due(Some(seen), 40, seen + ms(1599)));
+        assert!(stall_trial_due(Some(seen), 40, seen + STALL_TRIAL_LONGEST));
+        assert!(
+            stall_trial_due(None, 0, seen),
+            "never seen: nothing holds it"
+        );
     }
 
     #[test]
