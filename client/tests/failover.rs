@@ -22,13 +22,22 @@ async fn killing_the_current_server_retries_the_same_seq_on_another() {
     let seq = player.next_seq();
     let (reply, info) = player.act(Action::Idle).await.expect("the call fails over");
     assert_eq!(reply.seq, seq, "the retry carries the same sequence number");
-    assert!(info.failed_over && info.attempts >= 2, "{info:?}");
-    assert_ne!(info.server, victim);
-    assert!(pool.status().failovers >= 1);
+    // Left for another server: by a retry once the dead one's connection
+    // reset, or (on a busy machine, where the reset can come after the
+    // hedge delay) by the hedged copy, which carries the same seq.
     assert!(
-        !pool.status().live.contains(&victim),
-        "the dead server is dropped"
+        (info.failed_over && info.attempts >= 2) || info.hedge_won,
+        "{info:?}"
     );
+    assert_ne!(info.server, victim);
+    if info.failed_over {
+        assert!(pool.status().failovers >= 1);
+    }
+    wait::until("the dead server dropped", Duration::from_secs(10), || {
+        let dropped = !pool.status().live.contains(&victim);
+        async move { dropped.then_some(()) }
+    })
+    .await;
 
     let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
     assert_eq!(
