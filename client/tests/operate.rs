@@ -169,7 +169,7 @@ async fn prometheus_scrapes_calls_and_latency_of_every_server_during_a_bot_game(
         );
         return;
     };
-    let cluster = common::cluster_with(3, &["--round-ms=3000", "--metrics-listen=127.0.0.1:0"]);
+    let cluster = common::cluster_with(3, &["--round-ms=1000", "--metrics-listen=127.0.0.1:0"]);
     let targets: Vec<String> = cluster
         .metrics_addresses()
         .into_iter()
@@ -177,7 +177,9 @@ async fn prometheus_scrapes_calls_and_latency_of_every_server_during_a_bot_game(
         .collect();
     let prom = common::blocking(|| Prometheus::start(&prometheus, &targets));
 
-    // A short bot game: 4 bots, one game.
+    // A short bot game: 4 bots, one game, sudden death after a 1-second
+    // round (the arena then closes a cell every 150 ms: some seconds of
+    // play, each bot acting about 20 times a second).
     common::bot_game(
         &cluster.addresses(),
         PoolConfig::default(),
@@ -224,6 +226,7 @@ async fn prometheus_scrapes_calls_and_latency_of_every_server_during_a_bot_game(
             std::thread::sleep(Duration::from_millis(250));
         }
     });
+    eprintln!("acts counted: {acts}");
     assert!(acts >= 100.0, "the game's acts were counted: {acts}");
     let p99 = prom.query(
         "histogram_quantile(0.99, sum by (le) (borbaman_call_duration_seconds_bucket{method=\"Act\"}))",

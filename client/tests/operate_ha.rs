@@ -1,12 +1,14 @@
 //! On the replicated database (3 etcd, 3 Patroni members): a server's
 //! metrics and status name the member it writes to; losing one etcd
-//! member moves nothing; and when Patroni switches over, the new primary
-//! and the change, learned from the watch on Patroni's leader key in etcd.
+//! member moves nothing; and when Patroni switches over (from the primary,
+//! to one of its synchronous standbys), the new primary and the change,
+//! learned from the watch on Patroni's leader key in etcd.
 //!
-//! The etcd member lost is checked here rather than among `ha`'s faults:
-//! it is a watch of several seconds in which nothing may happen, and here
-//! it is off the suite's longest chain (`ha`, `chaos_ha`) on a cluster
-//! that is started anyway.
+//! The etcd member lost and `LocalHa::switchover` are checked here rather
+//! than among `ha`'s faults: the first is a watch of several seconds in
+//! which nothing may happen, the second a restore of several seconds
+//! after it (which `chaos_ha` checks), and here both are off the suite's
+//! longest chain (`ha`, `chaos_ha`) on a cluster that is started anyway.
 
 mod common;
 
@@ -94,13 +96,31 @@ async fn losing_an_etcd_member_moves_nothing_and_the_metrics_follow_a_switchover
     );
 
     let ha = cluster.replicated().expect("replicated");
-    common::blocking(|| ha.switchover()).expect("a switchover");
+    let member = |i: usize| format!("127.0.0.1:{}", ha.pg_ports()[i]);
+    let switch = common::blocking(|| ha.switchover()).expect("a switchover");
+    assert_eq!(
+        member(switch.from),
+        first,
+        "the switchover starts from the primary the server writes to"
+    );
     let (now, changes) = common::blocking(|| {
         wait_metrics(&metrics, "the new primary", |m, c| {
             m.as_deref().is_some_and(|m| m != first) && c.is_some_and(|c| c >= 1)
         })
     });
     eprintln!("member {first} -> {now}, changes {changes}");
+    // The new primary is one of the synchronous standbys Patroni had when
+    // asked (`LocalHa::switchover` names no candidate; both race).
+    assert!(
+        switch.candidates.iter().any(|&c| member(c) == now),
+        "{now} took over, not one of the synchronous standbys {:?} ({:?})",
+        switch.candidates,
+        switch
+            .candidates
+            .iter()
+            .map(|&c| member(c))
+            .collect::<Vec<_>>()
+    );
     // Learned from the watch on Patroni's leader key, not a REST probe.
     let text = http_get(&metrics, "/metrics").unwrap_or_default();
     let learned = |from: &str| {
