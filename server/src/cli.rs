@@ -14,6 +14,7 @@ use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
 use crate::admission::AdmissionLimits;
+use crate::seating::SeatingLimits;
 use crate::etcd::{self, Endpoint};
 use crate::incoming::{self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
 use crate::limits::{CallLimits, DEFAULT_READS_PER_IP_PER_S};
@@ -175,6 +176,22 @@ pub struct ServerArgs {
     /// the server and ask another.
     #[arg(long, default_value_t = 100)]
     pub join_queue_ms: u64,
+    /// Join admission by whole games: a join that would open a new game
+    /// (none is waiting for players) is refused with RESOURCE_EXHAUSTED,
+    /// reason server-full and a retry pushback while the cluster's running
+    /// games are at a limit this server learns. Each half second, when the
+    /// 90th percentile of its seated players' calls' time in the server
+    /// (admission's wait included) is over this target, the limit becomes
+    /// 0.9 of the games running; after 2 s within it, while the limit
+    /// binds, it grows by one game. Joins that fill a waiting game always
+    /// enter, so games are seated whole. 0: no measured limit.
+    #[arg(long, default_value_t = 50)]
+    pub seat_latency_target_ms: u64,
+    /// Running games (waiting or playing) at most across the cluster, as
+    /// this server counts them when a join would open a new game, whatever
+    /// --seat-latency-target-ms learns. 0: no cap.
+    #[arg(long, default_value_t = 0)]
+    pub max_games: u32,
     /// Sessionless reads one peer address may make on this server per
     /// second, in units: WatchState and Rankings 1, ListGames 5, GetReplay
     /// 10 (a spectator polling at 20 Hz spends 20); more get
@@ -293,6 +310,10 @@ impl ServerArgs {
                 max_in_flight: nonzero(self.max_db_concurrency),
                 queue_timeout: Duration::from_millis(self.admission_queue_ms),
                 join_queue_timeout: Duration::from_millis(self.join_queue_ms),
+            },
+            seating: SeatingLimits {
+                target: nonzero(self.seat_latency_target_ms).map(Duration::from_millis),
+                max_games: nonzero(self.max_games),
             },
             connection_limits: ConnectionLimits {
                 per_ip: nonzero(self.max_connections_per_ip),

@@ -94,6 +94,8 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::time::Instant;
 
 use super::Store;
+use crate::admission::{Priority, pushback};
+use crate::seating::{LIVE_WITHIN, Seats, Verdict};
 use super::gates::Turn;
 use super::queries::*;
 use crate::error::Error;
@@ -828,7 +830,23 @@ impl Store {
         name: &str,
         arena: Option<Arena>,
     ) -> Result<Joined, Error> {
-        self.retrying(|| self.join_once(token_hash, identity, name, arena))
+        self.join_if_room(token_hash, identity, name, arena, &Seats::open())
+            .await
+    }
+
+    /// [`Store::join`], opening a new game only if `seats` says the running
+    /// games leave room for it (see [`crate::seating`]); refused with
+    /// [`Error::ServerFull`] otherwise. A rejoin, and a join that finds a
+    /// waiting game with a seat for it, always go through.
+    pub async fn join_if_room(
+        &self,
+        token_hash: &TokenHash,
+        identity: &Identity,
+        name: &str,
+        arena: Option<Arena>,
+        seats: &Seats,
+    ) -> Result<Joined, Error> {
+        self.retrying(|| self.join_once(token_hash, identity, name, arena, seats))
             .await
     }
 
@@ -986,9 +1004,13 @@ impl Store {
         identity: &Identity,
         name: &str,
         arena: Option<Arena>,
+        seats: &Seats,
     ) -> Result<Joined, Error> {
         if let Some(joined) = self.rejoin(token_hash).await? {
             return Ok(joined);
+        }
+        if seats.with(|s| s.full_without_looking(Instant::now())) {
+            return Err(no_room());
         }
         self.check_name(identity, name).await?;
         let mut conn = TxConnection {
@@ -996,7 +1018,7 @@ impl Store {
             ended: false,
         };
         let joined = self
-            .seat(&mut conn.conn, token_hash, identity, name, arena)
+            .seat(&mut conn.conn, token_hash, identity, name, arena, seats)
             .await;
         conn.ended = true;
         joined
@@ -1004,7 +1026,9 @@ impl Store {
 
     /// Seats the token's player, in one transaction on `conn`: under the
     /// session's lock, which also settles a join with the same token that
-    /// seated it since [`Store::rejoin`] read it, and the lobby's.
+    /// seated it since [`Store::rejoin`] read it, and the lobby's. A new
+    /// game is opened only if `seats` finds room for it among the running
+    /// games, counted under the lobby's lock.
     async fn seat(
         &self,
         conn: &mut PgConnection,
@@ -1012,6 +1036,7 @@ impl Store {
         identity: &Identity,
         name: &str,
         arena: Option<Arena>,
+        seats: &Seats,
     ) -> Result<Joined, Error> {
         let identity_hash = &identity.hash;
         let mut tx = sqlx::Connection::begin(conn).await?;
@@ -1058,6 +1083,18 @@ impl Store {
             }
         }
         let new_game = seated.is_none();
+        if new_game && seats.limited() {
+            let live: i64 = sqlx::query_scalar(COUNT_LIVE_GAMES)
+                .bind(LIVE_WITHIN.as_millis() as i64)
+                .fetch_one(&mut *tx)
+                .await?;
+            let live = u32::try_from(live).unwrap_or(u32::MAX);
+            if seats.with(|s| s.open_game(Instant::now(), live)) == Verdict::Full {
+                // Dropped, the transaction rolls back: the seats freed
+                // above stay their players'.
+                return Err(no_room());
+            }
+        }
         let arena = arena.unwrap_or_default();
         let (seat, mut snapshot) = match seated {
             Some(seated) => seated,
@@ -1473,6 +1510,20 @@ async fn commit_clock(
     };
     snapshot.version = row.try_get::<i64, _>(0)? as u64;
     Ok(true)
+}
+
+/// A join refused because the running games are at the limit (see
+/// [`crate::seating`]); the pushback is a refused join's.
+fn no_room() -> Error {
+    let pushback = pushback(Priority::Join, rand::random::<f64>());
+    Error::ServerFull {
+        message: format!(
+            "server full: the running games are all this cluster can serve now, and none \
+             is waiting for players; try again in {} ms",
+            pushback.as_millis()
+        ),
+        pushback,
+    }
 }
 
 /// A session whose lobby seat went to another player (see the module doc).
