@@ -56,6 +56,11 @@ pub const MIN_SAMPLES: usize = 20;
 pub const DECREASE: f64 = 0.9;
 /// Calm needed, while the limit binds, before it grows by one game.
 pub const INCREASE_AFTER: Duration = Duration::from_secs(2);
+/// The learned limit never goes below this many games: fewer is no longer
+/// serving fewer games well but turning players away, and a stall that
+/// slows a handful of games (a debug build, a busy neighbour) is not a
+/// crowd to hold back. `--max-games` may still cap lower.
+pub const MIN_LIMIT: u32 = 4;
 /// How long a refusal for the limit stands before a join asks the database
 /// again.
 pub const RECHECK: Duration = Duration::from_millis(250);
@@ -164,7 +169,7 @@ impl Seating {
         if over {
             self.calm_from = None;
             if let Some(live) = self.live {
-                let cut = ((f64::from(live) * DECREASE).floor() as u32).max(1);
+                let cut = ((f64::from(live) * DECREASE).floor() as u32).max(MIN_LIMIT);
                 self.learned = Some(self.learned.map_or(cut, |l| l.min(cut)));
             }
             return;
@@ -347,7 +352,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_holds_whatever_is_measured_and_a_limit_stays_at_least_one() {
+    fn the_cap_holds_whatever_is_measured_and_a_learned_limit_keeps_a_floor() {
         let mut s = Seating::new(SeatingLimits {
             target: Some(TARGET),
             max_games: Some(2),
@@ -357,7 +362,11 @@ mod tests {
         assert_eq!(s.open_game(at, 2), Verdict::Full);
         s.open_game(at, 1);
         window(&mut s, at, 50, Duration::from_secs(1));
-        assert_eq!(s.limit(), Some(1), "0.9 of one game is still one");
+        assert_eq!(s.limit(), Some(2), "the cap is below what is learned");
+        let mut s = seating();
+        s.open_game(at, 2);
+        window(&mut s, at, 50, Duration::from_secs(1));
+        assert_eq!(s.limit(), Some(MIN_LIMIT), "learned, never below the floor");
         // Without a target, nothing is learned; the cap alone.
         let mut s = Seating::new(SeatingLimits {
             target: None,
