@@ -59,6 +59,13 @@
 //! for writers; when the clock alone finished the game, that is committed
 //! once, compare-and-set, so the rankings are recorded once.
 //!
+//! A join that finds no waiting game with a seat for it opens a new game
+//! only if the server's [`Seats`] find room for one among the running
+//! games, counted under the lobby's lock (`COUNT_LIVE_GAMES`); otherwise
+//! it is refused `server-full` and the transaction rolls back. A join that
+//! fills a waiting game, and a rejoin, are never refused for that, so games
+//! are seated whole (see [`crate::seating`]).
+//!
 //! Lobby seats: a player seated in a waiting game who has made no writing
 //! call (a join or an `Act`; `GetState` is a read and does not count) for
 //! the lobby seat TTL (`--lobby-seat-ttl-ms`, by the database clock) loses
@@ -1513,9 +1520,10 @@ async fn commit_clock(
 }
 
 /// A join refused because the running games are at the limit (see
-/// [`crate::seating`]); the pushback is a refused join's.
+/// [`crate::seating`]), with twice a refused join's pushback.
 fn no_room() -> Error {
-    let pushback = pushback(Priority::Join, rand::random::<f64>());
+    // Twice a refused join's: room comes back only when a whole game ends.
+    let pushback = pushback(Priority::Join, rand::random::<f64>()) * 2;
     Error::ServerFull {
         message: format!(
             "server full: the running games are all this cluster can serve now, and none \
