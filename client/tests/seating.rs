@@ -24,7 +24,9 @@ const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
 const SEATED_AGAIN_WITHIN: Duration = Duration::from_secs(20);
 
 /// A join's refusal for load, with its pushback; panics on anything else.
-fn server_full(result: Result<(GameSession, borbaman_client::pool::CallInfo), PoolError>) -> Duration {
+fn server_full(
+    result: Result<(GameSession, borbaman_client::pool::CallInfo), PoolError>,
+) -> Duration {
     match result {
         Ok((session, _)) => panic!(
             "a join past the limit was seated in game {} seat {}",
@@ -32,9 +34,9 @@ fn server_full(result: Result<(GameSession, borbaman_client::pool::CallInfo), Po
             session.seat()
         ),
         Err(e) => match driver::refusal(&e) {
-            Some(r) if r.reason == Reason::ServerFull => {
-                r.pushback.expect("a server-full refusal says when to try again")
-            }
+            Some(r) if r.reason == Reason::ServerFull => r
+                .pushback
+                .expect("a server-full refusal says when to try again"),
             _ => panic!("a join past the limit failed instead of being told server-full: {e}"),
         },
     }
@@ -67,7 +69,8 @@ async fn a_full_server_refuses_new_games_quickly_while_running_games_play_and_se
     // with a pushback; and again while the first verdict stands.
     for n in 0..3 {
         let started = Instant::now();
-        let pushback = server_full(GameSession::join(&pool, &format!("late{n}"), new_token()).await);
+        let pushback =
+            server_full(GameSession::join(&pool, &format!("late{n}"), new_token()).await);
         let took = started.elapsed();
         assert!(took <= ANSWERED_WITHIN, "a refused join took {took:?}");
         assert!(
@@ -120,7 +123,11 @@ async fn a_full_server_refuses_new_games_quickly_while_running_games_play_and_se
         let (session, _) = GameSession::join(&pool, &format!("second{n}"), new_token())
             .await
             .unwrap_or_else(|e| panic!("join {n} of a waiting game was refused: {e}"));
-        assert_eq!(session.game_id(), first.game_id(), "the waiting game is filled");
+        assert_eq!(
+            session.game_id(),
+            first.game_id(),
+            "the waiting game is filled"
+        );
     }
     server_full(GameSession::join(&pool, "late-again", new_token()).await);
 }

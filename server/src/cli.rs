@@ -14,11 +14,11 @@ use borbaman_cluster::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
 use crate::admission::AdmissionLimits;
-use crate::seating::SeatingLimits;
 use crate::etcd::{self, Endpoint};
 use crate::incoming::{self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
 use crate::limits::{CallLimits, DEFAULT_READS_PER_IP_PER_S};
 use crate::patroni::Member;
+use crate::seating::SeatingLimits;
 use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
 use crate::store::retention::RetentionOptions;

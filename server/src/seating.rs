@@ -147,7 +147,8 @@ impl Seating {
             Some(_) => {}
             None => self.window_from = Some(now),
         }
-        self.times.push(u64::try_from(time.as_micros()).unwrap_or(u64::MAX));
+        self.times
+            .push(u64::try_from(time.as_micros()).unwrap_or(u64::MAX));
     }
 
     /// A seated player's call refused for load at `now`: over any target.
@@ -164,13 +165,24 @@ impl Seating {
             return;
         }
         let at = times.len() * 9 / 10;
-        let (_, p90, _) = times.select_nth_unstable(at);
-        let over = *p90 > u64::try_from(target.as_micros()).unwrap_or(u64::MAX);
+        let calls = times.len();
+        let p90 = *times.select_nth_unstable(at).1;
+        let over = p90 > u64::try_from(target.as_micros()).unwrap_or(u64::MAX);
         if over {
             self.calm_from = None;
             if let Some(live) = self.live {
                 let cut = ((f64::from(live) * DECREASE).floor() as u32).max(MIN_LIMIT);
-                self.learned = Some(self.learned.map_or(cut, |l| l.min(cut)));
+                let learned = self.learned.map_or(cut, |l| l.min(cut));
+                if self.learned != Some(learned) {
+                    tracing::info!(
+                        limit = learned,
+                        running = live,
+                        p90_us = p90,
+                        calls,
+                        "seated players' calls over the target: fewer games"
+                    );
+                }
+                self.learned = Some(learned);
             }
             return;
         }
@@ -184,6 +196,7 @@ impl Seating {
         if binds && now.saturating_duration_since(calm_from) >= INCREASE_AFTER {
             self.learned = self.learned.map(|l| l.saturating_add(1));
             self.calm_from = Some(now);
+            tracing::info!(limit = ?self.learned, p90_us = p90, "calm: one more game");
         }
     }
 

@@ -33,13 +33,13 @@ use tonic::transport::{Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 
 use crate::admission::{Admission, AdmissionLimits, Priority};
-use crate::seating::{Seats, SeatingLimits};
 use crate::health::{self, DatabaseHealth};
 use crate::incoming::{self, ConnectionLimits};
 use crate::limits::{CallLimiter, CallLimits};
 use crate::metrics::calls::{self, Observed};
 use crate::metrics::{self, Metrics};
 use crate::registry::{self, Registration, RegistryService};
+use crate::seating::{SeatingLimits, Seats};
 use crate::service::GameService;
 use crate::slow::SlowMode;
 use crate::status::{self, CensusCache, StatusService, Window};

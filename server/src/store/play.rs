@@ -101,11 +101,11 @@ use sqlx::{Postgres, Row, Transaction};
 use tokio::time::Instant;
 
 use super::Store;
-use crate::admission::{Priority, pushback};
-use crate::seating::{LIVE_WITHIN, Seats, Verdict};
 use super::gates::Turn;
 use super::queries::*;
+use crate::admission::{Priority, pushback};
 use crate::error::Error;
+use crate::seating::{LIVE_WITHIN, Seats, Verdict};
 use crate::token::TokenHash;
 use borbaman_game::{
     Action, Arena, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
