@@ -23,11 +23,12 @@
 //! target). Every [`WINDOW`] with at least [`MIN_SAMPLES`] calls, their
 //! 90th percentile is compared with the target (`--seat-latency-target-ms`,
 //! 50 ms: a third of the clients' 150 ms call deadline, past which they
-//! hedge and retry and the overload feeds itself). Over it, the limit
-//! becomes [`DECREASE`] of the running games last counted; the games
-//! already running are not touched, they end by themselves and their seats
-//! are not refilled past the limit. Within it for [`INCREASE_AFTER`] while
-//! the limit binds, the limit grows by one game. Before the first window
+//! hedge and retry and the overload feeds itself). Over it [`OVER_RUN`]
+//! windows in a row, the limit becomes [`DECREASE`] of the running games
+//! last counted (never fewer than [`MIN_LIMIT`]); the games already
+//! running are not touched, they end by themselves and their seats are not
+//! refilled past the limit. Within it for [`INCREASE_AFTER`] while the
+//! limit binds, the limit grows by an eighth (at least one game). Before the first window
 //! over the target there is no limit (the machine has not been found
 //! full). `--max-games` caps the limit whatever is measured.
 //!
@@ -51,11 +52,15 @@ pub const WINDOW: Duration = Duration::from_millis(500);
 /// Fewest calls a window needs to judge anything: fewer say nothing about
 /// the machine.
 pub const MIN_SAMPLES: usize = 20;
-/// The limit after a window over the target, as a share of the running
-/// games.
+/// Judged windows over the target in a row that make an overload: one
+/// window (a burst of game starts, a checkpoint, a neighbour's compile) is
+/// not the machine full.
+pub const OVER_RUN: u32 = 4;
+/// The limit after an overload, as a share of the running games.
 pub const DECREASE: f64 = 0.9;
-/// Calm needed, while the limit binds, before it grows by one game.
-pub const INCREASE_AFTER: Duration = Duration::from_secs(2);
+/// Calm needed, while the limit binds, before it grows by an eighth (at
+/// least one game).
+pub const INCREASE_AFTER: Duration = Duration::from_secs(1);
 /// The learned limit never goes below this many games: fewer is no longer
 /// serving fewer games well but turning players away, and a stall that
 /// slows a handful of games (a debug build, a busy neighbour) is not a
@@ -99,6 +104,8 @@ pub struct Seating {
     live: Option<u32>,
     /// Since when every judged window was within the target.
     calm_from: Option<Instant>,
+    /// Judged windows over the target in a row.
+    over_run: u32,
     /// When a join was last refused for the limit.
     full_at: Option<Instant>,
 }
@@ -121,6 +128,7 @@ impl Seating {
             times: Vec::new(),
             live: None,
             calm_from: None,
+            over_run: 0,
             full_at: None,
         }
     }
@@ -160,8 +168,10 @@ impl Seating {
     fn judge(&mut self, now: Instant, target: Duration) {
         let mut times = std::mem::take(&mut self.times);
         if times.len() < MIN_SAMPLES {
-            // Too few calls to say anything: no change, and no calm.
+            // Too few calls to say anything: no change, no calm, and no
+            // overload going on.
             self.calm_from = None;
+            self.over_run = 0;
             return;
         }
         let at = times.len() * 9 / 10;
@@ -170,6 +180,10 @@ impl Seating {
         let over = p90 > u64::try_from(target.as_micros()).unwrap_or(u64::MAX);
         if over {
             self.calm_from = None;
+            self.over_run += 1;
+            if self.over_run < OVER_RUN {
+                return;
+            }
             if let Some(live) = self.live {
                 let cut = ((f64::from(live) * DECREASE).floor() as u32).max(MIN_LIMIT);
                 let learned = self.learned.map_or(cut, |l| l.min(cut));
@@ -186,6 +200,7 @@ impl Seating {
             }
             return;
         }
+        self.over_run = 0;
         let calm_from = *self.calm_from.get_or_insert(now);
         // Grow only a limit that binds: room nobody asks for teaches
         // nothing, and would let the next crowd in unchecked.
@@ -194,7 +209,7 @@ impl Seating {
             _ => false,
         };
         if binds && now.saturating_duration_since(calm_from) >= INCREASE_AFTER {
-            self.learned = self.learned.map(|l| l.saturating_add(1));
+            self.learned = self.learned.map(|l| l.saturating_add((l / 8).max(1)));
             self.calm_from = Some(now);
             tracing::info!(limit = ?self.learned, p90_us = p90, "calm: one more game");
         }
@@ -280,6 +295,14 @@ mod tests {
         end
     }
 
+    /// [`OVER_RUN`] windows of `n` calls of `time` each from `at`.
+    fn windows(s: &mut Seating, mut at: Instant, n: usize, time: Duration) -> Instant {
+        for _ in 0..OVER_RUN {
+            at = window(s, at, n, time);
+        }
+        at
+    }
+
     #[test]
     fn without_a_window_over_the_target_every_game_opens() {
         let mut s = seating();
@@ -296,6 +319,11 @@ mod tests {
         let mut s = seating();
         let at = Instant::now();
         assert_eq!(s.open_game(at, 31), Verdict::Open);
+        let mut at = at;
+        for _ in 1..OVER_RUN {
+            at = window(&mut s, at, 100, Duration::from_millis(120));
+        }
+        assert_eq!(s.limit(), None, "a burst is not an overload");
         let at = window(&mut s, at, 100, Duration::from_millis(120));
         assert_eq!(s.limit(), Some(27), "0.9 of the 31 running, rounded down");
         assert_eq!(s.open_game(at, 31), Verdict::Full);
@@ -331,11 +359,14 @@ mod tests {
         window(&mut s, at, MIN_SAMPLES - 1, Duration::from_secs(1));
         assert_eq!(s.limit(), None);
         // Refusals count as over the target.
-        window(&mut s, at, MIN_SAMPLES, Duration::ZERO);
-        for _ in 0..MIN_SAMPLES {
-            s.record_refused(at + WINDOW * 2);
+        let mut at = at + WINDOW;
+        for _ in 0..OVER_RUN {
+            for _ in 0..MIN_SAMPLES {
+                s.record_refused(at);
+            }
+            at += WINDOW;
         }
-        s.record(at + WINDOW * 4, Duration::ZERO);
+        s.record(at, Duration::ZERO);
         assert_eq!(s.limit(), Some(9));
     }
 
@@ -344,24 +375,24 @@ mod tests {
         let mut s = seating();
         let at = Instant::now();
         s.open_game(at, 20);
-        let mut at = window(&mut s, at, 50, Duration::from_secs(1));
+        let mut at = windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(18));
         assert_eq!(s.open_game(at, 18), Verdict::Full);
-        // Calm, limit binding: one more game per INCREASE_AFTER.
-        let windows = (INCREASE_AFTER.as_millis() / WINDOW.as_millis()) as usize;
-        for _ in 0..windows {
+        // Calm, limit binding: an eighth more per INCREASE_AFTER.
+        let calm = (INCREASE_AFTER.as_millis() / WINDOW.as_millis()) as usize;
+        for _ in 0..calm {
             at = window(&mut s, at, 50, Duration::from_millis(5));
         }
         assert_eq!(s.limit(), Some(18), "not before INCREASE_AFTER of calm");
         at = window(&mut s, at, 50, Duration::from_millis(5));
-        assert_eq!(s.limit(), Some(19));
+        assert_eq!(s.limit(), Some(20));
         assert_eq!(s.open_game(at, 18), Verdict::Open);
         // Calm while far below the limit: no growth.
         s.open_game(at, 3);
-        for _ in 0..windows * 3 {
+        for _ in 0..calm * 3 {
             at = window(&mut s, at, 50, Duration::from_millis(5));
         }
-        assert_eq!(s.limit(), Some(19));
+        assert_eq!(s.limit(), Some(20));
     }
 
     #[test]
@@ -374,11 +405,11 @@ mod tests {
         assert_eq!(s.open_game(at, 1), Verdict::Open);
         assert_eq!(s.open_game(at, 2), Verdict::Full);
         s.open_game(at, 1);
-        window(&mut s, at, 50, Duration::from_secs(1));
+        windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(2), "the cap is below what is learned");
         let mut s = seating();
         s.open_game(at, 2);
-        window(&mut s, at, 50, Duration::from_secs(1));
+        windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(MIN_LIMIT), "learned, never below the floor");
         // Without a target, nothing is learned; the cap alone.
         let mut s = Seating::new(SeatingLimits {
@@ -386,7 +417,7 @@ mod tests {
             max_games: Some(3),
         });
         s.open_game(at, 2);
-        window(&mut s, at, 50, Duration::from_secs(1));
+        windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(3));
         assert_eq!(s.open_game(at, 3), Verdict::Full);
         assert!(!Seats::open().limited());
