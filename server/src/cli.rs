@@ -179,12 +179,13 @@ pub struct ServerArgs {
     /// Join admission by whole games: a join that would open a new game
     /// (none is waiting for players) is refused with RESOURCE_EXHAUSTED,
     /// reason server-full and a retry pushback while the cluster's running
-    /// games are at a limit this server learns. Each half second, when the
-    /// 90th percentile of its seated players' calls' time in the server
-    /// (admission's wait included) is over this target, the limit becomes
-    /// 0.9 of the games running; after 2 s within it, while the limit
-    /// binds, it grows by one game. Joins that fill a waiting game always
-    /// enter, so games are seated whole. 0: no measured limit.
+    /// games are at a limit this server learns. Each half second the 90th
+    /// percentile of its seated players' calls' time in the server
+    /// (admission's wait included) is compared with this target: after 2 s
+    /// over it, the limit becomes 0.9 of the games running (at least 4);
+    /// after 1 s within it, while the limit binds, it grows by an eighth.
+    /// Joins that fill a waiting game always enter, so games are seated
+    /// whole. 0: no measured limit.
     #[arg(long, default_value_t = 50)]
     pub seat_latency_target_ms: u64,
     /// Running games (waiting or playing) at most across the cluster, as
