@@ -185,12 +185,18 @@ pub struct ServerArgs {
     /// over it, the limit becomes 0.9 of the games running (at least 4);
     /// after 1 s within it, while the limit binds, it grows by an eighth.
     /// Joins that fill a waiting game always enter, so games are seated
-    /// whole. 0: no measured limit.
-    #[arg(long, default_value_t = 50)]
+    /// whole. 0 (the default): no measured limit; on a machine shared with
+    /// other work the calls' time in the server rises with the neighbours'
+    /// load, not only with the games', and a target of 50 ms held the
+    /// cluster to a few games (docs/scaling.md). Try 50 on a machine of
+    /// the cluster's own.
+    #[arg(long, default_value_t = 0)]
     pub seat_latency_target_ms: u64,
     /// Running games (waiting or playing) at most across the cluster, as
     /// this server counts them when a join would open a new game, whatever
-    /// --seat-latency-target-ms learns. 0: no cap.
+    /// --seat-latency-target-ms learns: the capacity a `borbaman bench
+    /// --sweep-games` run measured. Joins that fill a waiting game always
+    /// enter. 0: no cap.
     #[arg(long, default_value_t = 0)]
     pub max_games: u32,
     /// Sessionless reads one peer address may make on this server per
