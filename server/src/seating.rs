@@ -253,13 +253,23 @@ impl Seating {
 #[derive(Clone, Debug)]
 pub struct Seats {
     shared: Arc<Mutex<Seating>>,
+    /// A target is set: the seated players' calls are recorded. Without
+    /// one, their calls never take the lock.
+    measures: bool,
 }
 
 impl Seats {
     pub fn new(limits: SeatingLimits) -> Seats {
         Seats {
             shared: Arc::new(Mutex::new(Seating::new(limits))),
+            measures: limits.target.is_some(),
         }
+    }
+
+    /// Whether the seated players' calls are to be recorded
+    /// ([`Seating::record`]).
+    pub fn measures(&self) -> bool {
+        self.measures
     }
 
     /// Games opened freely (no target, no cap).
@@ -431,5 +441,13 @@ mod tests {
         assert_eq!(s.limit(), Some(3));
         assert_eq!(s.open_game(at, 3), Verdict::Full);
         assert!(!Seats::open().limited());
+        assert!(!Seats::open().measures());
+        assert!(
+            Seats::new(SeatingLimits {
+                target: Some(TARGET),
+                max_games: None
+            })
+            .measures()
+        );
     }
 }
