@@ -32,6 +32,7 @@ use borbaman_proto::pb;
 use borbaman_server::admission::AdmissionLimits;
 use borbaman_server::incoming::ConnectionLimits;
 use borbaman_server::limits::CallLimits;
+use borbaman_server::seating::SeatingLimits;
 use borbaman_server::server::{self, ServerConfig};
 use borbaman_server::store::retention::RetentionOptions;
 use borbaman_server::store::{ActCall, Identity, Input, Store, StoreOptions};
@@ -231,6 +232,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         slow: Default::default(),
         call_limits: CallLimits::NONE,
         admission: AdmissionLimits::NONE,
+        seating: SeatingLimits::OPEN,
         connection_limits: ConnectionLimits::NONE,
         tls: None,
         retention: RetentionOptions::new(Duration::from_secs(3 * 86_400)),

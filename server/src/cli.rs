@@ -18,6 +18,7 @@ use crate::etcd::{self, Endpoint};
 use crate::incoming::{self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
 use crate::limits::{CallLimits, DEFAULT_READS_PER_IP_PER_S};
 use crate::patroni::Member;
+use crate::seating::SeatingLimits;
 use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
 use crate::store::retention::RetentionOptions;
@@ -175,6 +176,29 @@ pub struct ServerArgs {
     /// the server and ask another.
     #[arg(long, default_value_t = 100)]
     pub join_queue_ms: u64,
+    /// Join admission by whole games: a join that would open a new game
+    /// (none is waiting for players) is refused with RESOURCE_EXHAUSTED,
+    /// reason server-full and a retry pushback while the cluster's running
+    /// games are at a limit this server learns. Each half second the 90th
+    /// percentile of its seated players' calls' time in the server
+    /// (admission's wait included) is compared with this target: after 2 s
+    /// over it, the limit becomes 0.9 of the games running (at least 4);
+    /// after 1 s within it, while the limit binds, it grows by an eighth.
+    /// Joins that fill a waiting game always enter, so games are seated
+    /// whole. 0 (the default): no measured limit; on a machine shared with
+    /// other work the calls' time in the server rises with the neighbours'
+    /// load, not only with the games', and a target of 50 ms held the
+    /// cluster to a few games (docs/scaling.md). Try 50 on a machine of
+    /// the cluster's own.
+    #[arg(long, default_value_t = 0)]
+    pub seat_latency_target_ms: u64,
+    /// Running games (waiting or playing) at most across the cluster, as
+    /// this server counts them when a join would open a new game, whatever
+    /// --seat-latency-target-ms learns: the capacity a `borbaman bench
+    /// --sweep-games` run measured. Joins that fill a waiting game always
+    /// enter. 0: no cap.
+    #[arg(long, default_value_t = 0)]
+    pub max_games: u32,
     /// Sessionless reads one peer address may make on this server per
     /// second, in units: WatchState and Rankings 1, ListGames 5, GetReplay
     /// 10 (a spectator polling at 20 Hz spends 20); more get
@@ -293,6 +317,10 @@ impl ServerArgs {
                 max_in_flight: nonzero(self.max_db_concurrency),
                 queue_timeout: Duration::from_millis(self.admission_queue_ms),
                 join_queue_timeout: Duration::from_millis(self.join_queue_ms),
+            },
+            seating: SeatingLimits {
+                target: nonzero(self.seat_latency_target_ms).map(Duration::from_millis),
+                max_games: nonzero(self.max_games),
             },
             connection_limits: ConnectionLimits {
                 per_ip: nonzero(self.max_connections_per_ip),

@@ -17,6 +17,8 @@
 //! - [`incoming`]: the accept loop: connection limits and back-off.
 //! - [`admission`]: admission control: a bound on calls in flight to the
 //!   database, with priorities; refusals say `server-full`.
+//! - [`seating`]: join admission by whole games, keyed to measured
+//!   capacity: no new game while the running games are at the limit.
 //! - [`limits`]: call rate limits (acts per session, joins per address).
 //! - [`metrics`]: Prometheus metrics and the per-call wrapper that counts.
 //! - [`status`]: the `Status` gRPC service behind `borbaman status`.
@@ -36,6 +38,7 @@ pub mod limits;
 pub mod metrics;
 pub mod patroni;
 pub mod registry;
+pub mod seating;
 pub mod server;
 pub mod service;
 pub mod slow;

@@ -39,6 +39,7 @@ use crate::limits::{CallLimiter, CallLimits};
 use crate::metrics::calls::{self, Observed};
 use crate::metrics::{self, Metrics};
 use crate::registry::{self, Registration, RegistryService};
+use crate::seating::{SeatingLimits, Seats};
 use crate::service::GameService;
 use crate::slow::SlowMode;
 use crate::status::{self, CensusCache, StatusService, Window};
@@ -67,6 +68,8 @@ pub struct ServerConfig {
     /// The bound on calls in flight to the database (see
     /// [`crate::admission`]).
     pub admission: AdmissionLimits,
+    /// Which joins may open a new game (see [`crate::seating`]).
+    pub seating: SeatingLimits,
     pub connection_limits: ConnectionLimits,
     /// Serve TLS with this certificate and key; `None`: plaintext.
     pub tls: Option<TlsFiles>,
@@ -251,6 +254,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.slow.clone(),
         Arc::new(CallLimiter::new(config.call_limits)),
         admission.clone(),
+        Seats::new(config.seating),
         Arc::new(session_key),
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);

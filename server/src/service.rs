@@ -8,6 +8,8 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use borbaman_proto::{MAX_INPUTS_PER_ACT, pb};
 use tonic::{Request, Response, Status};
 
@@ -15,6 +17,7 @@ use crate::admission::{Admission, Permit, Priority};
 use crate::error::Error;
 use crate::limits::{CallLimiter, Read};
 use crate::metrics::calls::{note_game, to_the_end};
+use crate::seating::Seats;
 use crate::slow::SlowMode;
 use crate::store::{ActCall, Identity, Input, LeaveCall, Store};
 use crate::token::{self, JoinToken, SessionKey};
@@ -42,6 +45,9 @@ pub struct GameService {
     limiter: Arc<CallLimiter>,
     /// Bounds the calls in flight to the database (see [`crate::admission`]).
     admission: Admission,
+    /// Which joins may open a new game, learned from the seated players'
+    /// calls (see [`crate::seating`]).
+    seats: Seats,
     /// Issues and checks session tokens (see [`crate::token`]).
     key: Arc<SessionKey>,
 }
@@ -53,6 +59,7 @@ impl GameService {
         slow: Arc<SlowMode>,
         limiter: Arc<CallLimiter>,
         admission: Admission,
+        seats: Seats,
         key: Arc<SessionKey>,
     ) -> Self {
         GameService {
@@ -61,6 +68,7 @@ impl GameService {
             slow,
             limiter,
             admission,
+            seats,
             key,
         }
     }
@@ -86,6 +94,35 @@ impl GameService {
             .admit(priority, game)
             .await
             .map_err(|refused| Status::from(Error::from(refused)))
+    }
+
+    /// A seated player's call on `game`: admitted as [`Priority::Play`],
+    /// carried out, and its time in the server (admission's wait included,
+    /// slow mode's not) recorded for [`crate::seating`]; a refusal is
+    /// recorded as one.
+    async fn play<T: Send + 'static>(
+        &self,
+        game: u64,
+        work: impl Future<Output = Result<T, Error>> + Send + 'static,
+    ) -> Result<Response<T>, Status> {
+        self.slow.pause().await;
+        let from = Instant::now();
+        let permit = match self.admission.admit(Priority::Play, Some(game)).await {
+            Ok(permit) => permit,
+            Err(refused) => {
+                if self.seats.measures() {
+                    self.seats.with(|s| s.record_refused(Instant::now()));
+                }
+                return Err(Status::from(Error::from(refused)));
+            }
+        };
+        note_game(game);
+        let done = Self::carry_out(permit, work).await;
+        if self.seats.measures() {
+            let now = Instant::now();
+            self.seats.with(|s| s.record(now, now - from));
+        }
+        done
     }
 
     /// Runs a call's database work to its end while holding `permit`, even
@@ -144,7 +181,10 @@ impl GameService {
             "" => None,
             map => Some(Arena::from_name(map).map_err(|e| Error::InvalidArgument(e.to_string()))?),
         };
-        let joined = self.store.join(&token_hash, &identity, name, arena).await?;
+        let joined = self
+            .store
+            .join_if_room(&token_hash, &identity, name, arena, &self.seats)
+            .await?;
         Ok(pb::JoinReply {
             token,
             game_id: joined.game_id,
@@ -322,36 +362,28 @@ impl pb::game_server::Game for GameService {
     }
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
-        let permit = self
-            .enter(Priority::Play, Some(req.get_ref().game_id))
-            .await?;
-        note_game(req.get_ref().game_id);
+        let game = req.get_ref().game_id;
         let (this, req) = (self.clone(), req.into_inner());
-        Self::carry_out(permit, async move { this.act(req).await }).await
+        self.play(game, async move { this.act(req).await }).await
     }
 
     async fn get_state(
         &self,
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
-        let permit = self
-            .enter(Priority::Play, Some(req.get_ref().game_id))
-            .await?;
-        note_game(req.get_ref().game_id);
+        let game = req.get_ref().game_id;
         let (this, req) = (self.clone(), req.into_inner());
-        Self::carry_out(permit, async move { this.get_state(req).await }).await
+        self.play(game, async move { this.get_state(req).await })
+            .await
     }
 
     async fn leave(
         &self,
         req: Request<pb::LeaveRequest>,
     ) -> Result<Response<pb::LeaveReply>, Status> {
-        let permit = self
-            .enter(Priority::Play, Some(req.get_ref().game_id))
-            .await?;
-        note_game(req.get_ref().game_id);
+        let game = req.get_ref().game_id;
         let (this, req) = (self.clone(), req.into_inner());
-        Self::carry_out(permit, async move { this.leave(req).await }).await
+        self.play(game, async move { this.leave(req).await }).await
     }
 
     async fn rankings(

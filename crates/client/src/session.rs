@@ -68,6 +68,17 @@ pub fn new_identity() -> Vec<u8> {
 /// default), past which its seat goes to the next joiner.
 pub const LOBBY_PRESENCE_INTERVAL: Duration = Duration::from_secs(1);
 
+/// When the server last heard from a session, as far as the client can
+/// tell, after a reply to a call sent at `sent`: the server records the
+/// activity when the call commits, anywhere between the send and the reply,
+/// so the client counts from the send (the latest of those, replies to
+/// calls in flight together coming back in any order). Counting from the
+/// reply, a client whose call took a second lost its lobby seat with a
+/// second of its TTL still seemingly ahead.
+fn heard_since(before: Option<Instant>, sent: Instant) -> Instant {
+    before.map_or(sent, |at| at.max(sent))
+}
+
 /// An `Act` call that ended, as its background task hands it back: its
 /// result, and the newest state version the session had seen when it was
 /// sent (a reply older than that is a regression; one older than a reply
@@ -205,7 +216,11 @@ impl GameSession {
             rejoined: reply.rejoined,
             latest: None,
             regressions: 0,
-            last_heard: (!reply.rejoined).then(Instant::now),
+            // From when the join was sent: the server recorded the
+            // activity when it committed, up to a round trip before the
+            // reply came (a second or more under load), and counts its
+            // seat TTL from there.
+            last_heard: (!reply.rejoined).then_some(info.started),
         };
         if let Some(state) = reply.state {
             session.observe(state, false)?;
@@ -285,7 +300,7 @@ impl GameSession {
         let result = match done.result {
             Ok((mut reply, info)) => {
                 acked = self.inputs.answered(reply.ack, now);
-                self.last_heard = Some(now);
+                self.last_heard = Some(heard_since(self.last_heard, info.started));
                 if let Some(predictor) = &mut self.predictor {
                     predictor.observe_rtt(info.rtt);
                 }
@@ -622,4 +637,19 @@ pub async fn rankings(pool: &ServerPool, limit: u32) -> Result<Vec<Ranking>, Poo
         .call(|mut client| async move { client.rankings(RankingsRequest { limit }).await })
         .await?;
     Ok(reply.rankings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_is_taken_to_have_heard_a_call_when_it_was_sent() {
+        let sent = Instant::now();
+        let later = sent + Duration::from_millis(800);
+        assert_eq!(heard_since(None, sent), sent);
+        // An older call's reply after a newer one's does not move it back.
+        assert_eq!(heard_since(Some(later), sent), later);
+        assert_eq!(heard_since(Some(sent), later), later);
+    }
 }

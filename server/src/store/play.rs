@@ -59,6 +59,13 @@
 //! for writers; when the clock alone finished the game, that is committed
 //! once, compare-and-set, so the rankings are recorded once.
 //!
+//! A join that finds no waiting game with a seat for it opens a new game
+//! only if the server's [`Seats`] find room for one among the running
+//! games, counted under the lobby's lock (`COUNT_LIVE_GAMES`); otherwise
+//! it is refused `server-full` and the transaction rolls back. A join that
+//! fills a waiting game, and a rejoin, are never refused for that, so games
+//! are seated whole (see [`crate::seating`]).
+//!
 //! Lobby seats: a player seated in a waiting game who has made no writing
 //! call (a join or an `Act`; `GetState` is a read and does not count) for
 //! the lobby seat TTL (`--lobby-seat-ttl-ms`, by the database clock) loses
@@ -96,7 +103,9 @@ use tokio::time::Instant;
 use super::Store;
 use super::gates::Turn;
 use super::queries::*;
+use crate::admission::{Priority, pushback};
 use crate::error::Error;
+use crate::seating::{LIVE_WITHIN, Seats, Verdict};
 use crate::token::TokenHash;
 use borbaman_game::{
     Action, Arena, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
@@ -828,7 +837,23 @@ impl Store {
         name: &str,
         arena: Option<Arena>,
     ) -> Result<Joined, Error> {
-        self.retrying(|| self.join_once(token_hash, identity, name, arena))
+        self.join_if_room(token_hash, identity, name, arena, &Seats::open())
+            .await
+    }
+
+    /// [`Store::join`], opening a new game only if `seats` says the running
+    /// games leave room for it (see [`crate::seating`]); refused with
+    /// [`Error::ServerFull`] otherwise. A rejoin, and a join that finds a
+    /// waiting game with a seat for it, always go through.
+    pub async fn join_if_room(
+        &self,
+        token_hash: &TokenHash,
+        identity: &Identity,
+        name: &str,
+        arena: Option<Arena>,
+        seats: &Seats,
+    ) -> Result<Joined, Error> {
+        self.retrying(|| self.join_once(token_hash, identity, name, arena, seats))
             .await
     }
 
@@ -986,9 +1011,13 @@ impl Store {
         identity: &Identity,
         name: &str,
         arena: Option<Arena>,
+        seats: &Seats,
     ) -> Result<Joined, Error> {
         if let Some(joined) = self.rejoin(token_hash).await? {
             return Ok(joined);
+        }
+        if seats.with(|s| s.full_without_looking(Instant::now())) {
+            return Err(no_room());
         }
         self.check_name(identity, name).await?;
         let mut conn = TxConnection {
@@ -996,7 +1025,7 @@ impl Store {
             ended: false,
         };
         let joined = self
-            .seat(&mut conn.conn, token_hash, identity, name, arena)
+            .seat(&mut conn.conn, token_hash, identity, name, arena, seats)
             .await;
         conn.ended = true;
         joined
@@ -1004,7 +1033,9 @@ impl Store {
 
     /// Seats the token's player, in one transaction on `conn`: under the
     /// session's lock, which also settles a join with the same token that
-    /// seated it since [`Store::rejoin`] read it, and the lobby's.
+    /// seated it since [`Store::rejoin`] read it, and the lobby's. A new
+    /// game is opened only if `seats` finds room for it among the running
+    /// games, counted under the lobby's lock.
     async fn seat(
         &self,
         conn: &mut PgConnection,
@@ -1012,6 +1043,7 @@ impl Store {
         identity: &Identity,
         name: &str,
         arena: Option<Arena>,
+        seats: &Seats,
     ) -> Result<Joined, Error> {
         let identity_hash = &identity.hash;
         let mut tx = sqlx::Connection::begin(conn).await?;
@@ -1058,6 +1090,18 @@ impl Store {
             }
         }
         let new_game = seated.is_none();
+        if new_game && seats.limited() {
+            let live: i64 = sqlx::query_scalar(COUNT_LIVE_GAMES)
+                .bind(LIVE_WITHIN.as_millis() as i64)
+                .fetch_one(&mut *tx)
+                .await?;
+            let live = u32::try_from(live).unwrap_or(u32::MAX);
+            if seats.with(|s| s.open_game(Instant::now(), live)) == Verdict::Full {
+                // Dropped, the transaction rolls back: the seats freed
+                // above stay their players'.
+                return Err(no_room());
+            }
+        }
         let arena = arena.unwrap_or_default();
         let (seat, mut snapshot) = match seated {
             Some(seated) => seated,
@@ -1473,6 +1517,21 @@ async fn commit_clock(
     };
     snapshot.version = row.try_get::<i64, _>(0)? as u64;
     Ok(true)
+}
+
+/// A join refused because the running games are at the limit (see
+/// [`crate::seating`]), with twice a refused join's pushback.
+fn no_room() -> Error {
+    // Twice a refused join's: room comes back only when a whole game ends.
+    let pushback = pushback(Priority::Join, rand::random::<f64>()) * 2;
+    Error::ServerFull {
+        message: format!(
+            "server full: the running games are all this cluster can serve now, and none \
+             is waiting for players; try again in {} ms",
+            pushback.as_millis()
+        ),
+        pushback,
+    }
 }
 
 /// A session whose lobby seat went to another player (see the module doc).

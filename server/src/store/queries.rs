@@ -593,6 +593,13 @@ pub const HOT: &[&str] = &[
     WRITE_ADVANCE,
 ];
 
+/// The running games: waiting or playing, and written within `$1` ms (a
+/// game whose players are all gone stops counting; the clock ends it when
+/// someone looks). Read under the lobby's lock by a join that would open a
+/// new game (see `crate::seating`).
+pub const COUNT_LIVE_GAMES: &str = "SELECT count(*) FROM games \
+     WHERE phase IN (1, 2) AND updated_at > now() - $1::bigint * interval '1 millisecond'";
+
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[
@@ -612,4 +619,5 @@ pub const ALL: &[&str] = &[
     LOG_SEATS,
     RANKINGS,
     LIVE_GAMES,
+    COUNT_LIVE_GAMES,
 ];

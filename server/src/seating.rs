@@ -1,0 +1,453 @@
+//! Join admission by whole games, keyed to measured capacity: a server
+//! opens a new game only while the cluster's running games leave room for
+//! one more whole game.
+//!
+//! [`crate::admission`] bounds the calls in flight, not the games seated:
+//! past capacity every seated game still sends its 80 calls a second, the
+//! excess is refused call by call, and the offered load stays twice what
+//! the machine answers (the clients' queues, not the servers', hold the
+//! time). Seating bounds the load at its source instead. A join that fills
+//! a game already waiting for players is always let through (a game
+//! partly seated must fill, or its players wait for nothing: refusing
+//! every join while overloaded left such games empty forever); a join
+//! that would open a new game is refused `server-full` with a pushback
+//! while the running games (`waiting` or `playing`, written in the last
+//! [`LIVE_WITHIN`], counted under the lobby's lock, so across the cluster)
+//! are at the limit. So games are seated whole: four at a time, or not at
+//! all.
+//!
+//! The limit is learned ([`Seating`]), in the spirit of TCP Vegas and
+//! Netflix's concurrency-limits, with games for requests: each seated
+//! player's call (`Act`, `Leave`, `GetState`) records its time in this
+//! server, admission's wait included (a refusal counts as over any
+//! target). Every [`WINDOW`] with at least [`MIN_SAMPLES`] calls, their
+//! 90th percentile is compared with the target (`--seat-latency-target-ms`,
+//! off by default; 50 ms is a third of the clients' 150 ms call deadline,
+//! past which they hedge and retry and the overload feeds itself). Over it [`OVER_RUN`]
+//! windows in a row, the limit becomes [`DECREASE`] of the running games
+//! last counted (never fewer than [`MIN_LIMIT`]); the games already
+//! running are not touched, they end by themselves and their seats are not
+//! refilled past the limit. Within it for [`INCREASE_AFTER`] while the
+//! limit binds, the limit grows by an eighth (at least one game). Before the first window
+//! over the target there is no limit (the machine has not been found
+//! full). `--max-games` caps the limit whatever is measured.
+//!
+//! The measured limit is off by default: on a machine shared with other
+//! work (the build machine at load 9–15), the calls' time in the server
+//! rose over 50 ms with four to eight games running, the limit held the
+//! cluster to 4–10 games, and the sweep's goodput fell to about half of
+//! the build without it (docs/scaling.md). A time in the server measures
+//! the machine, not only the games; a signal of this server's own excess
+//! (its seated players' calls refused, the calls in line) is the next
+//! thing to try. `--max-games`, the capacity a sweep measured, seats whole
+//! games without it.
+//!
+//! The limit is remembered between bursts: joins arrive all at once when a
+//! crowd comes (128 clients at once), long before any of their games sends
+//! a call, so only what earlier games taught can stop that crowd from
+//! opening more games than the machine holds.
+//!
+//! A join refused for the limit keeps the verdict for [`RECHECK`]: the
+//! joins that come meanwhile to this server are refused without a look at
+//! the database (a refused crowd asks again every second or so), and a
+//! game that opens elsewhere meanwhile is found at the next look.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How often the seated players' calls are judged.
+pub const WINDOW: Duration = Duration::from_millis(500);
+/// Fewest calls a window needs to judge anything: fewer say nothing about
+/// the machine.
+pub const MIN_SAMPLES: usize = 20;
+/// Judged windows over the target in a row that make an overload: one
+/// window (a burst of game starts, a checkpoint, a neighbour's compile) is
+/// not the machine full.
+pub const OVER_RUN: u32 = 4;
+/// The limit after an overload, as a share of the running games.
+pub const DECREASE: f64 = 0.9;
+/// Calm needed, while the limit binds, before it grows by an eighth (at
+/// least one game).
+pub const INCREASE_AFTER: Duration = Duration::from_secs(1);
+/// The learned limit never goes below this many games: fewer is no longer
+/// serving fewer games well but turning players away, and a stall that
+/// slows a handful of games (a debug build, a busy neighbour) is not a
+/// crowd to hold back. `--max-games` may still cap lower.
+pub const MIN_LIMIT: u32 = 4;
+/// How long a refusal for the limit stands before a join asks the database
+/// again.
+pub const RECHECK: Duration = Duration::from_millis(250);
+/// A game not written for this long does not count as running (its
+/// players are gone; the clock ends it when someone looks).
+pub const LIVE_WITHIN: Duration = Duration::from_secs(10);
+
+/// What a server admits games by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeatingLimits {
+    /// The 90th percentile of the seated players' calls' time in the
+    /// server above which it opens no more games; `None`: not measured.
+    pub target: Option<Duration>,
+    /// Running games at most, whatever is measured; `None`: no cap.
+    pub max_games: Option<u32>,
+}
+
+impl SeatingLimits {
+    /// Every join opens a game if it finds none waiting.
+    pub const OPEN: SeatingLimits = SeatingLimits {
+        target: None,
+        max_games: None,
+    };
+}
+
+/// The learned limit on running games and the calls it is learned from.
+#[derive(Clone, Debug)]
+pub struct Seating {
+    limits: SeatingLimits,
+    /// `None`: none learned yet (the machine was never found full).
+    learned: Option<u32>,
+    window_from: Option<Instant>,
+    /// This window's calls' times in the server, µs.
+    times: Vec<u64>,
+    /// Running games at the last count (a join that would open a game).
+    live: Option<u32>,
+    /// Since when every judged window was within the target.
+    calm_from: Option<Instant>,
+    /// Judged windows over the target in a row.
+    over_run: u32,
+    /// When a join was last refused for the limit.
+    full_at: Option<Instant>,
+}
+
+/// What a join that finds no waiting game may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Open a new game.
+    Open,
+    /// Refuse: the running games are at the limit.
+    Full,
+}
+
+impl Seating {
+    pub fn new(limits: SeatingLimits) -> Seating {
+        Seating {
+            limits,
+            learned: None,
+            window_from: None,
+            times: Vec::new(),
+            live: None,
+            calm_from: None,
+            over_run: 0,
+            full_at: None,
+        }
+    }
+
+    /// The limit on running games now, if any.
+    pub fn limit(&self) -> Option<u32> {
+        match (self.learned, self.limits.max_games) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A seated player's call took `time` in this server (admission's
+    /// wait included), ending at `now`.
+    pub fn record(&mut self, now: Instant, time: Duration) {
+        let Some(target) = self.limits.target else {
+            return;
+        };
+        match self.window_from {
+            Some(from) if now.saturating_duration_since(from) >= WINDOW => {
+                self.judge(now, target);
+                self.window_from = Some(now);
+            }
+            Some(_) => {}
+            None => self.window_from = Some(now),
+        }
+        self.times
+            .push(u64::try_from(time.as_micros()).unwrap_or(u64::MAX));
+    }
+
+    /// A seated player's call refused for load at `now`: over any target.
+    pub fn record_refused(&mut self, now: Instant) {
+        self.record(now, Duration::MAX);
+    }
+
+    /// Judges the window that just ended at `now` and starts the next.
+    fn judge(&mut self, now: Instant, target: Duration) {
+        let mut times = std::mem::take(&mut self.times);
+        if times.len() < MIN_SAMPLES {
+            // Too few calls to say anything: no change, no calm, and no
+            // overload going on.
+            self.calm_from = None;
+            self.over_run = 0;
+            return;
+        }
+        let at = times.len() * 9 / 10;
+        let calls = times.len();
+        let p90 = *times.select_nth_unstable(at).1;
+        let over = p90 > u64::try_from(target.as_micros()).unwrap_or(u64::MAX);
+        if over {
+            self.calm_from = None;
+            self.over_run += 1;
+            if self.over_run < OVER_RUN {
+                return;
+            }
+            if let Some(live) = self.live {
+                let cut = ((f64::from(live) * DECREASE).floor() as u32).max(MIN_LIMIT);
+                let learned = self.learned.map_or(cut, |l| l.min(cut));
+                if self.learned != Some(learned) {
+                    tracing::info!(
+                        limit = learned,
+                        running = live,
+                        p90_us = p90,
+                        calls,
+                        "seated players' calls over the target: fewer games"
+                    );
+                }
+                self.learned = Some(learned);
+            }
+            return;
+        }
+        self.over_run = 0;
+        let calm_from = *self.calm_from.get_or_insert(now);
+        // Grow only a limit that binds: room nobody asks for teaches
+        // nothing, and would let the next crowd in unchecked.
+        let binds = match (self.learned, self.live) {
+            (Some(learned), Some(live)) => live + 1 >= learned,
+            _ => false,
+        };
+        if binds && now.saturating_duration_since(calm_from) >= INCREASE_AFTER {
+            self.learned = self.learned.map(|l| l.saturating_add((l / 8).max(1)));
+            self.calm_from = Some(now);
+            tracing::info!(limit = ?self.learned, p90_us = p90, "calm: one more game");
+        }
+    }
+
+    /// Whether a join at `now` is refused for the limit without a look at
+    /// the database: one was, less than [`RECHECK`] ago.
+    pub fn full_without_looking(&self, now: Instant) -> bool {
+        self.full_at
+            .is_some_and(|at| now.saturating_duration_since(at) < RECHECK)
+    }
+
+    /// A join at `now` found no waiting game with a seat for it, and
+    /// `live` running games: may it open one?
+    pub fn open_game(&mut self, now: Instant, live: u32) -> Verdict {
+        self.live = Some(live);
+        match self.limit() {
+            Some(limit) if live >= limit => {
+                self.full_at = Some(now);
+                Verdict::Full
+            }
+            _ => {
+                self.full_at = None;
+                Verdict::Open
+            }
+        }
+    }
+}
+
+/// A server's [`Seating`], shared by its calls; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Seats {
+    shared: Arc<Mutex<Seating>>,
+    /// A target is set: the seated players' calls are recorded. Without
+    /// one, their calls never take the lock.
+    measures: bool,
+}
+
+impl Seats {
+    pub fn new(limits: SeatingLimits) -> Seats {
+        Seats {
+            shared: Arc::new(Mutex::new(Seating::new(limits))),
+            measures: limits.target.is_some(),
+        }
+    }
+
+    /// Whether the seated players' calls are to be recorded
+    /// ([`Seating::record`]).
+    pub fn measures(&self) -> bool {
+        self.measures
+    }
+
+    /// Games opened freely (no target, no cap).
+    pub fn open() -> Seats {
+        Seats::new(SeatingLimits::OPEN)
+    }
+
+    /// Runs `f` on the seating. A std mutex: held for a few comparisons
+    /// (a window's percentile at most), never across an await.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Seating) -> T) -> T {
+        let mut seating = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut seating)
+    }
+
+    /// Whether games are admitted by anything at all.
+    pub fn limited(&self) -> bool {
+        self.with(|s| s.limits != SeatingLimits::OPEN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TARGET: Duration = Duration::from_millis(50);
+
+    fn seating() -> Seating {
+        Seating::new(SeatingLimits {
+            target: Some(TARGET),
+            max_games: None,
+        })
+    }
+
+    /// One window of `n` calls of `time` each from `at`, judged at its end.
+    fn window(s: &mut Seating, at: Instant, n: usize, time: Duration) -> Instant {
+        for _ in 0..n {
+            s.record(at, time);
+        }
+        let end = at + WINDOW;
+        // The first call of the next window judges this one.
+        s.record(end, Duration::ZERO);
+        s.times.clear();
+        end
+    }
+
+    /// [`OVER_RUN`] windows of `n` calls of `time` each from `at`.
+    fn windows(s: &mut Seating, mut at: Instant, n: usize, time: Duration) -> Instant {
+        for _ in 0..OVER_RUN {
+            at = window(s, at, n, time);
+        }
+        at
+    }
+
+    #[test]
+    fn without_a_window_over_the_target_every_game_opens() {
+        let mut s = seating();
+        let mut at = Instant::now();
+        for _ in 0..10 {
+            at = window(&mut s, at, 100, Duration::from_millis(10));
+        }
+        assert_eq!(s.limit(), None);
+        assert_eq!(s.open_game(at, 1_000), Verdict::Open);
+    }
+
+    #[test]
+    fn a_window_over_the_target_limits_games_to_a_share_of_those_running() {
+        let mut s = seating();
+        let at = Instant::now();
+        assert_eq!(s.open_game(at, 31), Verdict::Open);
+        let mut at = at;
+        for _ in 1..OVER_RUN {
+            at = window(&mut s, at, 100, Duration::from_millis(120));
+        }
+        assert_eq!(s.limit(), None, "a burst is not an overload");
+        let at = window(&mut s, at, 100, Duration::from_millis(120));
+        assert_eq!(s.limit(), Some(27), "0.9 of the 31 running, rounded down");
+        assert_eq!(s.open_game(at, 31), Verdict::Full);
+        assert!(s.full_without_looking(at + RECHECK / 2));
+        assert!(!s.full_without_looking(at + RECHECK), "the database again");
+        // More windows over the target cut from the running games, not
+        // from the limit: games that are not refilled end by themselves.
+        let at = window(&mut s, at, 100, Duration::from_millis(120));
+        assert_eq!(s.limit(), Some(27));
+        assert_eq!(s.open_game(at, 26), Verdict::Open);
+        assert!(!s.full_without_looking(at));
+        window(&mut s, at, 100, Duration::from_millis(120));
+        assert_eq!(s.limit(), Some(23));
+    }
+
+    #[test]
+    fn a_few_slow_calls_are_not_a_full_machine() {
+        let mut s = seating();
+        let at = Instant::now();
+        s.open_game(at, 10);
+        // 10 % slow: the 90th percentile is the fast ones'.
+        for _ in 0..90 {
+            s.record(at, Duration::from_millis(5));
+        }
+        for _ in 0..9 {
+            s.record_refused(at);
+        }
+        s.record(at + WINDOW, Duration::ZERO);
+        assert_eq!(s.limit(), None);
+        // Too few calls to judge, however slow.
+        let mut s = seating();
+        s.open_game(at, 10);
+        window(&mut s, at, MIN_SAMPLES - 1, Duration::from_secs(1));
+        assert_eq!(s.limit(), None);
+        // Refusals count as over the target.
+        let mut at = at + WINDOW;
+        for _ in 0..OVER_RUN {
+            for _ in 0..MIN_SAMPLES {
+                s.record_refused(at);
+            }
+            at += WINDOW;
+        }
+        s.record(at, Duration::ZERO);
+        assert_eq!(s.limit(), Some(9));
+    }
+
+    #[test]
+    fn a_binding_limit_grows_by_one_game_after_a_calm() {
+        let mut s = seating();
+        let at = Instant::now();
+        s.open_game(at, 20);
+        let mut at = windows(&mut s, at, 50, Duration::from_secs(1));
+        assert_eq!(s.limit(), Some(18));
+        assert_eq!(s.open_game(at, 18), Verdict::Full);
+        // Calm, limit binding: an eighth more per INCREASE_AFTER.
+        let calm = (INCREASE_AFTER.as_millis() / WINDOW.as_millis()) as usize;
+        for _ in 0..calm {
+            at = window(&mut s, at, 50, Duration::from_millis(5));
+        }
+        assert_eq!(s.limit(), Some(18), "not before INCREASE_AFTER of calm");
+        at = window(&mut s, at, 50, Duration::from_millis(5));
+        assert_eq!(s.limit(), Some(20));
+        assert_eq!(s.open_game(at, 18), Verdict::Open);
+        // Calm while far below the limit: no growth.
+        s.open_game(at, 3);
+        for _ in 0..calm * 3 {
+            at = window(&mut s, at, 50, Duration::from_millis(5));
+        }
+        assert_eq!(s.limit(), Some(20));
+    }
+
+    #[test]
+    fn the_cap_holds_whatever_is_measured_and_a_learned_limit_keeps_a_floor() {
+        let mut s = Seating::new(SeatingLimits {
+            target: Some(TARGET),
+            max_games: Some(2),
+        });
+        let at = Instant::now();
+        assert_eq!(s.open_game(at, 1), Verdict::Open);
+        assert_eq!(s.open_game(at, 2), Verdict::Full);
+        s.open_game(at, 1);
+        windows(&mut s, at, 50, Duration::from_secs(1));
+        assert_eq!(s.limit(), Some(2), "the cap is below what is learned");
+        let mut s = seating();
+        s.open_game(at, 2);
+        windows(&mut s, at, 50, Duration::from_secs(1));
+        assert_eq!(s.limit(), Some(MIN_LIMIT), "learned, never below the floor");
+        // Without a target, nothing is learned; the cap alone.
+        let mut s = Seating::new(SeatingLimits {
+            target: None,
+            max_games: Some(3),
+        });
+        s.open_game(at, 2);
+        windows(&mut s, at, 50, Duration::from_secs(1));
+        assert_eq!(s.limit(), Some(3));
+        assert_eq!(s.open_game(at, 3), Verdict::Full);
+        assert!(!Seats::open().limited());
+        assert!(!Seats::open().measures());
+        assert!(
+            Seats::new(SeatingLimits {
+                target: Some(TARGET),
+                max_games: None
+            })
+            .measures()
+        );
+    }
+}
