@@ -647,3 +647,37 @@ async fn undecodable_requests_are_invalid_arguments() {
         assert_eq!(status.code(), Code::InvalidArgument, "{path}: {status:?}");
     }
 }
+
+/// A call's codec buffers start small (`codec::BUFFER_BYTES`) and grow for
+/// a larger message: messages of sizes around and past that, up to what a
+/// request may hold, arrive whole, both ways.
+#[tokio::test]
+async fn messages_larger_than_a_calls_first_buffer_arrive_whole() {
+    let pg = start_db();
+    let server = ServerProcess::start(&pg.url());
+    let mut client = server.game().await;
+    let first = borbaman_proto::codec::BUFFER_BYTES;
+    let most = borbaman_proto::MAX_REQUEST_BYTES - 16;
+    for len in [
+        0,
+        first - 8,
+        first - 1,
+        first,
+        first + 1,
+        3 * first + 7,
+        most,
+    ] {
+        let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let reply = client
+            .ping(pb::PingRequest {
+                payload: payload.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("a ping of {len} bytes: {e:?}"))
+            .into_inner();
+        assert!(
+            reply.payload == payload,
+            "a ping of {len} bytes came back changed"
+        );
+    }
+}

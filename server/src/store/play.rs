@@ -897,7 +897,14 @@ impl Store {
                 Turn::Dropped => continue,
                 Turn::Lead(batch) => {
                     let calls: Vec<Call> = batch.jobs().cloned().collect();
-                    let answers = match self.retrying(|| self.commit_calls(game_id, &calls)).await {
+                    // Boxed: the commit's future (its statements' futures
+                    // and arguments) is the largest part of a call's, and
+                    // a call's future is moved several times before it
+                    // runs (into the task that carries it out, among
+                    // others); boxed, only the call that writes pays for
+                    // it, once.
+                    let commit = || Box::pin(self.commit_calls(game_id, &calls));
+                    let answers = match self.retrying(commit).await {
                         Ok(answers) => answers,
                         Err(err) => vec![Err(err); calls.len()],
                     };
