@@ -100,14 +100,23 @@ pub struct ServerArgs {
     /// may land after its read (a server stalled longer reads again).
     #[arg(long, default_value_t = 50)]
     pub idle_txn_timeout_ms: u64,
-    /// Database connections in the pool.
-    #[arg(long, default_value_t = 16)]
+    /// Database connections in the pool. Each is a PostgreSQL backend
+    /// process: opening one costs the database a process start and the
+    /// first plans of the game calls' statements, and when this server
+    /// dies or is cut off from the database every one of them exits at
+    /// once, CPU the other servers' calls wait for. A few per server keep
+    /// a small database busy (docs/results.md, "Fewer database
+    /// connections per server").
+    #[arg(long, default_value_t = 6)]
     pub db_connections: u32,
     /// Database connections opened at start-up and kept open, ready for
     /// the clients of a server that dies; reopened as soon as a heartbeat
-    /// commits again after this server lost its database.
-    #[arg(long, default_value_t = 8)]
-    pub db_min_connections: u32,
+    /// commits again after this server lost its database. Default: all of
+    /// --db-connections, so no call waits for a connection to open (a
+    /// pool that grows opens them in bursts, on the path of the calls
+    /// that found every connection busy, and keeps them).
+    #[arg(long)]
+    pub db_min_connections: Option<u32>,
     /// Pause between opening two of those at start-up: each is a process
     /// start in PostgreSQL and the first plans of the game calls'
     /// statements, CPU the running servers' calls would wait for if a new
@@ -162,10 +171,10 @@ pub struct ServerArgs {
     /// --join-queue-ms, then is refused with RESOURCE_EXHAUSTED, reason
     /// server-full and a retry pushback, before it reaches the database.
     /// Joins may use half of the bound and spectators a quarter, so
-    /// running games are served first. At most --db-connections is
-    /// useful; 0: no bound.
-    #[arg(long, default_value_t = 16)]
-    pub max_db_concurrency: usize,
+    /// running games are served first. Default: --db-connections (more
+    /// would only wait for a connection); 0: no bound.
+    #[arg(long)]
+    pub max_db_concurrency: Option<usize>,
     /// How long a seated player's call (or a spectator's) waits for a
     /// place within --max-db-concurrency before it is refused.
     #[arg(long, default_value_t = 50)]
@@ -290,7 +299,7 @@ impl ServerArgs {
                 acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
                 idle_txn_timeout: Duration::from_millis(self.idle_txn_timeout_ms),
                 max_connections: self.db_connections,
-                min_connections: self.db_min_connections,
+                min_connections: self.db_min_connections.unwrap_or(self.db_connections),
                 warm_up_pace: Duration::from_millis(self.db_warm_up_pace_ms),
                 lobby_seat_ttl: Duration::from_millis(self.lobby_seat_ttl_ms),
                 round: Duration::from_millis(self.round_ms),
@@ -314,7 +323,10 @@ impl ServerArgs {
                 reads_per_ip_per_s: nonzero(self.max_reads_per_ip_per_s),
             },
             admission: AdmissionLimits {
-                max_in_flight: nonzero(self.max_db_concurrency),
+                max_in_flight: nonzero(
+                    self.max_db_concurrency
+                        .unwrap_or(self.db_connections as usize),
+                ),
                 queue_timeout: Duration::from_millis(self.admission_queue_ms),
                 join_queue_timeout: Duration::from_millis(self.join_queue_ms),
             },
