@@ -181,7 +181,9 @@ pub fn check_game(row: &GameRow) -> GameVerdict {
     }
 }
 
-/// Creates (or refills) the floor table: `rows` rows of `state_bytes` bytes.
+/// Creates (or refills) the floor table: `rows` rows of `state_bytes` bytes,
+/// analyzed as rarely as the tables the game calls write (migration
+/// `hot_tables_analyze_rarely`), so autovacuum treats both alike.
 pub async fn create_txn_floor(
     db: &PgPool,
     rows: i64,
@@ -190,7 +192,8 @@ pub async fn create_txn_floor(
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS bench_floor ( \
            id BIGINT PRIMARY KEY, state BYTEA NOT NULL, \
-           version BIGINT NOT NULL DEFAULT 1, updated_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+           version BIGINT NOT NULL DEFAULT 1, updated_at TIMESTAMPTZ NOT NULL DEFAULT now()) \
+         WITH (autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000000)",
     )
     .execute(db)
     .await?;
