@@ -588,21 +588,29 @@ async fn cas_pause(retry: u32) -> bool {
     }
 }
 
-/// Prepares each of [`queries::HOT`] on `conn`, into the connection's
+/// The statements planned on every standing connection at warm-up: the
+/// game calls' ([`queries::HOT`]) and a join's ([`queries::JOIN`]).
+fn warm_statements() -> Vec<&'static str> {
+    queries::HOT.iter().chain(queries::JOIN).copied().collect()
+}
+
+/// Prepares each of [`warm_statements`] on `conn`, into the connection's
 /// statement cache where the calls find it, and has PostgreSQL build its
 /// generic plan: `EXPLAIN EXECUTE` with every parameter NULL plans without
-/// running anything, and the connections plan generically
+/// running anything (nor writing: a plain `EXPLAIN` of an `INSERT` or an
+/// `UPDATE` does not execute it), and the connections plan generically
 /// (`plan_cache_mode`), so the values do not matter.
 async fn plan_hot_statements(conn: &mut PgConnection) -> Result<(), Error> {
     use sqlx::Executor as _;
-    for sql in queries::HOT {
+    let statements = warm_statements();
+    for sql in &statements {
         conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await?;
     }
     let prepared: Vec<(String, i32)> = sqlx::query_as(
         "SELECT name, cardinality(parameter_types) FROM pg_prepared_statements \
          WHERE statement = ANY($1)",
     )
-    .bind(queries::HOT)
+    .bind(&statements)
     .fetch_all(&mut *conn)
     .await?;
     // One round trip for all the plans: a start-up on a busy machine waits
@@ -866,7 +874,7 @@ mod tests {
                          WHERE p.statement = ANY($1) AND p.generic_plans > 0) \
                  FROM pg_stat_activity a WHERE a.pid = pg_backend_pid()",
             )
-            .bind(queries::HOT)
+            .bind(warm_statements())
             .fetch_one(&mut *conn)
             .await
             .unwrap();
@@ -886,7 +894,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn warm_up_plans_the_game_calls_statements_on_every_standing_connection() {
+    async fn warm_up_plans_the_game_calls_and_joins_statements_on_every_standing_connection() {
         let pg = borbaman_cluster::LocalPostgres::start_temp(borbaman_cluster::PgOptions {
             fsync: false,
             port: None,
@@ -899,8 +907,8 @@ mod tests {
         for (_, planned) in standing_connections(&store, 3).await {
             assert_eq!(
                 planned,
-                queries::HOT.len() as i64,
-                "a standing connection without a plan for every game-call statement"
+                warm_statements().len() as i64,
+                "a standing connection without a plan for every game-call and join statement"
             );
         }
         store.close().await;

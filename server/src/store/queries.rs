@@ -593,6 +593,24 @@ pub const HOT: &[&str] = &[
     WRITE_ADVANCE,
 ];
 
+/// The statements of a join (the rejoin check, the lobby's lock and what
+/// runs under it), planned at warm-up beside [`HOT`]: the four players of
+/// a finished game join again at once and take turns at the lobby's lock,
+/// so the first plans of a join on a connection that had not run one yet
+/// fall on the lock's holder and on every join queued behind it.
+pub const JOIN: &[&str] = &[
+    READ_JOINER,
+    LOAD_SESSION_LOCKED,
+    READ_GAME,
+    LOCK_LOBBY,
+    LOAD_WAITING_LOCKED,
+    FREE_SILENT_SEATS,
+    COUNT_LIVE_GAMES,
+    WRITE_JOIN_WAITING,
+    WRITE_JOIN_NEW,
+    LOG_SEATS,
+];
+
 /// The running games: waiting or playing, and written within `$1` ms (a
 /// game whose players are all gone stops counting; the clock ends it when
 /// someone looks). Read under the lobby's lock by a join that would open a
