@@ -334,9 +334,18 @@ async fn status_shows_three_servers_then_a_killed_one_gone() {
     // the screen (as gone) after the registry forgets it.
     let seed = cluster.addresses();
     let timeout = Duration::from_millis(400);
-    let started = Instant::now();
-    let screen = borbaman::status::look(&seed, None, timeout).await;
-    eprintln!("{} (in {:?})", screen.render(), started.elapsed());
+    // A server may miss the 400 ms on a machine busy starting other
+    // tests' clusters: that look says so ("no answer"), the next one sees
+    // it again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let screen = loop {
+        let started = Instant::now();
+        let screen = borbaman::status::look(&seed, None, timeout).await;
+        eprintln!("{} (in {:?})", screen.render(), started.elapsed());
+        if screen.live == 3 || Instant::now() > deadline {
+            break screen;
+        }
+    };
     assert_eq!(screen.live, 3, "{}", screen.render());
     assert!(screen.servers.iter().all(|s| s.reachable && s.listed));
     assert!(screen.games_waiting.is_some(), "the games were counted");

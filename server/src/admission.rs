@@ -26,9 +26,10 @@
 //! client tries again, longer for the classes that can wait, and spread
 //! at random so that refused clients do not come back together.
 //!
-//! The bound is static (`--max-db-concurrency`, by default the server's
-//! database connections, `--db-connections`, so no admitted call waits
-//! for a connection and times out there; see `docs/scaling.md` for the
+//! The bound is static (`--max-db-concurrency`, 16 by default; past the
+//! server's database connections, `--db-connections`, admitted calls wait
+//! for a connection in turn, as a burst of joins waits for the lobby's
+//! lock whatever the bound; see `docs/scaling.md` for the
 //! measurements behind it); 0 switches admission control off.
 //! [`Admission::stats`] counts what was admitted, queued and refused.
 

@@ -171,10 +171,12 @@ pub struct ServerArgs {
     /// --join-queue-ms, then is refused with RESOURCE_EXHAUSTED, reason
     /// server-full and a retry pushback, before it reaches the database.
     /// Joins may use half of the bound and spectators a quarter, so
-    /// running games are served first. Default: --db-connections (more
-    /// would only wait for a connection); 0: no bound.
-    #[arg(long)]
-    pub max_db_concurrency: Option<usize>,
+    /// running games are served first. Calls admitted past
+    /// --db-connections wait for a connection in turn (a join mostly waits
+    /// for the lobby's lock anyway, so a burst of joins is not refused
+    /// while the server has room); 0: no bound.
+    #[arg(long, default_value_t = 16)]
+    pub max_db_concurrency: usize,
     /// How long a seated player's call (or a spectator's) waits for a
     /// place within --max-db-concurrency before it is refused.
     #[arg(long, default_value_t = 50)]
@@ -323,10 +325,7 @@ impl ServerArgs {
                 reads_per_ip_per_s: nonzero(self.max_reads_per_ip_per_s),
             },
             admission: AdmissionLimits {
-                max_in_flight: nonzero(
-                    self.max_db_concurrency
-                        .unwrap_or(self.db_connections as usize),
-                ),
+                max_in_flight: nonzero(self.max_db_concurrency),
                 queue_timeout: Duration::from_millis(self.admission_queue_ms),
                 join_queue_timeout: Duration::from_millis(self.join_queue_ms),
             },
