@@ -65,6 +65,10 @@ pub struct PhaseRate {
     pub start_us: i64,
     pub end_us: i64,
     pub postgres: Option<LogCounts>,
+    /// Cores other processes kept busy on average meanwhile (neither the
+    /// bench, its servers nor PostgreSQL: another build, a test). `None`
+    /// where `/proc` cannot be read.
+    pub others_cores: Option<f64>,
 }
 
 impl PhaseRate {
@@ -147,6 +151,9 @@ pub struct CapacityFloor {
     /// How far apart the two phases' medians are, as a share of the
     /// higher: a large spread says the machine changed under the run.
     pub phase_spread: f64,
+    /// The same as the phases' `others_cores`, over the workload (warm-up
+    /// included), for the reader to compare.
+    pub run_others_cores: Option<f64>,
 }
 
 impl CapacityFloor {
@@ -163,6 +170,7 @@ impl CapacityFloor {
             after,
             floor_per_s,
             phase_spread,
+            run_others_cores: None,
         }
     }
 }

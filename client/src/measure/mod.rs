@@ -283,16 +283,27 @@ pub fn too_many_errors(summary: &Summary) -> Option<String> {
 /// each phase's median second and its slowest and fastest, so a reader
 /// sees how steady the floor was.
 fn floor_phases(floor: &capacity::CapacityFloor) -> String {
+    let others = |cores: Option<f64>| match cores {
+        Some(cores) => format!(", {cores:.2} cores to other processes"),
+        None => String::new(),
+    };
     let phase = |p: &capacity::PhaseRate| {
         format!(
-            "{:.0}/s (seconds {:.0}–{:.0})",
-            p.median_per_s, p.min_per_s, p.max_per_s
+            "{:.0}/s (seconds {:.0}–{:.0}{})",
+            p.median_per_s,
+            p.min_per_s,
+            p.max_per_s,
+            others(p.others_cores)
         )
     };
     format!(
-        " (floor: median second before the run {}, after it {})",
+        " (floor: median second before the run {}, after it {}; the run{})",
         phase(&floor.before),
-        phase(&floor.after)
+        phase(&floor.after),
+        match floor.run_others_cores {
+            Some(_) => others(floor.run_others_cores),
+            None => ": other processes not read".into(),
+        }
     )
 }
 
@@ -589,13 +600,23 @@ pub async fn run_measured(
         _ => None,
     };
     let before_for = (plan.workload.total - plan.workload.warmup).min(capacity::BEFORE);
+    // CPU readings around each phase and the workload: how many cores
+    // other processes took meanwhile, the usual reason a floor moves.
+    let cpu_now = || {
+        let database = target
+            .database_pids
+            .as_ref()
+            .and_then(|pids| dbcost::cpu_of(&pids()));
+        let ours = dbcost::cpu_of(&[std::process::id()]);
+        machine::CpuReading::now(ours, database)
+    };
     let floor_before = match &closed_loop_url {
         Some(url) => {
-            let from = Instant::now();
+            let (from, cpu) = (Instant::now(), cpu_now());
             let rate = floors::txn_throughput(url, plan.workload.clients, plan.games, before_for)
                 .await
                 .context("measuring the bare-transaction throughput before the run")?;
-            Some((rate, from, Instant::now()))
+            Some((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
         }
         None => None,
     };
@@ -676,7 +697,9 @@ pub async fn run_measured(
     let census = cost_db
         .clone()
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
+    let cpu_run = cpu_now();
     let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
+    let run_others_cores = cpu_run.others_cores(&cpu_now());
     stopper.stop();
     // What the clients ran for, warm-up included: the plan's total, or
     // more when the run was held open for a late fault.
@@ -720,7 +743,7 @@ pub async fn run_measured(
     // The second phase, right after the workload, for as long as it ran.
     let floor_after = match &closed_loop_url {
         Some(url) => {
-            let from = Instant::now();
+            let (from, cpu) = (Instant::now(), cpu_now());
             let rate = floors::txn_throughput(
                 url,
                 plan.workload.clients,
@@ -729,7 +752,7 @@ pub async fn run_measured(
             )
             .await
             .context("measuring the bare-transaction throughput after the run")?;
-            Some((rate, from, Instant::now()))
+            Some((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
         }
         None => None,
     };
@@ -820,12 +843,15 @@ pub async fn run_measured(
             .filter_map(|f| Some((f.recovered_ms? - f.committing_ms?).max(0.0))),
     );
     if let (Some(before), Some(after)) = (floor_before, floor_after) {
-        let phase = |(mut rate, from, to): (capacity::PhaseRate, Instant, Instant)| {
+        type Phase = (capacity::PhaseRate, Instant, Instant, Option<f64>);
+        let phase = |(mut rate, from, to, others): Phase| {
             rate.start_us = clock.offset_us(from);
             rate.end_us = clock.offset_us(to);
+            rate.others_cores = others;
             rate
         };
-        let floor = capacity::CapacityFloor::new(phase(before), phase(after));
+        let mut floor = capacity::CapacityFloor::new(phase(before), phase(after));
+        floor.run_others_cores = run_others_cores;
         summary.floor_txn_throughput_per_s = floor.floor_per_s;
         // Capacity is what was answered: refusals and errors are not.
         summary.throughput_to_floor =
