@@ -134,6 +134,14 @@ impl CpuReading {
         }
     }
 
+    /// CPU this run (this process, its servers) spent from `self` to
+    /// `later`.
+    pub fn ours(&self, later: &CpuReading) -> Option<Duration> {
+        Some(Duration::from_micros(
+            later.own_us?.saturating_sub(self.own_us?),
+        ))
+    }
+
     /// Cores busy on average from `self` to `later` with work that was
     /// neither this run's (this process, its servers) nor the database's:
     /// another build, a test. `None` where `/proc` or the database's

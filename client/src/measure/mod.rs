@@ -433,6 +433,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
                 .map_or("unknown".to_string(), |us| format!("{us} µs")),
         );
     }
+    if let Some(us) = summary.bench_and_servers_cpu_us_per_call {
+        println!("bench and servers per call: {us} µs of CPU");
+    }
     if summary.faults > 0 {
         println!(
             "recovery (every client's first good act after a fault): p50 {} ms, p99 {} ms, \
@@ -699,7 +702,9 @@ pub async fn run_measured(
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
     let cpu_run = cpu_now();
     let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
-    let run_others_cores = cpu_run.others_cores(&cpu_now());
+    let cpu_ran = cpu_now();
+    let run_others_cores = cpu_run.others_cores(&cpu_ran);
+    let run_cpu = cpu_run.ours(&cpu_ran);
     stopper.stop();
     // What the clients ran for, warm-up included: the plan's total, or
     // more when the run was held open for a late fault.
@@ -976,6 +981,11 @@ pub async fn run_measured(
             &after,
             records.len() as u64,
         ));
+    }
+    if let Some(cpu) = run_cpu.filter(|_| !records.is_empty()) {
+        // Warm-up calls included, as the reading brackets the workload.
+        summary.bench_and_servers_cpu_us_per_call =
+            Some((cpu.as_micros() as f64 / records.len() as f64 * 10.0).round() / 10.0);
     }
     if let Some(report) = invariants {
         summary.lost_actions = report.actions.lost;

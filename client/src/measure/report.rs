@@ -289,6 +289,10 @@ pub struct Summary {
     /// What each call of the workload cost the database (the floor
     /// prober's transactions, one per 50 ms, included).
     pub database_cost: Option<super::dbcost::DatabaseCost>,
+    /// CPU this process and the servers it started (a local cluster's)
+    /// spent per call of the workload, warm-up included: what the game and
+    /// its bots take from the cores the database shares.
+    pub bench_and_servers_cpu_us_per_call: Option<f64>,
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,
