@@ -75,7 +75,10 @@ impl DatabaseCost {
 
 /// CPU time used so far by the processes in `roots` and their children,
 /// each with the children it reaped (connections that ended).
-fn cpu_of(roots: &[u32]) -> Option<Duration> {
+/// CPU time of the processes `roots` and their children (PostgreSQL's
+/// postmaster and its backends; this process and the servers it started),
+/// exited children included.
+pub fn cpu_of(roots: &[u32]) -> Option<Duration> {
     if roots.is_empty() {
         return None;
     }

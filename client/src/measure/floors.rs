@@ -17,6 +17,8 @@
 //! hand behind `--servers`) is skipped and counted, never the end of the
 //! run: the floors are measured on the servers that answer.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use borbaman_proto::pb::PingRequest;
@@ -28,6 +30,7 @@ use tokio::time::timeout;
 use tonic::transport::Channel;
 
 use super::attribution::Sample;
+use super::capacity::{self, PhaseRate};
 use super::record::{RunClock, duration_us};
 use crate::shutdown::Shutdown;
 use borbaman_client::pool::ServerPool;
@@ -154,13 +157,14 @@ impl DbFloor {
 /// UPDATE` of a 200-byte row`; COMMIT` back to back for `duration`, the
 /// connection for client `c` on row `c / 4` of `rows` (four players a
 /// game, as in the workload). What the same database can commit without
-/// the game in the way: the capacity floor of a closed-loop run.
+/// the game in the way: the capacity floor of a closed-loop run, counted
+/// per [`capacity::SLICE`] (see [`capacity`] for why).
 pub async fn txn_throughput(
     database_url: &str,
     connections: u32,
     rows: u32,
     duration: Duration,
-) -> Result<f64, FloorError> {
+) -> Result<PhaseRate, FloorError> {
     let db = PgPoolOptions::new()
         .max_connections(connections.max(1))
         .min_connections(connections.max(1))
@@ -168,32 +172,53 @@ pub async fn txn_throughput(
         .connect(database_url)
         .await?;
     audit::create_txn_floor(&db, i64::from(rows.max(1)), FLOOR_STATE_BYTES).await?;
+    let committed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..connections {
         let db = db.clone();
+        let committed = committed.clone();
         let row = i64::from((c / 4) % rows.max(1)) + 1;
         tasks.spawn(async move {
             let mut state = vec![0xa5u8; FLOOR_STATE_BYTES];
-            let mut done = 0u64;
             while started.elapsed() < duration {
                 state[0] = state[0].wrapping_add(1);
                 audit::bare_transaction(&db, row, &state).await?;
-                done += 1;
+                committed.fetch_add(1, Ordering::Relaxed);
             }
-            Ok::<u64, sqlx::Error>(done)
+            Ok::<(), sqlx::Error>(())
         });
     }
-    let mut total = 0u64;
-    while let Some(joined) = tasks.join_next().await {
-        total += joined.map_err(|e| sqlx::Error::Protocol(e.to_string()))??;
+    // Count each slice as it ends; the last (partial) one when every
+    // connection has stopped.
+    let mut slices = Vec::new();
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::from_std(started + capacity::SLICE),
+        capacity::SLICE,
+    );
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut counted, mut slice_start) = (0u64, started);
+    let mut tally = |slices: &mut Vec<(u64, Duration)>| {
+        let now = Instant::now();
+        let total = committed.load(Ordering::Relaxed);
+        slices.push((total - counted, now - slice_start));
+        (counted, slice_start) = (total, now);
+    };
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                Some(joined) => joined.map_err(|e| sqlx::Error::Protocol(e.to_string()))??,
+                None => break,
+            },
+            _ = ticker.tick(), if started.elapsed() < duration => tally(&mut slices),
+        }
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    tally(&mut slices);
     if let Err(e) = audit::drop_txn_floor(&db).await {
         tracing::warn!("could not drop the floor table: {e}");
     }
     db.close().await;
-    Ok(total as f64 / elapsed)
+    Ok(PhaseRate::from_slices(&slices))
 }
 
 /// Takes `samples` of each floor one after another, on an idle cluster.

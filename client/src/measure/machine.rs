@@ -106,6 +106,73 @@ pub fn total(text: &str, kind: &str) -> Option<u64> {
         .ok()
 }
 
+/// CPU time spent so far by the whole machine (busy, on every core), by
+/// this run and by its database, to tell how many cores other processes took while a
+/// floor was measured (see [`CpuReading::others_cores`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CpuReading {
+    at: Instant,
+    machine_busy_us: Option<u64>,
+    own_us: Option<u64>,
+    /// The database's processes (a local cluster's only), as
+    /// [`super::dbcost`] reads them.
+    database_us: Option<u64>,
+}
+
+impl CpuReading {
+    /// `ours`: this process and the processes it started (the game
+    /// servers of a local cluster); `database`: PostgreSQL's processes.
+    pub fn now(ours: Option<Duration>, database: Option<Duration>) -> CpuReading {
+        CpuReading {
+            at: Instant::now(),
+            machine_busy_us: std::fs::read_to_string("/proc/stat")
+                .ok()
+                .and_then(|t| busy_ticks(&t))
+                .map(|t| t * (1_000_000 / CLOCK_TICKS_PER_S)),
+            own_us: ours.map(|d| d.as_micros() as u64),
+            database_us: database.map(|d| d.as_micros() as u64),
+        }
+    }
+
+    /// CPU this run (this process, its servers) spent from `self` to
+    /// `later`.
+    pub fn ours(&self, later: &CpuReading) -> Option<Duration> {
+        Some(Duration::from_micros(
+            later.own_us?.saturating_sub(self.own_us?),
+        ))
+    }
+
+    /// Cores busy on average from `self` to `later` with work that was
+    /// neither this run's (this process, its servers) nor the database's:
+    /// another build, a test. `None` where `/proc` or the database's
+    /// processes cannot be read.
+    pub fn others_cores(&self, later: &CpuReading) -> Option<f64> {
+        let wall_us = later.at.saturating_duration_since(self.at).as_micros() as f64;
+        let delta = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?));
+        let busy = delta(self.machine_busy_us, later.machine_busy_us)?;
+        let own = delta(self.own_us, later.own_us)?;
+        let database = delta(self.database_us, later.database_us)?;
+        let others = busy.saturating_sub(own + database) as f64;
+        (wall_us > 0.0).then(|| (others / wall_us * 100.0).round() / 100.0)
+    }
+}
+
+/// Linux reports CPU time in ticks of `USER_HZ`, which its ABI fixes at
+/// 100 a second.
+const CLOCK_TICKS_PER_S: u64 = 100;
+
+/// Busy ticks of every core from `/proc/stat`'s `cpu` line: user, nice,
+/// system, irq, softirq and steal (idle and iowait are not busy).
+pub fn busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)? + f.get(7).unwrap_or(&0))
+}
+
 /// What the machine did between two moments of the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MachineInWindow {
@@ -310,6 +377,36 @@ mod tests {
 
     const CPU: &str = "some avg10=1.00 avg60=2.00 avg300=3.00 total=5000\n\
                        full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+
+    #[test]
+    fn the_machines_busy_time_is_read_from_proc_stat() {
+        let stat = "cpu  100 5 40 9000 70 1 2 3 0 0\ncpu0 50 2 20 4500 35 0 1 1 0 0\n";
+        // user + nice + system + irq + softirq + steal; not idle, not iowait.
+        assert_eq!(busy_ticks(stat), Some(100 + 5 + 40 + 1 + 2 + 3));
+        assert_eq!(busy_ticks("intr 1 2 3\n"), None);
+    }
+
+    #[test]
+    fn others_are_what_neither_this_process_nor_the_database_used() {
+        let at = Instant::now();
+        let reading = |after: Duration, busy, own, db| CpuReading {
+            at: at + after,
+            machine_busy_us: Some(busy),
+            own_us: Some(own),
+            database_us: db,
+        };
+        let from = reading(Duration::ZERO, 0, 0, Some(0));
+        // 2 s: the machine busy 3.2 core-seconds, 0.8 of them ours and
+        // 1.2 the database's: others took 1.2 s, 0.6 of a core.
+        let to = reading(Duration::from_secs(2), 3_200_000, 800_000, Some(1_200_000));
+        assert_eq!(from.others_cores(&to), Some(0.6));
+        let unknown = reading(Duration::from_secs(2), 3_200_000, 800_000, None);
+        assert_eq!(
+            from.others_cores(&unknown),
+            None,
+            "without the database's CPU"
+        );
+    }
 
     #[test]
     fn the_totals_are_read_from_psi_lines() {

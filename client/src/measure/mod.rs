@@ -30,6 +30,7 @@
 //!   `--wan-mix`) against the network's own round trip.
 
 pub mod attribution;
+pub mod capacity;
 pub mod dbcost;
 pub mod distance;
 pub mod faults;
@@ -269,13 +270,41 @@ pub fn too_many_errors(summary: &Summary) -> Option<String> {
     let share = summary.errors as f64 / summary.invocations.max(1) as f64;
     (summary.interval_ms == 0 && share > MAX_CLOSED_LOOP_ERROR_SHARE).then(|| {
         format!(
-            "{} of {} calls ({:.1} %) failed with errors (more than {} %): this closed loop              measured failures, not capacity; see errors_by_status in summary.json",
+            "{} of {} calls ({:.1} %) failed with errors (more than {} %): this closed loop measured failures, not capacity; see errors_by_status in summary.json",
             summary.errors,
             summary.invocations,
             share * 100.0,
             MAX_CLOSED_LOOP_ERROR_SHARE * 100.0
         )
     })
+}
+
+/// The two phases of a closed loop's floor, for the closed-loop line:
+/// each phase's median second and its slowest and fastest, so a reader
+/// sees how steady the floor was.
+fn floor_phases(floor: &capacity::CapacityFloor) -> String {
+    let others = |cores: Option<f64>| match cores {
+        Some(cores) => format!(", {cores:.2} cores to other processes"),
+        None => String::new(),
+    };
+    let phase = |p: &capacity::PhaseRate| {
+        format!(
+            "{:.0}/s (seconds {:.0}–{:.0}{})",
+            p.median_per_s,
+            p.min_per_s,
+            p.max_per_s,
+            others(p.others_cores)
+        )
+    };
+    format!(
+        " (floor: median second before the run {}, after it {}; the run{})",
+        phase(&floor.before),
+        phase(&floor.after),
+        match floor.run_others_cores {
+            Some(_) => others(floor.run_others_cores),
+            None => ": other processes not read".into(),
+        }
+    )
 }
 
 /// Prints the headline figures and fails, naming them, if invariants broke
@@ -291,8 +320,26 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         counts(&summary.errors_by_status),
     );
     if summary.floor_txn_throughput_per_s > 0.0 {
+        let phases = summary
+            .floor_txn_throughput
+            .as_ref()
+            .map(floor_phases)
+            .unwrap_or_default();
+        let seconds = summary
+            .goodput_seconds
+            .as_ref()
+            .map(|g| {
+                format!(
+                    "; goodput's median second {:.0}/s (seconds {:.0}–{:.0}), {}× the floor",
+                    g.median_per_s,
+                    g.min_per_s,
+                    g.max_per_s,
+                    summary.goodput_median_second_to_floor
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "closed loop: goodput {:.0}/s against the same-run bare-transaction floor              {:.0}/s: {}×",
+            "closed loop: goodput {:.0}/s against the same-run bare-transaction floor {:.0}/s: {}×{phases}{seconds}",
             summary.goodput_per_s, summary.floor_txn_throughput_per_s, summary.throughput_to_floor
         );
     }
@@ -385,6 +432,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
             cost.cpu_us_per_call
                 .map_or("unknown".to_string(), |us| format!("{us} µs")),
         );
+    }
+    if let Some(us) = summary.bench_and_servers_cpu_us_per_call {
+        println!("bench and servers per call: {us} µs of CPU");
     }
     if summary.faults > 0 {
         println!(
@@ -546,6 +596,34 @@ pub async fn run_measured(
         );
     }
 
+    // A closed loop's capacity floor, first phase: on the idle cluster
+    // (see `capacity` for why it is short).
+    let closed_loop_url = match (&target.database_url, plan.workload.interval.is_zero()) {
+        (Some(url), true) => Some(url.clone()),
+        _ => None,
+    };
+    let before_for = (plan.workload.total - plan.workload.warmup).min(capacity::BEFORE);
+    // CPU readings around each phase and the workload: how many cores
+    // other processes took meanwhile, the usual reason a floor moves.
+    let cpu_now = || {
+        let database = target
+            .database_pids
+            .as_ref()
+            .and_then(|pids| dbcost::cpu_of(&pids()));
+        let ours = dbcost::cpu_of(&[std::process::id()]);
+        machine::CpuReading::now(ours, database)
+    };
+    let floor_before = match &closed_loop_url {
+        Some(url) => {
+            let (from, cpu) = (Instant::now(), cpu_now());
+            let rate = floors::txn_throughput(url, plan.workload.clients, plan.games, before_for)
+                .await
+                .context("measuring the bare-transaction throughput before the run")?;
+            Some((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
+        }
+        None => None,
+    };
+
     let clock = RunClock::start();
     let sampler = machine::MachineSampler::start(clock.started());
     let run_started_unix_ms = SystemTime::now()
@@ -622,7 +700,11 @@ pub async fn run_measured(
     let census = cost_db
         .clone()
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
+    let cpu_run = cpu_now();
     let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
+    let cpu_ran = cpu_now();
+    let run_others_cores = cpu_run.others_cores(&cpu_ran);
+    let run_cpu = cpu_run.ours(&cpu_ran);
     stopper.stop();
     // What the clients ran for, warm-up included: the plan's total, or
     // more when the run was held open for a late fault.
@@ -663,18 +745,21 @@ pub async fn run_measured(
 
     let records = recorder.snapshot();
     faults::fill_recovery(&mut faults, &records);
-    let capacity_floor = match (&target.database_url, plan.workload.interval.is_zero()) {
-        (Some(url), true) => Some(
-            floors::txn_throughput(
+    // The second phase, right after the workload, for as long as it ran.
+    let floor_after = match &closed_loop_url {
+        Some(url) => {
+            let (from, cpu) = (Instant::now(), cpu_now());
+            let rate = floors::txn_throughput(
                 url,
                 plan.workload.clients,
                 plan.games,
                 ran - plan.workload.warmup,
             )
             .await
-            .context("measuring the bare-transaction throughput")?,
-        ),
-        _ => None,
+            .context("measuring the bare-transaction throughput after the run")?;
+            Some((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
+        }
+        None => None,
     };
     let warmup_us = record::duration_us(plan.workload.warmup);
     let final_url = match &target.final_database_url {
@@ -762,11 +847,35 @@ pub async fn run_measured(
             .iter()
             .filter_map(|f| Some((f.recovered_ms? - f.committing_ms?).max(0.0))),
     );
-    if let Some(floor) = capacity_floor {
-        summary.floor_txn_throughput_per_s = (floor * 100.0).round() / 100.0;
+    if let (Some(before), Some(after)) = (floor_before, floor_after) {
+        type Phase = (capacity::PhaseRate, Instant, Instant, Option<f64>);
+        let phase = |(mut rate, from, to, others): Phase| {
+            rate.start_us = clock.offset_us(from);
+            rate.end_us = clock.offset_us(to);
+            rate.others_cores = others;
+            rate
+        };
+        let mut floor = capacity::CapacityFloor::new(phase(before), phase(after));
+        floor.run_others_cores = run_others_cores;
+        summary.floor_txn_throughput_per_s = floor.floor_per_s;
         // Capacity is what was answered: refusals and errors are not.
         summary.throughput_to_floor =
-            (summary.goodput_per_s / floor.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
+            (summary.goodput_per_s / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round()
+                / 1000.0;
+        let answered = records
+            .iter()
+            .filter(|r| !r.warmup && r.is_ok())
+            .map(|r| r.end_us());
+        let seconds = capacity::PhaseRate::from_slices(&capacity::slices_of(
+            answered,
+            warmup_us,
+            clock.us(clock.started() + ran),
+        ));
+        summary.goodput_median_second_to_floor =
+            (seconds.median_per_s / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round()
+                / 1000.0;
+        summary.goodput_seconds = Some(seconds);
+        summary.floor_txn_throughput = Some(floor);
     }
     summary.ratios = FloorRatios::new(
         &summary.rtt_us,
@@ -792,6 +901,15 @@ pub async fn run_measured(
         .filter(|f| !f.is_empty())
         .map(|files| keep_database_logs(&files, &log_dir, run_started_unix_ms));
     if let Some((_, events)) = &log {
+        if let Some(floor) = summary.floor_txn_throughput.as_mut() {
+            for phase in [&mut floor.before, &mut floor.after] {
+                phase.postgres = Some(pgview::LogCounts::within(
+                    events,
+                    phase.start_us,
+                    phase.end_us,
+                ));
+            }
+        }
         for window in &mut windows {
             window.postgres = Some(pgview::LogCounts::within(
                 events,
@@ -863,6 +981,11 @@ pub async fn run_measured(
             &after,
             records.len() as u64,
         ));
+    }
+    if let Some(cpu) = run_cpu.filter(|_| !records.is_empty()) {
+        // Warm-up calls included, as the reading brackets the workload.
+        summary.bench_and_servers_cpu_us_per_call =
+            Some((cpu.as_micros() as f64 / records.len() as f64 * 10.0).round() / 10.0);
     }
     if let Some(report) = invariants {
         summary.lost_actions = report.actions.lost;

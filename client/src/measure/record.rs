@@ -167,6 +167,14 @@ impl RunClock {
     pub fn now_us(&self) -> u64 {
         self.us(Instant::now())
     }
+
+    /// Microseconds from the start of the run to `at`, negative before it.
+    pub fn offset_us(&self, at: Instant) -> i64 {
+        match at.checked_duration_since(self.started) {
+            Some(after) => duration_us(after) as i64,
+            None => -(duration_us(self.started - at) as i64),
+        }
+    }
 }
 
 pub fn duration_us(d: Duration) -> u64 {

@@ -221,10 +221,22 @@ pub struct Summary {
     pub failover_gap_ms: GapStats,
     /// Closed-loop runs (`--interval-ms 0`): bare transactions of a game
     /// call's shape committed per second by as many connections as there
-    /// are clients, on the same database, for the same time, right after
-    /// the workload; and `goodput_per_s` (answered calls only) over it.
+    /// are clients, on the same database, for the same time, right before
+    /// and right after the workload (the median one-second slice of each
+    /// phase, the higher phase); and `goodput_per_s` (answered calls only)
+    /// over it.
     pub floor_txn_throughput_per_s: f64,
     pub throughput_to_floor: f64,
+    /// How `floor_txn_throughput_per_s` was found: the bare-transaction
+    /// throughput right before and right after the workload, each the
+    /// median of its one-second slices (all listed), and the higher taken.
+    pub floor_txn_throughput: Option<super::capacity::CapacityFloor>,
+    /// Closed loops: the calls answered in each second of the measured
+    /// window, their median, and that median over the floor (like for
+    /// like with the floor's median second; `throughput_to_floor`, over
+    /// the whole window, is the one a run is judged on).
+    pub goodput_seconds: Option<super::capacity::PhaseRate>,
+    pub goodput_median_second_to_floor: f64,
     /// Copies of a call sent to a second server because the first was slow
     /// (hedges), and their share of the measured calls.
     pub hedges: u64,
@@ -277,6 +289,10 @@ pub struct Summary {
     /// What each call of the workload cost the database (the floor
     /// prober's transactions, one per 50 ms, included).
     pub database_cost: Option<super::dbcost::DatabaseCost>,
+    /// CPU this process and the servers it started (a local cluster's)
+    /// spent per call of the workload, warm-up included: what the game and
+    /// its bots take from the cores the database shares.
+    pub bench_and_servers_cpu_us_per_call: Option<f64>,
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,
