@@ -613,14 +613,21 @@ pub async fn run_measured(
         let ours = dbcost::cpu_of(&[std::process::id()]);
         machine::CpuReading::now(ours, database)
     };
-    let floor_before = match &closed_loop_url {
-        Some(url) => {
+    // One phase of the floor: its rate, when it ran, and how many cores
+    // other processes took meanwhile.
+    let floor_phase = |url: String, duration: Duration, when: &'static str| {
+        let cpu_now = &cpu_now;
+        let (clients, games) = (plan.workload.clients, plan.games);
+        async move {
             let (from, cpu) = (Instant::now(), cpu_now());
-            let rate = floors::txn_throughput(url, plan.workload.clients, plan.games, before_for)
+            let rate = floors::txn_throughput(&url, clients, games, duration)
                 .await
-                .context("measuring the bare-transaction throughput before the run")?;
-            Some((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
+                .with_context(|| format!("measuring the bare-transaction throughput {when}"))?;
+            anyhow::Ok((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
         }
+    };
+    let floor_before = match &closed_loop_url {
+        Some(url) => Some(floor_phase(url.clone(), before_for, "before the run").await?),
         None => None,
     };
 
@@ -748,16 +755,7 @@ pub async fn run_measured(
     // The second phase, right after the workload, for as long as it ran.
     let floor_after = match &closed_loop_url {
         Some(url) => {
-            let (from, cpu) = (Instant::now(), cpu_now());
-            let rate = floors::txn_throughput(
-                url,
-                plan.workload.clients,
-                plan.games,
-                ran - plan.workload.warmup,
-            )
-            .await
-            .context("measuring the bare-transaction throughput after the run")?;
-            Some((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
+            Some(floor_phase(url.clone(), ran - plan.workload.warmup, "after the run").await?)
         }
         None => None,
     };
@@ -859,9 +857,9 @@ pub async fn run_measured(
         floor.run_others_cores = run_others_cores;
         summary.floor_txn_throughput_per_s = floor.floor_per_s;
         // Capacity is what was answered: refusals and errors are not.
-        summary.throughput_to_floor =
-            (summary.goodput_per_s / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round()
-                / 1000.0;
+        let to_floor =
+            |rate: f64| (rate / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
+        summary.throughput_to_floor = to_floor(summary.goodput_per_s);
         let answered = records
             .iter()
             .filter(|r| !r.warmup && r.is_ok())
@@ -871,9 +869,7 @@ pub async fn run_measured(
             warmup_us,
             clock.us(clock.started() + ran),
         ));
-        summary.goodput_median_second_to_floor =
-            (seconds.median_per_s / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round()
-                / 1000.0;
+        summary.goodput_median_second_to_floor = to_floor(seconds.median_per_s);
         summary.goodput_seconds = Some(seconds);
         summary.floor_txn_throughput = Some(floor);
     }

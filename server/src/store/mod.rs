@@ -371,9 +371,9 @@ impl Store {
 
     /// Opens the pool's `min_connections`, one at a time and
     /// [`StoreOptions::warm_up_pace`] apart ([`warm_up_pause`]), and plans
-    /// the game calls' statements ([`queries::HOT`]) on each, so the first
-    /// calls (and the burst of calls failing over from a dead server) find
-    /// them open and planned. Start-up only, before the server registers;
+    /// the game calls' and a join's statements ([`warm_statements`]) on
+    /// each, so the first calls (and the burst of calls failing over from a
+    /// dead server) find them open and planned. Start-up only, before the server registers;
     /// the pool keeps that many open afterwards.
     pub async fn warm_up(&self) -> Result<(), Error> {
         let wanted = self.pool.options().get_min_connections();
@@ -381,7 +381,7 @@ impl Store {
         while self.pool.size() < wanted && (held.len() as u32) < wanted {
             tokio::time::sleep(warm_up_pause(held.len() as u32, self.warm_up_pace)).await;
             let mut conn = self.pool.acquire().await?;
-            plan_hot_statements(&mut conn).await?;
+            plan_warm_statements(&mut conn).await?;
             held.push(conn);
         }
         Ok(())
@@ -600,7 +600,7 @@ fn warm_statements() -> Vec<&'static str> {
 /// running anything (nor writing: a plain `EXPLAIN` of an `INSERT` or an
 /// `UPDATE` does not execute it), and the connections plan generically
 /// (`plan_cache_mode`), so the values do not matter.
-async fn plan_hot_statements(conn: &mut PgConnection) -> Result<(), Error> {
+async fn plan_warm_statements(conn: &mut PgConnection) -> Result<(), Error> {
     use sqlx::Executor as _;
     let statements = warm_statements();
     for sql in &statements {

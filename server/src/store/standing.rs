@@ -32,7 +32,7 @@ use std::task::Poll;
 use sqlx::Postgres;
 use sqlx::pool::PoolConnection;
 
-use super::{Error, Store, plan_hot_statements, warm_up_pause};
+use super::{Error, Store, plan_warm_statements, warm_up_pause};
 
 /// Whether to top the pool up now: the last heartbeat `committed` (the
 /// database is reachable, so connecting is not wasted on a cut path), the
@@ -86,7 +86,7 @@ impl Store {
             }
             // Planning a connection planned already costs two round trips.
             let mut conn = self.open_one().await?;
-            plan_hot_statements(&mut conn).await?;
+            plan_warm_statements(&mut conn).await?;
         }
         Ok(())
     }
