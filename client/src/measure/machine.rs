@@ -16,6 +16,10 @@
 //!   150 ms before. No setting of the game reaches it.
 //! - **cpu**: the two cores were busy (the moment a fault's backends exit
 //!   and pools reconnect, a burst of copies).
+//! - **host**: the hypervisor ran something else on this machine's cores
+//!   (`/proc/stat`'s steal time): every process here waited at once, the
+//!   bare floor probes as much as the game, and nothing inside the machine
+//!   shows why.
 //! - **neither**: something inside the processes (a lock, a gate, a queue).
 //!
 //! The thread also notes how late its own wake-ups come: a 10 ms sleep
@@ -48,9 +52,12 @@ pub struct Reading {
     pub cpu_some_us: Option<u64>,
     pub io_some_us: Option<u64>,
     pub io_full_us: Option<u64>,
+    /// CPU time the hypervisor gave to others, summed over the cores, µs
+    /// since boot (`/proc/stat`, in 10 ms ticks).
+    pub steal_us: Option<u64>,
 }
 
-/// Reads `/proc/pressure/*` every [`PERIOD`] until stopped.
+/// Reads `/proc/pressure/*` and `/proc/stat` every [`PERIOD`] until stopped.
 pub struct MachineSampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<Reading>>,
@@ -85,6 +92,7 @@ impl MachineSampler {
 fn read(started: Instant) -> Reading {
     let cpu = std::fs::read_to_string("/proc/pressure/cpu").ok();
     let io = std::fs::read_to_string("/proc/pressure/io").ok();
+    let stat = std::fs::read_to_string("/proc/stat").ok();
     Reading {
         at_us: Instant::now()
             .saturating_duration_since(started)
@@ -92,6 +100,10 @@ fn read(started: Instant) -> Reading {
         cpu_some_us: cpu.as_deref().and_then(|t| total(t, "some")),
         io_some_us: io.as_deref().and_then(|t| total(t, "some")),
         io_full_us: io.as_deref().and_then(|t| total(t, "full")),
+        steal_us: stat
+            .as_deref()
+            .and_then(steal_ticks)
+            .map(|t| t * (1_000_000 / CLOCK_TICKS_PER_S)),
     }
 }
 
@@ -173,6 +185,18 @@ pub fn busy_ticks(stat: &str) -> Option<u64> {
     Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)? + f.get(7).unwrap_or(&0))
 }
 
+/// Steal ticks of every core from `/proc/stat`'s `cpu` line (its eighth
+/// number): time a core was ready to run here and the hypervisor ran
+/// something else.
+pub fn steal_ticks(stat: &str) -> Option<u64> {
+    stat.lines()
+        .find(|l| l.starts_with("cpu "))?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()
+}
+
 /// What the machine did between two moments of the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MachineInWindow {
@@ -184,6 +208,10 @@ pub struct MachineInWindow {
     pub io_full_ms: f64,
     /// The longest the sampler's own 10 ms sleep overran, ms.
     pub sampler_late_max_ms: f64,
+    /// CPU time the hypervisor took from this machine's cores, summed
+    /// over them, ms (counted in 10 ms ticks).
+    #[serde(default)]
+    pub steal_ms: f64,
 }
 
 impl MachineInWindow {
@@ -212,6 +240,7 @@ impl MachineInWindow {
             cpu_pressure_ms: round1(delta(|r| r.cpu_some_us)),
             io_pressure_ms: round1(delta(|r| r.io_some_us)),
             io_full_ms: round1(delta(|r| r.io_full_us)),
+            steal_ms: round1(delta(|r| r.steal_us)),
             sampler_late_max_ms: round1(
                 span.windows(2)
                     .map(|w| late_us(&w[0], &w[1]))
@@ -222,11 +251,16 @@ impl MachineInWindow {
         }
     }
 
-    /// Which of the machine's parts held the window, if either did: the
-    /// larger pressure when it covers at least half of `length_us`.
+    /// Which of the machine's parts held the window, if any did: the host
+    /// when it took the equivalent of one core for at least half of
+    /// `length_us` (a stolen moment shows as CPU pressure too, so it is
+    /// named first); else the larger pressure when it covers at least
+    /// half of `length_us`.
     pub fn held_by(&self, length_us: u64) -> Option<&'static str> {
         let half = length_us as f64 / 2000.0;
-        if self.io_pressure_ms >= half && self.io_pressure_ms >= self.cpu_pressure_ms {
+        if self.steal_ms >= half && self.steal_ms > 0.0 {
+            Some("host")
+        } else if self.io_pressure_ms >= half && self.io_pressure_ms >= self.cpu_pressure_ms {
             Some("io")
         } else if self.cpu_pressure_ms >= half {
             Some("cpu")
@@ -237,8 +271,12 @@ impl MachineInWindow {
 
     pub fn line(&self) -> String {
         format!(
-            "io {} ms (all tasks {} ms), cpu {} ms, sampler late ≤ {} ms",
-            self.io_pressure_ms, self.io_full_ms, self.cpu_pressure_ms, self.sampler_late_max_ms
+            "io {} ms (all tasks {} ms), cpu {} ms, stolen by the host {} ms, sampler late ≤ {} ms",
+            self.io_pressure_ms,
+            self.io_full_ms,
+            self.cpu_pressure_ms,
+            self.steal_ms,
+            self.sampler_late_max_ms
         )
     }
 }
@@ -264,6 +302,12 @@ pub struct MachineView {
     /// Shares of the measured run in which some task waited.
     pub cpu_pressure_share: f64,
     pub io_pressure_share: f64,
+    /// CPU time the hypervisor took, as a share of the run's core time
+    /// (both cores), and the most it took in any 100 ms, ms.
+    #[serde(default)]
+    pub steal_share: f64,
+    #[serde(default)]
+    pub steal_max_100ms_ms: f64,
     /// Stretches of ≥ 30 ms in which some task waited for the disk ≥ 80 %
     /// of the time: how many, the longest, and all of them added up.
     pub io_stalls: u64,
@@ -299,6 +343,8 @@ impl MachineView {
             readings: run.len() as u64,
             cpu_pressure_share: share(whole.cpu_pressure_ms),
             io_pressure_share: share(whole.io_pressure_ms),
+            steal_share: share(whole.steal_ms / cores()),
+            steal_max_100ms_ms: round1(steal_max_us(&run, 100_000) as f64 / 1000.0),
             io_stalls: stalls.len() as u64,
             io_stall_longest_ms: round1(stalls.iter().copied().max().unwrap_or(0) as f64 / 1000.0),
             io_stall_total_ms: round1(stalls.iter().sum::<u64>() as f64 / 1000.0),
@@ -315,15 +361,39 @@ impl MachineView {
         }
         format!(
             "machine: some task waited for a CPU {:.1} % and for the disk {:.1} % of the run; \
-             {} disk stalls of ≥ 30 ms (longest {} ms, {} ms in all); sampler late ≤ {} ms",
+             {} disk stalls of ≥ 30 ms (longest {} ms, {} ms in all); \
+             the host took {:.1} % of the cores (at most {} ms in 100 ms); sampler late ≤ {} ms",
             self.cpu_pressure_share * 100.0,
             self.io_pressure_share * 100.0,
             self.io_stalls,
             self.io_stall_longest_ms,
             self.io_stall_total_ms,
+            self.steal_share * 100.0,
+            self.steal_max_100ms_ms,
             self.sampler_late_max_ms
         )
     }
+}
+
+/// The machine's cores, for shares of its CPU time.
+fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
+}
+
+/// The most steal (µs, summed over the cores) between two readings at most
+/// `span_us` apart.
+fn steal_max_us(run: &[&Reading], span_us: u64) -> u64 {
+    let mut most = 0;
+    let mut from = 0;
+    for to in 0..run.len() {
+        while run[to].at_us.saturating_sub(run[from].at_us) > span_us {
+            from += 1;
+        }
+        if let (Some(a), Some(b)) = (run[from].steal_us, run[to].steal_us) {
+            most = most.max(b.saturating_sub(a));
+        }
+    }
+    most
 }
 
 /// The lengths (µs) of the stretches of consecutive readings in which some
@@ -355,17 +425,19 @@ fn io_stalls(run: &[&Reading]) -> Vec<u64> {
 }
 
 /// The readings as CSV, for `OUT/logs/machine.csv`: time since the start of
-/// the run and the three counters (empty where the kernel has none).
+/// the run and the four counters (empty where the kernel has none).
 pub fn csv(readings: &[Reading]) -> String {
     let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
-    let mut out = String::from("at_us,cpu_some_total_us,io_some_total_us,io_full_total_us\n");
+    let mut out =
+        String::from("at_us,cpu_some_total_us,io_some_total_us,io_full_total_us,steal_total_us\n");
     for r in readings {
         out.push_str(&format!(
-            "{},{},{},{}\n",
+            "{},{},{},{},{}\n",
             r.at_us,
             opt(r.cpu_some_us),
             opt(r.io_some_us),
-            opt(r.io_full_us)
+            opt(r.io_full_us),
+            opt(r.steal_us)
         ));
     }
     out
@@ -418,9 +490,11 @@ mod tests {
     }
 
     /// Readings every 10 ms; from 100 to 250 ms some task waits for the
-    /// disk the whole time (a WAL flush), from 400 to 450 ms for a CPU.
+    /// disk the whole time (a WAL flush), from 400 to 450 ms for a CPU;
+    /// after a 60 ms pause at 500 ms, from 610 to 640 ms (its clock) the
+    /// host takes 15 ms of the two cores' 20 every 10 ms.
     fn run() -> Vec<Reading> {
-        let (mut cpu, mut io, mut full) = (0u64, 0u64, 0u64);
+        let (mut cpu, mut io, mut full, mut steal) = (0u64, 0u64, 0u64, 0u64);
         (0..=60u64)
             .map(|i| {
                 let at_us = i * 10_000;
@@ -431,6 +505,10 @@ mod tests {
                 if i > 40 && i <= 45 {
                     cpu += 9_000;
                 }
+                if i > 54 && i <= 58 {
+                    steal += 15_000;
+                    cpu += 10_000;
+                }
                 if i == 50 {
                     // A sleep that overran: nothing ran for 60 ms.
                     return Reading {
@@ -438,6 +516,7 @@ mod tests {
                         cpu_some_us: Some(cpu),
                         io_some_us: Some(io),
                         io_full_us: Some(full),
+                        steal_us: Some(steal),
                     };
                 }
                 Reading {
@@ -445,6 +524,7 @@ mod tests {
                     cpu_some_us: Some(cpu),
                     io_some_us: Some(io),
                     io_full_us: Some(full),
+                    steal_us: Some(steal),
                 }
             })
             .collect()
@@ -469,6 +549,26 @@ mod tests {
 
         let paused = MachineInWindow::within(&readings, 480_000, 560_000);
         assert_eq!(paused.sampler_late_max_ms, 60.0, "{paused:?}");
+        assert_eq!(paused.steal_ms, 0.0);
+
+        // The host's moment is CPU pressure too, and named for the host.
+        let stolen = MachineInWindow::within(&readings, 600_000, 650_000);
+        assert_eq!(stolen.steal_ms, 60.0, "{stolen:?}");
+        assert!(stolen.cpu_pressure_ms >= 25.0, "{stolen:?}");
+        assert_eq!(stolen.held_by(50_000), Some("host"));
+        assert!(stolen.line().contains("stolen by the host 60 ms"));
+    }
+
+    #[test]
+    fn steal_is_read_from_proc_stat() {
+        let stat = "cpu  100 5 40 9000 70 1 2 37 0 0\ncpu0 50 2 20 4500 35 0 1 1 0 0\n";
+        assert_eq!(steal_ticks(stat), Some(37));
+        assert_eq!(
+            steal_ticks("cpu  1 2 3 4\n"),
+            None,
+            "a kernel without steal"
+        );
+        assert_eq!(steal_ticks("intr 1 2 3\n"), None);
     }
 
     #[test]
@@ -479,6 +579,8 @@ mod tests {
         assert_eq!(view.io_stalls, 1, "{view:?}");
         assert_eq!(view.io_stall_longest_ms, 150.0);
         assert_eq!(view.sampler_late_max_ms, 60.0);
+        assert_eq!(view.steal_max_100ms_ms, 60.0, "{view:?}");
+        assert!(view.steal_share > 0.0 && view.steal_share < 0.1, "{view:?}");
         assert!(view.io_pressure_share > 0.2 && view.io_pressure_share < 0.25);
         // From after the flush on, none.
         let later = MachineView::new(&readings, 300_000);
