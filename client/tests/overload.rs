@@ -5,7 +5,8 @@
 //! The server admits eight places at once (`--max-db-concurrency 8`): the
 //! running game's calls share one, joins may take four. Its players' calls
 //! may wait in line for a second, its joins 100 ms. Rate limits are off, so
-//! every refusal here is admission control's.
+//! every refusal here is admission control's, and says the server is busy
+//! (`borbaman-busy`, which stops clients hedging into it).
 
 mod common;
 
@@ -19,10 +20,15 @@ use borbaman::measure::workload::{Ack, ClientLog, SessionLog};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_proto::Reason;
-use borbaman_proto::pb::Action;
+use borbaman_proto::pb::game_client::GameClient;
+use borbaman_proto::pb::{Action, JoinRequest};
+use borbaman_proto::timing::BUSY_KEY;
+use tonic::metadata::{Ascii, MetadataValue};
 
 /// Joiners in the storm: the 128 at once.
 const JOINERS: usize = 128;
+/// Joins sent beside the storm, their answers read whole.
+const RAW_JOINERS: usize = 32;
 /// How soon every join must be answered, seated or refused.
 const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
 
@@ -94,6 +100,34 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
         }));
     }
 
+    // Beside the storm, joins of their own (on one connection, as the
+    // storm's share one), to read the answers' heads: a join refused after
+    // its wait in line says the server is busy, and for how long it queued.
+    let raw_client = GameClient::connect(format!("http://{}", servers[0]))
+        .await
+        .expect("connecting to the server");
+    let mut raw = tokio::task::JoinSet::new();
+    for n in 0..RAW_JOINERS {
+        let mut client = raw_client.clone();
+        raw.spawn(async move {
+            client
+                .join(JoinRequest {
+                    name: format!("raw{n}"),
+                    token: new_token(),
+                    map: String::new(),
+                    identity: Vec::new(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|status| {
+                    (
+                        Reason::of(&status),
+                        status.metadata().get(BUSY_KEY).cloned(),
+                    )
+                })
+        });
+    }
+
     // 128 joins at once, through one pool of their own.
     let joiners_pool = ServerPool::connect(&servers, PoolConfig::default())
         .await
@@ -123,7 +157,30 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
         });
     }
     let outcomes = storm.join_all().await;
+    let raw = raw.join_all().await;
     storming.store(false, Ordering::Relaxed);
+    let busy_ms =
+        |value: Option<MetadataValue<Ascii>>| -> Option<u64> { value?.to_str().ok()?.parse().ok() };
+    let mut raw_refused = 0;
+    for outcome in raw {
+        match outcome {
+            Ok(_) => {}
+            Err((Some(Reason::ServerFull), busy)) => {
+                raw_refused += 1;
+                let waited =
+                    busy_ms(busy).expect("a join refused after its line says the server is busy");
+                assert!(
+                    waited >= 100,
+                    "it queued its 100 ms in line, the answer says {waited} ms"
+                );
+            }
+            Err((reason, _)) => panic!("a raw join failed: {reason:?}"),
+        }
+    }
+    assert!(
+        raw_refused > 0,
+        "none of the {RAW_JOINERS} joins beside the storm was refused"
+    );
 
     let mut seated = Vec::new();
     let mut refused = 0;

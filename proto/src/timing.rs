@@ -16,6 +16,19 @@ use std::time::Duration;
 /// answer's key carrying it.
 pub const TIMING_KEY: &str = "borbaman-timing";
 
+/// Answer metadata key a server sets, for every client, on a game call
+/// that queued in it for the database (a place under admission control,
+/// then a pooled connection) at least [`BUSY_QUEUED`]: the value is the
+/// wait in whole milliseconds. The server's database work is at its bound:
+/// a copy of a late call sent to another server of the cluster would queue
+/// the same way there (they share one database), so clients do not hedge
+/// calls on a busy server (see the pool's `decide` rules).
+pub const BUSY_KEY: &str = "borbaman-busy";
+
+/// The least queueing that makes an answer busy: a wait for a connection
+/// shorter than this is a handover between two calls, not a queue.
+pub const BUSY_QUEUED: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Where one call's time went inside the server that answered it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerTiming {

@@ -294,6 +294,15 @@ impl Shared {
     }
 }
 
+/// Notes the call's wait in line when the admission ends, however it ends.
+struct NoteQueued(tokio::time::Instant);
+
+impl Drop for NoteQueued {
+    fn drop(&mut self) {
+        crate::metrics::calls::note_queued(self.0.elapsed());
+    }
+}
+
 /// A call's place in its class's line, while it has one.
 struct Line<'a> {
     shared: &'a Shared,
@@ -348,7 +357,11 @@ impl Admission {
             return Ok(permit);
         }
         shared.queued[class].fetch_add(1, Ordering::Relaxed);
-        let deadline = tokio::time::Instant::now() + shared.limits.queue_timeout(priority);
+        let queued_at = tokio::time::Instant::now();
+        // The answer says how long the call queued (busy, see
+        // `metrics::calls::note_queued`), whether it then got in or not.
+        let _noted = NoteQueued(queued_at);
+        let deadline = queued_at + shared.limits.queue_timeout(priority);
         loop {
             // Registered before the next look, so a place given back in
             // between still wakes this call.

@@ -16,7 +16,10 @@
 //! distance is never taken for death. A late call's server is probed on
 //! its warm connection: no answer means hung (left at once), an answer
 //! means slow. When two servers are slow together the cause is shared (the
-//! database), and the pool waits rather than duplicating work into it. What
+//! database), and the pool waits rather than duplicating work into it; so it
+//! does on a server whose answers say it queues calls for the database
+//! (`borbaman-busy`: it is at its bound, and every server of the cluster
+//! shares the database). What
 //! a call does next is decided in `pool::decide`, apart from the I/O here;
 //! hedges and retries that add load are rationed by a budget, and pauses
 //! are jittered (`pool::budget`).
@@ -53,7 +56,7 @@ use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use borbaman_proto::reason::retry_pushback;
-use borbaman_proto::timing::{ServerTiming as CallTiming, TIMING_KEY};
+use borbaman_proto::timing::{BUSY_KEY, ServerTiming as CallTiming, TIMING_KEY};
 use borbaman_shutdown::{Shutdown, Stopper};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -74,6 +77,13 @@ pub use rtt::ServerTiming;
 /// How long a server that lost a hedge race is left out of its game's
 /// choice (see `ServerPool::hedge_won`).
 pub const SLOW_COOL_OFF: Duration = Duration::from_secs(1);
+
+/// How long a server that said it queues calls for the database
+/// ([`BUSY_KEY`]) is believed busy: its late calls are not hedged, and at
+/// their deadline they wait rather than leave (see `pool::decide`). Under
+/// overload nearly every answer says so again; once the queue is gone its
+/// late calls are hedged again within this.
+pub const BUSY_HOLD: Duration = Duration::from_millis(500);
 
 /// Background refresh interval while no server is live.
 const NO_SERVER_REFRESH: Duration = Duration::from_millis(100);
@@ -338,6 +348,9 @@ struct State {
     suspects: HashMap<String, Suspect>,
     /// Numbers the suspicions, so a verdict closes its own and no later one.
     next_suspicion: u64,
+    /// Servers whose answers said they queued calls for the database
+    /// ([`BUSY_KEY`]), until when that is believed ([`BUSY_HOLD`]).
+    busy: HashMap<String, Instant>,
 }
 
 /// An open [`Suspicion`] and where its verdict will be told.
@@ -348,6 +361,12 @@ struct Suspect {
 }
 
 impl State {
+    /// Whether `address` said lately that it queues calls for the
+    /// database: its late calls are not hedged (see `pool::decide`).
+    fn busy(&self, address: &str, now: Instant) -> bool {
+        self.busy.get(address).is_some_and(|until| now < *until)
+    }
+
     /// Two servers were seen slow together: a shared stall (again).
     fn stall(&mut self) {
         self.shared_stall = true;
@@ -733,12 +752,14 @@ impl ServerPool {
             tokio::select! {
                 result = &mut first, if first_pending => match result {
                     Ok(response) => {
+                        self.note_busy(&server.address, response.metadata());
                         let rtt = started.elapsed();
                         self.record_call(&server.address, started, rtt <= hedge_after);
                         attempt.result = Ok(response);
                         return attempt;
                     }
                     Err(status) => {
+                        self.note_busy(&server.address, status.metadata());
                         first_pending = false;
                         if !copy_pending {
                             attempt.result = Err(Failure::Status(status));
@@ -751,6 +772,7 @@ impl ServerPool {
                     let (second, copy_started, _) = copy.as_ref().expect("a copy is pending");
                     match result {
                         Ok(response) => {
+                            self.note_busy(&second.address, response.metadata());
                             let rtt = copy_started.elapsed();
                             let ends_stall = copy_answer_ends_stall(
                                 rtt,
@@ -765,6 +787,7 @@ impl ServerPool {
                             return attempt;
                         }
                         Err(status) => {
+                            self.note_busy(&second.address, status.metadata());
                             if classify(&status) == FailureKind::ServerDown {
                                 self.mark_down(&second.address);
                             }
@@ -878,7 +901,10 @@ impl ServerPool {
                     Late {
                         probe: probe_state,
                         copy: copy_state,
-                        shared_stall: state.shared_stall,
+                        // A busy server's copy would queue elsewhere as
+                        // it does here: wait, as in a shared stall.
+                        shared_stall: state.shared_stall
+                            || state.busy(&server.address, Instant::now()),
                         other_server: state
                             .servers
                             .iter()
@@ -1111,6 +1137,21 @@ impl ServerPool {
         }
     }
 
+    /// An answer (or refusal) from `address` carried these headers: if
+    /// they say it queued the call for the database ([`BUSY_KEY`]), its
+    /// late calls are not hedged for [`BUSY_HOLD`].
+    fn note_busy(&self, address: &str, metadata: &tonic::metadata::MetadataMap) {
+        if metadata.contains_key(BUSY_KEY) {
+            let until = Instant::now() + BUSY_HOLD;
+            self.shared
+                .state
+                .lock()
+                .unwrap()
+                .busy
+                .insert(address.to_string(), until);
+        }
+    }
+
     /// A health check on `address` answered after `rtt`.
     fn record_probe(&self, address: &str, rtt: Duration) {
         let mut state = self.shared.state.lock().unwrap();
@@ -1144,7 +1185,9 @@ impl ServerPool {
         let trial = state.shared_stall && stall_trial_due(state.stall_seen, state.stall_tries, now);
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
-            shared_stall: state.shared_stall && !trial,
+            // A server that queues calls for the database is late for
+            // that: a copy would queue on another server the same way.
+            shared_stall: (state.shared_stall && !trial) || state.busy(&server.address, now),
             database_unavailable: state.database_unavailable,
             other_server: target.is_some(),
             token: state.budget.has_token(),

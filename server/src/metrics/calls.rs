@@ -11,13 +11,16 @@
 //!
 //! Code inside a call (the service, the store) notes what the head cannot
 //! show through [`note_game`], [`note_gate_wait`], [`note_db`],
-//! [`note_cas_retry`] and [`note_cas_pause`], into a task-local
+//! [`note_cas_retry`], [`note_cas_pause`] and [`note_queued`], into a task-local
 //! [`CallNote`] (which a task the call spawns shares through
 //! [`in_this_call`]); outside a call they do nothing. A client that sends the
 //! metadata key [`TIMING_KEY`] gets that note back under the same key in
 //! the answer's head, as a [`ServerTiming`] (gate, database, lost
 //! compare-and-sets, and the call's total time in this server), to
-//! attribute its tail latency.
+//! attribute its tail latency. A call that queued for the database at
+//! least [`BUSY_QUEUED`] (admission's line, then a pooled connection)
+//! carries [`BUSY_KEY`] for every client: its server is at its bound, and
+//! clients do not hedge calls on it.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -38,7 +41,7 @@ use tonic::transport::server::TcpConnectInfo;
 
 use super::{Metrics, Refusal};
 
-pub use borbaman_proto::timing::{ServerTiming, TIMING_KEY};
+pub use borbaman_proto::timing::{BUSY_KEY, BUSY_QUEUED, ServerTiming, TIMING_KEY};
 
 /// The `Game` service's methods (a test checks them against the proto).
 pub const GAME_METHODS: &[&str] = &[
@@ -68,6 +71,9 @@ pub struct CallNote {
     db_us: AtomicU64,
     cas_retries: AtomicU32,
     cas_us: AtomicU64,
+    /// Time queued for the database: admission's line and the wait for a
+    /// pooled connection.
+    queued_us: AtomicU64,
 }
 
 impl CallNote {
@@ -112,6 +118,12 @@ pub fn note_cas_retry() {
 /// again.
 pub fn note_cas_pause(paused: Duration) {
     let _ = NOTE.try_with(|n| add_us(&n.cas_us, paused));
+}
+
+/// Time this call queued for the database: in admission's line for a
+/// place, or for a pooled connection.
+pub fn note_queued(waited: Duration) {
+    let _ = NOTE.try_with(|n| add_us(&n.queued_us, waited));
 }
 
 fn add_us(counter: &AtomicU64, d: Duration) {
@@ -230,6 +242,12 @@ where
                         HeaderValue::from_str(&note.timing(Some(elapsed)).to_string())
                 {
                     response.headers_mut().insert(TIMING_KEY, value);
+                }
+                let queued = Duration::from_micros(note.queued_us.load(Relaxed));
+                if queued >= BUSY_QUEUED {
+                    response
+                        .headers_mut()
+                        .insert(BUSY_KEY, HeaderValue::from(queued.as_millis() as u64));
                 }
             });
             Ok(response)

@@ -451,7 +451,9 @@ impl Store {
     async fn lease(&self) -> Result<Lease, Error> {
         let asked = Instant::now();
         let conn = self.pool.acquire().await.map_err(Error::from_acquire)?;
-        self.metrics.db_acquired(asked.elapsed());
+        let waited = asked.elapsed();
+        self.metrics.db_acquired(waited);
+        metrics::calls::note_queued(waited);
         Ok(Lease {
             conn: Some(conn),
             acquired_at: Instant::now(),

@@ -33,6 +33,14 @@
 //!   enters a **shared stall**: no more hedges and no failovers into it,
 //!   calls just wait (up to the slow deadline) until an answer comes back
 //!   on time.
+//! - A server whose answers said, within the last half second, that it
+//!   queued calls for the database (`borbaman-busy`: admission's line or a
+//!   pooled connection) is treated as in a shared stall for its late
+//!   calls: probed, not hedged, not left at the deadline. Its lateness is
+//!   the queue, and every server of the cluster queues on the same
+//!   database: under 8× overload hedges were 15 % of the calls, each a
+//!   second transaction for an answered game. A hung server still fails
+//!   its probe and its calls move at once.
 //! - At its deadline an attempt on a slow but alive server is left for
 //!   another only outside a shared stall, with another server to go to,
 //!   and with a token from the budget. Otherwise it is waited for: leaving
