@@ -6,8 +6,9 @@
 //! can die alone. Liveness is judged by the database clock, so servers on
 //! machines with skewed clocks agree.
 //!
-//! Every client's pool asks for the list twice a second: a few hundred
-//! clients make that a few hundred reads a second, on the database that is
+//! Every client's pool asks for the list every 2 s (every 500 ms while it
+//! holds fewer connections than were listed): a few hundred clients make
+//! that a hundred reads a second and more, on the database that is
 //! full when the calls pile up. So a server runs one read of the list at a
 //! time, and the callers that asked while it ran share the next one: each
 //! answer still comes from a read that started after its caller asked,
