@@ -1471,7 +1471,7 @@ impl ServerPool {
     async fn refresh(&self) {
         let (full, since) = {
             let mut state = self.shared.state.lock().unwrap();
-            let full = state.refreshes % FULL_CHECK_EVERY == 0;
+            let full = state.refreshes.is_multiple_of(FULL_CHECK_EVERY);
             state.refreshes += 1;
             (full, Instant::now() - self.shared.config.refresh)
         };
