@@ -97,15 +97,51 @@ tags:
             bin = yaml_quote(&self.bin_dir.to_string_lossy()),
             pgpass = yaml_quote(&m.dir.join("pgpass").to_string_lossy()),
         );
-        fs::write(&m.config, yaml).map_err(io_err(format!("writing {}", m.config.display())))?;
-        fs::set_permissions(&m.config, fs::Permissions::from_mode(0o600))
-            .map_err(io_err(format!("chmod of {}", m.config.display())))?;
+        self.write_private(&m.config, &yaml)?;
+        self.write_private(&m.dir.join(LAUNCHER), LAUNCHER_PY)
+    }
+
+    /// Writes `text` to `path`, readable only by the user the daemons run
+    /// as.
+    fn write_private(&self, path: &Path, text: &str) -> Result<(), HaError> {
+        fs::write(path, text).map_err(io_err(format!("writing {}", path.display())))?;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+            .map_err(io_err(format!("chmod of {}", path.display())))?;
         if let Some((uid, gid)) = self.run_as {
-            std::os::unix::fs::chown(&m.config, Some(uid), Some(gid))
-                .map_err(io_err(format!("chown of {}", m.config.display())))?;
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .map_err(io_err(format!("chown of {}", path.display())))?;
         }
         Ok(())
     }
+}
+
+/// The file each member's Patroni is started through (in its directory):
+/// Patroni with its stop-polling interval at 50 ms, so a switchover's
+/// demoted primary lets go of the leader key as soon as it is down
+/// instead of a second later. The same file starts the compose files'
+/// members.
+pub(super) const LAUNCHER: &str = "launch.py";
+pub(super) const LAUNCHER_PY: &str = include_str!("../../../../server/patroni/launch.py");
+
+/// The Python that runs `patroni` (its `#!` line), to start it through
+/// [`LAUNCHER`]; `None` if it is not a Python script (then it runs as it
+/// is).
+pub(super) fn patroni_python(patroni: &Path) -> Option<PathBuf> {
+    let text = fs::read(patroni).ok()?;
+    let first = text.split(|&b| b == b'\n').next()?;
+    let line = std::str::from_utf8(first).ok()?.strip_prefix("#!")?.trim();
+    let mut words = line.split_whitespace();
+    let program = words.next()?;
+    let python = if program.ends_with("/env") {
+        which(words.next()?)?
+    } else {
+        PathBuf::from(program)
+    };
+    python
+        .file_name()?
+        .to_str()?
+        .starts_with("python")
+        .then_some(python)
 }
 
 /// `text` as a single-quoted YAML scalar.

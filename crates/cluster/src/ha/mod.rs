@@ -686,7 +686,14 @@ impl LocalHa {
 
     fn spawn_patroni(&mut self, i: usize) -> Result<(), HaError> {
         let m = &self.members[i];
-        let mut cmd = self.daemon(&self.patroni_bin, &m.log, &m.dir)?;
+        let mut cmd = match config::patroni_python(&self.patroni_bin) {
+            Some(python) => {
+                let mut cmd = self.daemon(&python, &m.log, &m.dir)?;
+                cmd.arg(m.dir.join(config::LAUNCHER));
+                cmd
+            }
+            None => self.daemon(&self.patroni_bin, &m.log, &m.dir)?,
+        };
         cmd.arg(&m.config);
         let child = self.spawner.spawn(cmd).map_err(|source| HaError::Spawn {
             what: format!("Patroni of {} ({})", m.name, self.patroni_bin.display()),
@@ -700,6 +707,28 @@ impl LocalHa {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patroni_is_started_through_the_python_its_script_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            fs::write(&path, text).unwrap();
+            path
+        };
+        let debian = script("patroni", "#!/usr/bin/python3\nimport sys\n");
+        assert_eq!(
+            config::patroni_python(&debian),
+            Some(PathBuf::from("/usr/bin/python3"))
+        );
+        let binary = script("patroni-bin", "\x7fELF...");
+        assert_eq!(config::patroni_python(&binary), None, "not a script");
+        let shell = script("patroni-sh", "#!/bin/sh\nexec patroni \"$@\"\n");
+        assert_eq!(config::patroni_python(&shell), None, "not Python");
+        assert_eq!(config::patroni_python(&dir.path().join("none")), None);
+        // The launcher sets the interval only where Patroni has it.
+        assert!(config::LAUNCHER_PY.contains("STOP_POLLING_INTERVAL = 0.05"));
+    }
 
     #[test]
     fn patroni_versions_from_3_1_on_are_refused() {
