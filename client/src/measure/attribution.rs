@@ -377,6 +377,14 @@ pub struct StallWindows {
     pub total_length_ms: f64,
     /// The longest-lasting [`WINDOWS_LISTED`], in time order.
     pub windows: Vec<StallWindow>,
+    /// How many windows each part of the machine held (`host`, `io`,
+    /// `cpu`, or `neither`: see `MachineInWindow::held_by`); empty when
+    /// the machine was not read.
+    #[serde(default)]
+    pub held_by: std::collections::BTreeMap<String, u64>,
+    /// What held the window with the slowest call of all windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowest_held_by: Option<String>,
 }
 
 impl StallWindows {
@@ -385,13 +393,46 @@ impl StallWindows {
         listed.sort_by_key(|w| std::cmp::Reverse(w.length_us));
         listed.truncate(WINDOWS_LISTED);
         listed.sort_by_key(|w| w.start_us);
+        let holder = |w: &StallWindow| {
+            w.machine
+                .as_ref()
+                .map(|m| m.held_by(w.length_us).unwrap_or("neither").to_string())
+        };
+        let mut held_by = std::collections::BTreeMap::new();
+        for holder in windows.iter().filter_map(holder) {
+            *held_by.entry(holder).or_insert(0) += 1;
+        }
         StallWindows {
             count: windows.len() as u64,
             slow_calls_in_windows: windows.iter().map(|w| w.slow_calls).sum(),
             slow_calls,
             total_length_ms: ms(windows.iter().map(|w| w.length_us).sum()),
+            slowest_held_by: windows.iter().max_by_key(|w| w.max_rtt_us).and_then(holder),
+            held_by,
             windows: listed,
         }
+    }
+
+    /// `held by the host 5, the io 1, neither 2; the slowest by the host`,
+    /// or nothing when the machine was not read.
+    pub fn held_line(&self) -> String {
+        if self.held_by.is_empty() {
+            return String::new();
+        }
+        let parts: Vec<String> = self
+            .held_by
+            .iter()
+            .map(|(part, n)| match part.as_str() {
+                "neither" => format!("neither {n}"),
+                part => format!("the {part} {n}"),
+            })
+            .collect();
+        let slowest = match self.slowest_held_by.as_deref() {
+            Some("neither") => "; the slowest by neither".to_string(),
+            Some(part) => format!("; the slowest by the {part}"),
+            None => String::new(),
+        };
+        format!("; held by {}{slowest}", parts.join(", "))
     }
 }
 
@@ -575,6 +616,44 @@ mod tests {
                 listed.slow_calls
             ),
             (1, 4, 10)
+        );
+        assert!(listed.held_by.is_empty(), "the machine was not read");
+        assert_eq!(listed.held_line(), "");
+    }
+
+    #[test]
+    fn the_windows_say_which_part_of_the_machine_held_them() {
+        use super::super::machine::MachineInWindow;
+        let window = |start_ms: u64, max_ms: u64, machine: MachineInWindow| StallWindow {
+            start_us: start_ms * 1000,
+            length_us: 100_000,
+            max_rtt_us: max_ms * 1000,
+            machine: Some(machine),
+            ..StallWindow::default()
+        };
+        let host = MachineInWindow {
+            steal_ms: 80.0,
+            cpu_pressure_ms: 90.0,
+            ..MachineInWindow::default()
+        };
+        let disk = MachineInWindow {
+            io_pressure_ms: 70.0,
+            ..MachineInWindow::default()
+        };
+        let windows = vec![
+            window(1_000, 40, host),
+            window(2_000, 90, host),
+            window(3_000, 60, disk),
+            window(4_000, 30, MachineInWindow::default()),
+        ];
+        let listed = StallWindows::new(windows, 20);
+        assert_eq!(listed.held_by.get("host"), Some(&2), "{:?}", listed.held_by);
+        assert_eq!(listed.held_by.get("io"), Some(&1));
+        assert_eq!(listed.held_by.get("neither"), Some(&1));
+        assert_eq!(listed.slowest_held_by.as_deref(), Some("host"));
+        assert_eq!(
+            listed.held_line(),
+            "; held by the host 2, the io 1, neither 1; the slowest by the host"
         );
     }
 }

@@ -406,8 +406,12 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     );
     let w = &summary.stall_windows;
     println!(
-        "stall windows: {} ({} ms in all), holding {} of {} slow calls",
-        w.count, w.total_length_ms, w.slow_calls_in_windows, w.slow_calls,
+        "stall windows: {} ({} ms in all), holding {} of {} slow calls{}",
+        w.count,
+        w.total_length_ms,
+        w.slow_calls_in_windows,
+        w.slow_calls,
+        w.held_line(),
     );
     for window in w.windows.iter().take(PRINTED_WINDOWS) {
         println!("  {}", window_line(window));
