@@ -49,10 +49,14 @@ use std::time::{Duration, Instant};
 
 use crate::ha::{HaError, HaOptions, LocalHa};
 use crate::postgres::{LocalPostgres, PgError, PgOptions};
-use crate::process::{Spawner, signal, wait_or_kill};
+use crate::process::{Spawner, signal, wait_or_kill, wait_stopped};
 use crate::proxy::{self, TcpProxy};
 use crate::ready::ReadyLine;
 use crate::wan::WanSpec;
+
+/// The longest [`LocalCluster::hang`] waits for a SIGSTOPped server's
+/// threads to stop (a few milliseconds, unless the host holds a core).
+pub const HANG_TAKES_AT_MOST: Duration = Duration::from_secs(1);
 
 /// Listen address of a new server: a free port on loopback.
 const ANY_PORT: &str = "127.0.0.1:0";
@@ -406,11 +410,16 @@ impl LocalCluster {
         Ok(())
     }
 
-    /// SIGSTOP: the server hangs, its connections stay open.
+    /// SIGSTOP: the server hangs, its connections stay open. Returns once
+    /// every thread of it has stopped (at most [`HANG_TAKES_AT_MOST`]).
     pub fn hang(&mut self, i: usize) -> Result<(), ClusterError> {
         let server = self.server_mut(i)?;
         if server.running {
             signal(&server.child, libc::SIGSTOP);
+            // Hung means answering nothing from here on: back once every
+            // thread has stopped (a stop that takes longer than the limit
+            // is left to finish by itself).
+            wait_stopped(&server.child, HANG_TAKES_AT_MOST);
         }
         Ok(())
     }

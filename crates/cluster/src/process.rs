@@ -78,6 +78,37 @@ pub(crate) fn signal(child: &Child, signal: libc::c_int) {
     }
 }
 
+/// Waits up to `limit` until every thread of `child` is stopped (state
+/// `T` in `/proc/<pid>/task/*/stat`) after a SIGSTOP: kill(2) returns
+/// before the signal has reached each thread, and a thread on a core the
+/// host has not run yet can still answer a call sent in between. True
+/// once stopped; false at the limit (or without `/proc`).
+pub(crate) fn wait_stopped(child: &Child, limit: Duration) -> bool {
+    let tasks = format!("/proc/{}/task", child.id());
+    let deadline = Instant::now() + limit;
+    loop {
+        let stopped = std::fs::read_dir(&tasks).ok().is_some_and(|dir| {
+            dir.flatten().all(|task| {
+                std::fs::read_to_string(task.path().join("stat"))
+                    .ok()
+                    .and_then(|stat| {
+                        let state = stat.get(stat.rfind(')')? + 2..)?.chars().next()?;
+                        Some(matches!(state, 'T' | 't'))
+                    })
+                    // A thread gone meanwhile is not running either.
+                    .unwrap_or(true)
+            })
+        });
+        if stopped {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Waits up to `grace` for `child` to exit, then SIGKILLs it.
 pub(crate) fn wait_or_kill(child: &mut Child, grace: Duration) {
     let deadline = Instant::now() + grace;

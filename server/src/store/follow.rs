@@ -1032,6 +1032,9 @@ mod tests {
             &a.url(),
             &StoreOptions {
                 min_connections: 3,
+                // Five are held at once below, beside the one to the old
+                // primary that is being closed.
+                max_connections: 8,
                 follow: Some(FollowOptions {
                     interval: Duration::from_millis(50),
                     ..FollowOptions::new(vec![m1.member.clone(), m2.member.clone()])
