@@ -176,25 +176,26 @@ const CLOCK_TICKS_PER_S: u64 = 100;
 /// Busy ticks of every core from `/proc/stat`'s `cpu` line: user, nice,
 /// system, irq, softirq and steal (idle and iowait are not busy).
 pub fn busy_ticks(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
+    let f = cpu_ticks(stat)?;
+    Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)? + f.get(7).unwrap_or(&0))
+}
+
+/// The numbers of `/proc/stat`'s `cpu` line (every core together), in
+/// its order: user, nice, system, idle, iowait, irq, softirq, steal, …
+fn cpu_ticks(stat: &str) -> Option<Vec<u64>> {
+    stat.lines()
+        .find(|l| l.starts_with("cpu "))?
         .split_whitespace()
         .skip(1)
         .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    Some(f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)? + f.get(7).unwrap_or(&0))
+        .collect()
 }
 
 /// Steal ticks of every core from `/proc/stat`'s `cpu` line (its eighth
 /// number): time a core was ready to run here and the hypervisor ran
 /// something else.
 pub fn steal_ticks(stat: &str) -> Option<u64> {
-    stat.lines()
-        .find(|l| l.starts_with("cpu "))?
-        .split_whitespace()
-        .nth(8)?
-        .parse()
-        .ok()
+    cpu_ticks(stat)?.get(7).copied()
 }
 
 /// What the machine did between two moments of the run.

@@ -1473,10 +1473,10 @@ impl ServerPool {
             let mut state = self.shared.state.lock().unwrap();
             let full = state.refreshes.is_multiple_of(FULL_CHECK_EVERY);
             state.refreshes += 1;
-            (full, Instant::now() - self.shared.config.refresh)
+            (full, Instant::now().checked_sub(self.shared.config.refresh))
         };
-        self.check_health(if full { None } else { Some(since) })
-            .await;
+        // `since` is `None` only within a refresh of the clock's start.
+        self.check_health(if full { None } else { since }).await;
         let (waiting, short) = {
             let state = self.shared.state.lock().unwrap();
             let live = state.servers.len();
