@@ -5,7 +5,10 @@
 //! players keep being served; a game waiting for players is always filled
 //! (four seats, never one refused in the middle); and once the running
 //! game ends, the next join opens a game again. Rate limits are off, so
-//! every refusal here is the limit's.
+//! every refusal here is the limit's. And a limit learned from refusals
+//! (`--seat-refused-percent`): seated players refused by one server's
+//! admission teach it a limit on games, which another server, never
+//! refused anything itself, holds its joins to.
 
 mod common;
 
@@ -15,7 +18,9 @@ use borbaman::driver;
 use borbaman_client::pool::{PoolConfig, PoolError, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_proto::Reason;
-use borbaman_proto::pb::{Action, Phase};
+use borbaman_proto::pb::game_client::GameClient;
+use borbaman_proto::pb::{Action, JoinRequest, Phase};
+use tokio::sync::watch;
 
 /// How soon a join must be answered, seated or refused (the bound
 /// for a join storm).
@@ -130,4 +135,121 @@ async fn a_full_server_refuses_new_games_quickly_while_running_games_play_and_se
         );
     }
     server_full(GameSession::join(&pool, "late-again", new_token()).await);
+}
+
+/// How long the seated players may act before a limit must be learned and
+/// shared (at least four half-second windows of refusals, then a
+/// heartbeat).
+const LEARNED_WITHIN: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refusals_teach_a_limit_that_the_other_servers_hold_new_games_to() {
+    // One call at a time in the database and 1 ms in line: twenty players
+    // acting at once are refused by admission, window after window.
+    let mut cluster = common::cluster_with(
+        2,
+        &[
+            "--seat-refused-percent",
+            "1",
+            "--max-db-concurrency",
+            "1",
+            "--admission-queue-ms",
+            "1",
+            "--max-joins-per-ip-per-min",
+            "0",
+            "--max-acts-per-s",
+            "0",
+        ],
+    );
+    let servers = cluster.addresses();
+    // The second server is stopped (it leaves the registry) while the
+    // first learns, so every seated player's call is the first's.
+    common::blocking(|| cluster.terminate(1)).unwrap();
+    let first = ServerPool::connect(&servers[..1], PoolConfig::default())
+        .await
+        .unwrap();
+    let db = common::database(&cluster).await;
+
+    // Five games, one more than the learned limit's floor, through the
+    // first server.
+    let mut players = Vec::new();
+    for g in 0..5 {
+        players.extend(common::seat_four(&first, &format!("g{g}p")).await);
+    }
+
+    // Every player acts at once, over and over, until the first server's
+    // heartbeat carries a limit.
+    let (stop, stopped) = watch::channel(false);
+    let actors: Vec<_> = players
+        .into_iter()
+        .map(|mut player| {
+            let stopped = stopped.clone();
+            tokio::spawn(async move {
+                while !*stopped.borrow() {
+                    // Refused or answered, either is what the server counts.
+                    let _ = player.act(Action::Idle).await;
+                }
+                player
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + LEARNED_WITHIN;
+    let limit = loop {
+        let limit: Option<i32> =
+            sqlx::query_scalar("SELECT min(game_limit) FROM servers WHERE game_limit IS NOT NULL")
+                .fetch_one(&db)
+                .await
+                .expect("read the servers' limits");
+        if let Some(limit) = limit {
+            break limit;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no limit learned within {LEARNED_WITHIN:?} of refused acts"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop.send(true).unwrap();
+    let mut players = Vec::new();
+    for actor in actors {
+        players.push(actor.await.expect("a player's task"));
+    }
+    assert_eq!(limit, 4, "0.9 of the five games running, at least four");
+
+    // The second server, started again, learned nothing, but holds its
+    // joins to the first's limit: a join sent to it that would open a
+    // sixth game is told server-full, quickly.
+    common::blocking(|| cluster.restart(1)).unwrap();
+    let mut second = GameClient::connect(format!("http://{}", servers[1]))
+        .await
+        .expect("connecting to the second server");
+    let started = Instant::now();
+    let refused = second
+        .join(JoinRequest {
+            name: "late".into(),
+            token: new_token(),
+            map: String::new(),
+            identity: Vec::new(),
+        })
+        .await
+        .map(|reply| reply.into_inner().game_id)
+        .expect_err("a join past the first server's limit was seated by the second");
+    let took = started.elapsed();
+    assert_eq!(Reason::of(&refused), Some(Reason::ServerFull), "{refused}");
+    assert!(took <= ANSWERED_WITHIN, "a refused join took {took:?}");
+    let learned: Vec<Option<i32>> =
+        sqlx::query_scalar("SELECT game_limit FROM servers ORDER BY game_limit NULLS LAST")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(learned, [Some(4), None], "only the first server learned");
+
+    // The running games are still served, every player, one at a time.
+    for player in &mut players {
+        let (reply, _) = player
+            .act(Action::Idle)
+            .await
+            .unwrap_or_else(|e| panic!("a running game's player was not served: {e}"));
+        assert_eq!(reply.state.expect("a state").phase(), Phase::Playing);
+    }
 }

@@ -203,6 +203,19 @@ pub struct ServerArgs {
     /// the cluster's own.
     #[arg(long, default_value_t = 0)]
     pub seat_latency_target_ms: u64,
+    /// Join admission by whole games, learned from this server's own
+    /// excess: each half second, if more than this percentage of its
+    /// seated players' calls were refused by admission (no place for them
+    /// within --admission-queue-ms), the window is over; after 2 s of
+    /// such windows the limit on running games becomes 0.9 of those
+    /// running (at least 4), and grows by an eighth after 1 s without.
+    /// Refusals appear only where the database's work already waits past
+    /// a call's place in line, so the limit settles near the throughput
+    /// peak, whatever else the machine runs. Each server shares what it
+    /// learned with its heartbeat; joins are held to the smallest limit.
+    /// 0: not counted.
+    #[arg(long, default_value_t = 2.0, value_parser = percent)]
+    pub seat_refused_percent: f64,
     /// Running games (waiting or playing) at most across the cluster, as
     /// this server counts them when a join would open a new game, whatever
     /// --seat-latency-target-ms learns: the capacity a `borbaman bench
@@ -331,6 +344,7 @@ impl ServerArgs {
             },
             seating: SeatingLimits {
                 target: nonzero(self.seat_latency_target_ms).map(Duration::from_millis),
+                refused_share_bp: nonzero((self.seat_refused_percent * 100.0).round() as u32),
                 max_games: nonzero(self.max_games),
             },
             connection_limits: ConnectionLimits {
@@ -358,6 +372,19 @@ impl ServerArgs {
             },
             metrics_listen: self.metrics_listen,
         }
+    }
+}
+
+/// A percentage from 0 to 100, as `--seat-refused-percent` takes it.
+fn percent(text: &str) -> Result<f64, String> {
+    let p: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number (a percentage, e.g. 2 or 0.5)"))?;
+    if (0.0..=100.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not a percentage from 0 to 100"))
     }
 }
 

@@ -22,6 +22,7 @@ use borbaman_shutdown::Shutdown;
 use tonic::{Request, Response, Status};
 
 use crate::health::DatabaseHealth;
+use crate::seating::Seats;
 use crate::store::Store;
 use crate::store::servers::LiveServer;
 
@@ -39,6 +40,7 @@ pub struct Registration {
 pub async fn heartbeat_task(
     store: Store,
     me: Registration,
+    seats: Seats,
     every: Duration,
     health: Arc<DatabaseHealth>,
     mut shutdown: Shutdown,
@@ -51,7 +53,8 @@ pub async fn heartbeat_task(
             _ = ticker.tick() => {}
             _ = shutdown.recv() => return,
         }
-        let beat = store.heartbeat(&me.server_id, &me.address).await;
+        let limit = seats.with(|s| s.learned());
+        let beat = store.heartbeat(&me.server_id, &me.address, limit).await;
         health.beat(beat.is_ok());
         // Reachable again after an outage: reopen the standing
         // connections before the next failover needs them.

@@ -18,12 +18,16 @@
 //!
 //! The limit is learned ([`Seating`]), in the spirit of TCP Vegas and
 //! Netflix's concurrency-limits, with games for requests: each seated
-//! player's call (`Act`, `Leave`, `GetState`) records its time in this
-//! server, admission's wait included (a refusal counts as over any
-//! target). Every [`WINDOW`] with at least [`MIN_SAMPLES`] calls, their
-//! 90th percentile is compared with the target (`--seat-latency-target-ms`,
-//! off by default; 50 ms is a third of the clients' 150 ms call deadline,
-//! past which they hedge and retry and the overload feeds itself). Over it [`OVER_RUN`]
+//! player's call (`Act`, `Leave`, `GetState`) is recorded by this server,
+//! answered or refused by admission. Every [`WINDOW`] with at least
+//! [`MIN_SAMPLES`] calls is judged over the limits if more than a share of
+//! them were refused (`--seat-refused-percent`: this server's own excess,
+//! since admission refuses a call only when the database's work ahead of
+//! it outlasts the call's place in line), or if their 90th percentile time
+//! in the server, admission's wait included, is over a target
+//! (`--seat-latency-target-ms`, off by default; 50 ms is a third of the
+//! clients' 150 ms call deadline, past which they hedge and retry and the
+//! overload feeds itself). Over them [`OVER_RUN`]
 //! windows in a row, the limit becomes [`DECREASE`] of the running games
 //! last counted (never fewer than [`MIN_LIMIT`]); the games already
 //! running are not touched, they end by themselves and their seats are not
@@ -32,20 +36,25 @@
 //! over the target there is no limit (the machine has not been found
 //! full). `--max-games` caps the limit whatever is measured.
 //!
-//! The measured limit is off by default: on a machine shared with other
+//! The time target is off by default: on a machine shared with other
 //! work (the build machine at load 9–15), the calls' time in the server
 //! rose over 50 ms with four to eight games running, the limit held the
 //! cluster to 4–10 games, and the sweep's goodput fell to about half of
 //! the build without it (docs/scaling.md). A time in the server measures
-//! the machine, not only the games; a signal of this server's own excess
-//! (its seated players' calls refused, the calls in line) is the next
-//! thing to try. `--max-games`, the capacity a sweep measured, seats whole
-//! games without it.
+//! the machine, not only the games; refusals measure the server's own
+//! excess. `--max-games`, the capacity a sweep measured, seats whole
+//! games without either.
 //!
 //! The limit is remembered between bursts: joins arrive all at once when a
 //! crowd comes (128 clients at once), long before any of their games sends
 //! a call, so only what earlier games taught can stop that crowd from
-//! opening more games than the machine holds.
+//! opening more games than the machine holds. And it is shared: each
+//! server writes what it learned with its registry heartbeat, and a join
+//! that would open a game is held to the smallest limit among the servers
+//! heard from within [`SHARED_WITHIN`] (read with the running games, under
+//! the lobby's lock). Every server queues on the one database, so what
+//! one learned holds for all; without it, a crowd reaching a server not
+//! yet found full opened every game it asked for there.
 //!
 //! A join refused for the limit keeps the verdict for [`RECHECK`]: the
 //! joins that come meanwhile to this server are refused without a look at
@@ -82,6 +91,10 @@ pub const RECHECK: Duration = Duration::from_millis(250);
 /// A game not written for this long does not count as running (its
 /// players are gone; the clock ends it when someone looks).
 pub const LIVE_WITHIN: Duration = Duration::from_secs(10);
+/// A server's learned limit, written with its heartbeat, holds the other
+/// servers' joins while the heartbeat is this fresh (a few beats: a server
+/// gone stops holding anyone back).
+pub const SHARED_WITHIN: Duration = Duration::from_secs(2);
 
 /// What a server admits games by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +102,11 @@ pub struct SeatingLimits {
     /// The 90th percentile of the seated players' calls' time in the
     /// server above which it opens no more games; `None`: not measured.
     pub target: Option<Duration>,
+    /// The share of the seated players' calls refused for load (admission
+    /// found no place for them within their wait) above which it opens no
+    /// more games, in hundredths of a percent (200: 2 %); `None`: not
+    /// counted.
+    pub refused_share_bp: Option<u32>,
     /// Running games at most, whatever is measured; `None`: no cap.
     pub max_games: Option<u32>,
 }
@@ -97,8 +115,14 @@ impl SeatingLimits {
     /// Every join opens a game if it finds none waiting.
     pub const OPEN: SeatingLimits = SeatingLimits {
         target: None,
+        refused_share_bp: None,
         max_games: None,
     };
+
+    /// Whether the seated players' calls are judged at all.
+    pub fn measured(&self) -> bool {
+        self.target.is_some() || self.refused_share_bp.is_some()
+    }
 }
 
 /// The learned limit on running games and the calls it is learned from.
@@ -108,8 +132,12 @@ pub struct Seating {
     /// `None`: none learned yet (the machine was never found full).
     learned: Option<u32>,
     window_from: Option<Instant>,
-    /// This window's calls' times in the server, µs.
+    /// This window's calls' times in the server, µs (kept only with a
+    /// target; a refusal is `u64::MAX`).
     times: Vec<u64>,
+    /// This window's calls, and those of them refused for load.
+    calls: usize,
+    refused: usize,
     /// Running games at the last count (a join that would open a game).
     live: Option<u32>,
     /// Since when every judged window was within the target.
@@ -136,11 +164,19 @@ impl Seating {
             learned: None,
             window_from: None,
             times: Vec::new(),
+            calls: 0,
+            refused: 0,
             live: None,
             calm_from: None,
             over_run: 0,
             full_at: None,
         }
+    }
+
+    /// The limit this server learned from its own calls, if any: what it
+    /// shares with the others through its heartbeat.
+    pub fn learned(&self) -> Option<u32> {
+        self.learned
     }
 
     /// The limit on running games now, if any.
@@ -154,40 +190,75 @@ impl Seating {
     /// A seated player's call took `time` in this server (admission's
     /// wait included), ending at `now`.
     pub fn record(&mut self, now: Instant, time: Duration) {
-        let Some(target) = self.limits.target else {
+        self.note(now, Some(time));
+    }
+
+    /// A seated player's call refused for load at `now`: over any target.
+    pub fn record_refused(&mut self, now: Instant) {
+        self.note(now, None);
+    }
+
+    /// One seated player's call ending at `now`, answered after `time` or
+    /// refused (`None`); the first call of a new window judges the last.
+    fn note(&mut self, now: Instant, time: Option<Duration>) {
+        if !self.limits.measured() {
             return;
-        };
+        }
         match self.window_from {
             Some(from) if now.saturating_duration_since(from) >= WINDOW => {
-                self.judge(now, target);
+                self.judge(now);
                 self.window_from = Some(now);
             }
             Some(_) => {}
             None => self.window_from = Some(now),
         }
-        self.times
-            .push(u64::try_from(time.as_micros()).unwrap_or(u64::MAX));
+        self.calls += 1;
+        if time.is_none() {
+            self.refused += 1;
+        }
+        if self.limits.target.is_some() {
+            self.times.push(time.map_or(u64::MAX, |t| {
+                u64::try_from(t.as_micros()).unwrap_or(u64::MAX)
+            }));
+        }
     }
 
-    /// A seated player's call refused for load at `now`: over any target.
-    pub fn record_refused(&mut self, now: Instant) {
-        self.record(now, Duration::MAX);
+    /// Whether the window's calls were over what the limits allow: their
+    /// 90th percentile over the target, or more of them refused than the
+    /// share. `calls` is at least one.
+    fn window_over(&self, times: &mut [u64], calls: usize, refused: usize) -> (bool, u64) {
+        let p90 = if times.is_empty() {
+            0
+        } else {
+            let at = times.len() * 9 / 10;
+            *times.select_nth_unstable(at).1
+        };
+        let slow = self
+            .limits
+            .target
+            .is_some_and(|t| p90 > u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
+        let refusing = self
+            .limits
+            .refused_share_bp
+            .is_some_and(|bp| refused as u64 * 10_000 > u64::from(bp) * calls as u64);
+        (slow || refusing, p90)
     }
 
     /// Judges the window that just ended at `now` and starts the next.
-    fn judge(&mut self, now: Instant, target: Duration) {
+    fn judge(&mut self, now: Instant) {
         let mut times = std::mem::take(&mut self.times);
-        if times.len() < MIN_SAMPLES {
+        let calls = std::mem::take(&mut self.calls);
+        let refused = std::mem::take(&mut self.refused);
+        if calls < MIN_SAMPLES {
             // Too few calls to say anything: no change, no calm, and no
             // overload going on.
             self.calm_from = None;
             self.over_run = 0;
             return;
         }
-        let at = times.len() * 9 / 10;
-        let calls = times.len();
-        let p90 = *times.select_nth_unstable(at).1;
-        let over = p90 > u64::try_from(target.as_micros()).unwrap_or(u64::MAX);
+        let (over, p90) = self.window_over(&mut times, calls, refused);
+        times.clear();
+        self.times = times;
         if over {
             self.calm_from = None;
             self.over_run += 1;
@@ -203,7 +274,8 @@ impl Seating {
                         running = live,
                         p90_us = p90,
                         calls,
-                        "seated players' calls over the target: fewer games"
+                        refused,
+                        "seated players' calls over the limits: fewer games"
                     );
                 }
                 self.learned = Some(learned);
@@ -233,10 +305,15 @@ impl Seating {
     }
 
     /// A join at `now` found no waiting game with a seat for it, and
-    /// `live` running games: may it open one?
-    pub fn open_game(&mut self, now: Instant, live: u32) -> Verdict {
+    /// `live` running games; `shared` is the smallest limit the live
+    /// servers learned (this one's included): may it open one?
+    pub fn open_game(&mut self, now: Instant, live: u32, shared: Option<u32>) -> Verdict {
         self.live = Some(live);
-        match self.limit() {
+        let limit = match (self.limit(), shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match limit {
             Some(limit) if live >= limit => {
                 self.full_at = Some(now);
                 Verdict::Full
@@ -262,7 +339,7 @@ impl Seats {
     pub fn new(limits: SeatingLimits) -> Seats {
         Seats {
             shared: Arc::new(Mutex::new(Seating::new(limits))),
-            measures: limits.target.is_some(),
+            measures: limits.measured(),
         }
     }
 
@@ -299,6 +376,7 @@ mod tests {
     fn seating() -> Seating {
         Seating::new(SeatingLimits {
             target: Some(TARGET),
+            refused_share_bp: None,
             max_games: None,
         })
     }
@@ -312,6 +390,8 @@ mod tests {
         // The first call of the next window judges this one.
         s.record(end, Duration::ZERO);
         s.times.clear();
+        s.calls = 0;
+        s.refused = 0;
         end
     }
 
@@ -331,14 +411,14 @@ mod tests {
             at = window(&mut s, at, 100, Duration::from_millis(10));
         }
         assert_eq!(s.limit(), None);
-        assert_eq!(s.open_game(at, 1_000), Verdict::Open);
+        assert_eq!(s.open_game(at, 1_000, None), Verdict::Open);
     }
 
     #[test]
     fn a_window_over_the_target_limits_games_to_a_share_of_those_running() {
         let mut s = seating();
         let at = Instant::now();
-        assert_eq!(s.open_game(at, 31), Verdict::Open);
+        assert_eq!(s.open_game(at, 31, None), Verdict::Open);
         let mut at = at;
         for _ in 1..OVER_RUN {
             at = window(&mut s, at, 100, Duration::from_millis(120));
@@ -346,14 +426,14 @@ mod tests {
         assert_eq!(s.limit(), None, "a burst is not an overload");
         let at = window(&mut s, at, 100, Duration::from_millis(120));
         assert_eq!(s.limit(), Some(27), "0.9 of the 31 running, rounded down");
-        assert_eq!(s.open_game(at, 31), Verdict::Full);
+        assert_eq!(s.open_game(at, 31, None), Verdict::Full);
         assert!(s.full_without_looking(at + RECHECK / 2));
         assert!(!s.full_without_looking(at + RECHECK), "the database again");
         // More windows over the target cut from the running games, not
         // from the limit: games that are not refilled end by themselves.
         let at = window(&mut s, at, 100, Duration::from_millis(120));
         assert_eq!(s.limit(), Some(27));
-        assert_eq!(s.open_game(at, 26), Verdict::Open);
+        assert_eq!(s.open_game(at, 26, None), Verdict::Open);
         assert!(!s.full_without_looking(at));
         window(&mut s, at, 100, Duration::from_millis(120));
         assert_eq!(s.limit(), Some(23));
@@ -363,7 +443,7 @@ mod tests {
     fn a_few_slow_calls_are_not_a_full_machine() {
         let mut s = seating();
         let at = Instant::now();
-        s.open_game(at, 10);
+        s.open_game(at, 10, None);
         // 10 % slow: the 90th percentile is the fast ones'.
         for _ in 0..90 {
             s.record(at, Duration::from_millis(5));
@@ -375,7 +455,7 @@ mod tests {
         assert_eq!(s.limit(), None);
         // Too few calls to judge, however slow.
         let mut s = seating();
-        s.open_game(at, 10);
+        s.open_game(at, 10, None);
         window(&mut s, at, MIN_SAMPLES - 1, Duration::from_secs(1));
         assert_eq!(s.limit(), None);
         // Refusals count as over the target.
@@ -390,14 +470,90 @@ mod tests {
         assert_eq!(s.limit(), Some(9));
     }
 
+    /// [`OVER_RUN`] windows from `at`, each of `answered` quick calls and
+    /// `refused` refusals.
+    fn refusing(s: &mut Seating, mut at: Instant, answered: usize, refused: usize) -> Instant {
+        for _ in 0..OVER_RUN {
+            for _ in 0..answered {
+                s.record(at, Duration::from_millis(1));
+            }
+            for _ in 0..refused {
+                s.record_refused(at);
+            }
+            at += WINDOW;
+            s.record(at, Duration::ZERO);
+            s.calls = 0;
+            s.refused = 0;
+        }
+        at
+    }
+
+    #[test]
+    fn refusals_over_the_share_limit_games_and_slow_answers_do_not() {
+        let mut s = Seating::new(SeatingLimits {
+            target: None,
+            refused_share_bp: Some(200),
+            max_games: None,
+        });
+        let at = Instant::now();
+        s.open_game(at, 30, None);
+        // Slow but answered: no target, so the time says nothing.
+        let at = windows(&mut s, at, 100, Duration::from_secs(1));
+        assert_eq!(s.limit(), None);
+        assert!(s.times.is_empty(), "no times kept without a target");
+        // Two refusals in a hundred calls: at the share, not over it.
+        let at = refusing(&mut s, at, 98, 2);
+        assert_eq!(s.limit(), None);
+        // Three in a hundred, window after window: the machine is full.
+        let at = refusing(&mut s, at, 97, 3);
+        assert_eq!(s.limit(), Some(27), "0.9 of the 30 running");
+        assert_eq!(s.open_game(at, 30, None), Verdict::Full);
+        // Refusals gone while the limit binds: it grows again.
+        s.open_game(at, 27, None);
+        let calm = (INCREASE_AFTER.as_millis() / WINDOW.as_millis()) as usize;
+        let mut at = at;
+        for _ in 0..=calm {
+            at = window(&mut s, at, 100, Duration::from_secs(1));
+        }
+        assert_eq!(s.limit(), Some(30), "an eighth more after a calm");
+        assert!(
+            Seats::new(SeatingLimits {
+                target: None,
+                refused_share_bp: Some(200),
+                max_games: None
+            })
+            .measures()
+        );
+    }
+
+    #[test]
+    fn a_limit_another_server_learned_holds_this_ones_joins() {
+        let mut s = Seating::new(SeatingLimits {
+            target: None,
+            refused_share_bp: Some(200),
+            max_games: None,
+        });
+        let at = Instant::now();
+        // Nothing learned here: the cluster's smallest limit binds.
+        assert_eq!(s.open_game(at, 12, Some(12)), Verdict::Full);
+        assert_eq!(s.open_game(at, 11, Some(12)), Verdict::Open);
+        assert_eq!(s.learned(), None, "not learned, only followed");
+        // Learned here and lower than the cluster's: its own binds.
+        s.open_game(at, 10, None);
+        refusing(&mut s, at, 90, 10);
+        assert_eq!(s.learned(), Some(9));
+        assert_eq!(s.open_game(at, 9, Some(20)), Verdict::Full);
+        assert_eq!(s.open_game(at, 8, Some(20)), Verdict::Open);
+    }
+
     #[test]
     fn a_binding_limit_grows_by_one_game_after_a_calm() {
         let mut s = seating();
         let at = Instant::now();
-        s.open_game(at, 20);
+        s.open_game(at, 20, None);
         let mut at = windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(18));
-        assert_eq!(s.open_game(at, 18), Verdict::Full);
+        assert_eq!(s.open_game(at, 18, None), Verdict::Full);
         // Calm, limit binding: an eighth more per INCREASE_AFTER.
         let calm = (INCREASE_AFTER.as_millis() / WINDOW.as_millis()) as usize;
         for _ in 0..calm {
@@ -406,9 +562,9 @@ mod tests {
         assert_eq!(s.limit(), Some(18), "not before INCREASE_AFTER of calm");
         at = window(&mut s, at, 50, Duration::from_millis(5));
         assert_eq!(s.limit(), Some(20));
-        assert_eq!(s.open_game(at, 18), Verdict::Open);
+        assert_eq!(s.open_game(at, 18, None), Verdict::Open);
         // Calm while far below the limit: no growth.
-        s.open_game(at, 3);
+        s.open_game(at, 3, None);
         for _ in 0..calm * 3 {
             at = window(&mut s, at, 50, Duration::from_millis(5));
         }
@@ -419,32 +575,35 @@ mod tests {
     fn the_cap_holds_whatever_is_measured_and_a_learned_limit_keeps_a_floor() {
         let mut s = Seating::new(SeatingLimits {
             target: Some(TARGET),
+            refused_share_bp: None,
             max_games: Some(2),
         });
         let at = Instant::now();
-        assert_eq!(s.open_game(at, 1), Verdict::Open);
-        assert_eq!(s.open_game(at, 2), Verdict::Full);
-        s.open_game(at, 1);
+        assert_eq!(s.open_game(at, 1, None), Verdict::Open);
+        assert_eq!(s.open_game(at, 2, None), Verdict::Full);
+        s.open_game(at, 1, None);
         windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(2), "the cap is below what is learned");
         let mut s = seating();
-        s.open_game(at, 2);
+        s.open_game(at, 2, None);
         windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(MIN_LIMIT), "learned, never below the floor");
         // Without a target, nothing is learned; the cap alone.
         let mut s = Seating::new(SeatingLimits {
             target: None,
+            refused_share_bp: None,
             max_games: Some(3),
         });
-        s.open_game(at, 2);
+        s.open_game(at, 2, None);
         windows(&mut s, at, 50, Duration::from_secs(1));
         assert_eq!(s.limit(), Some(3));
-        assert_eq!(s.open_game(at, 3), Verdict::Full);
+        assert_eq!(s.open_game(at, 3, None), Verdict::Full);
         assert!(!Seats::open().limited());
         assert!(!Seats::open().measures());
         assert!(
             Seats::new(SeatingLimits {
                 target: Some(TARGET),
+                refused_share_bp: None,
                 max_games: None
             })
             .measures()

@@ -180,15 +180,17 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         address: config.advertise.clone().unwrap_or_else(|| addr.to_string()),
     };
     retry_until(deadline, "registering", || {
-        store.heartbeat(&me.server_id, &me.address)
+        store.heartbeat(&me.server_id, &me.address, None)
     })
     .await?;
 
     let (stop, stopped) = borbaman_shutdown::channel();
     let db_health = Arc::new(DatabaseHealth::new(metrics.clone()));
+    let seats = Seats::new(config.seating);
     let heartbeat = tokio::spawn(registry::heartbeat_task(
         store.clone(),
         me.clone(),
+        seats.clone(),
         config.heartbeat,
         db_health.clone(),
         stopped.clone(),
@@ -254,7 +256,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.slow.clone(),
         Arc::new(CallLimiter::new(config.call_limits)),
         admission.clone(),
-        Seats::new(config.seating),
+        seats,
         Arc::new(session_key),
     ))
     .max_decoding_message_size(MAX_REQUEST_BYTES);

@@ -105,7 +105,7 @@ use super::gates::Turn;
 use super::queries::*;
 use crate::admission::{Priority, pushback};
 use crate::error::Error;
-use crate::seating::{LIVE_WITHIN, Seats, Verdict};
+use crate::seating::{LIVE_WITHIN, SHARED_WITHIN, Seats, Verdict};
 use crate::token::TokenHash;
 use borbaman_game::{
     Action, Arena, Ending, GameState, MAX_ENCODED_BYTES, Outcome, Phase, SEATS, TICK_MS, Tick,
@@ -1098,12 +1098,14 @@ impl Store {
         }
         let new_game = seated.is_none();
         if new_game && seats.limited() {
-            let live: i64 = sqlx::query_scalar(COUNT_LIVE_GAMES)
+            let (live, shared): (i64, Option<i32>) = sqlx::query_as(COUNT_LIVE_GAMES)
                 .bind(LIVE_WITHIN.as_millis() as i64)
+                .bind(SHARED_WITHIN.as_millis() as i64)
                 .fetch_one(&mut *tx)
                 .await?;
             let live = u32::try_from(live).unwrap_or(u32::MAX);
-            if seats.with(|s| s.open_game(Instant::now(), live)) == Verdict::Full {
+            let shared = shared.map(|l| u32::try_from(l).unwrap_or(0));
+            if seats.with(|s| s.open_game(Instant::now(), live, shared)) == Verdict::Full {
                 // Dropped, the transaction rolls back: the seats freed
                 // above stay their players'.
                 return Err(no_room());

@@ -613,10 +613,13 @@ pub const JOIN: &[&str] = &[
 
 /// The running games: waiting or playing, and written within `$1` ms (a
 /// game whose players are all gone stops counting; the clock ends it when
-/// someone looks). Read under the lobby's lock by a join that would open a
-/// new game (see `crate::seating`).
-pub const COUNT_LIVE_GAMES: &str = "SELECT count(*) FROM games \
-     WHERE phase IN (1, 2) AND updated_at > now() - $1::bigint * interval '1 millisecond'";
+/// someone looks); and the smallest limit on them that a server with a
+/// heartbeat within `$2` ms learned (NULL: none). Read under the lobby's
+/// lock by a join that would open a new game (see `crate::seating`).
+pub const COUNT_LIVE_GAMES: &str = "SELECT (SELECT count(*) FROM games \
+     WHERE phase IN (1, 2) AND updated_at > now() - $1::bigint * interval '1 millisecond'), \
+     (SELECT min(game_limit) FROM servers \
+     WHERE heartbeat_at > now() - $2::bigint * interval '1 millisecond')";
 
 /// Every statement, for the schema test.
 #[cfg(test)]

@@ -21,16 +21,24 @@ pub struct LiveServer {
 const FORGET_AFTER_S: i64 = 600;
 
 impl Store {
-    /// Records a heartbeat (and the advertised address) of server `id`.
-    pub async fn heartbeat(&self, id: &str, address: &str) -> Result<(), Error> {
+    /// Records a heartbeat of server `id`, with its advertised address and
+    /// the limit on running games it learned (see `crate::seating`).
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        address: &str,
+        game_limit: Option<u32>,
+    ) -> Result<(), Error> {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let done = sqlx::query(
-                "INSERT INTO servers (id, address) VALUES ($1, $2) \
-                 ON CONFLICT (id) DO UPDATE SET address = excluded.address, heartbeat_at = now()",
+                "INSERT INTO servers (id, address, game_limit) VALUES ($1, $2, $3) \
+                 ON CONFLICT (id) DO UPDATE SET address = excluded.address, \
+                 game_limit = excluded.game_limit, heartbeat_at = now()",
             )
             .bind(id)
             .bind(address)
+            .bind(game_limit.map(|l| i32::try_from(l).unwrap_or(i32::MAX)))
             .execute(lease.conn())
             .await;
             lease.settle_commit(self, done.map_err(Error::from))?;
