@@ -31,7 +31,11 @@
 //! windows in a row, the limit becomes [`DECREASE`] of the running games
 //! last counted (never fewer than [`MIN_LIMIT`]); the games already
 //! running are not touched, they end by themselves and their seats are not
-//! refilled past the limit. Within it for [`INCREASE_AFTER`] while the
+//! refilled past the limit. The next cut, by a tenth of the limit itself,
+//! needs [`OVER_RUN`] windows over the limits of its own, counted only
+//! once the running games have come down to the limit (one cut per drain,
+//! as TCP halves its window once per round trip, not once per lost
+//! segment). Within it for [`INCREASE_AFTER`] while the
 //! limit binds, the limit grows by an eighth (at least one game). Before the first window
 //! over the target there is no limit (the machine has not been found
 //! full). `--max-games` caps the limit whatever is measured.
@@ -261,17 +265,25 @@ impl Seating {
         self.times = times;
         if over {
             self.calm_from = None;
-            self.over_run += 1;
+            // One cut per drain: while more games run than the last cut
+            // allows, the excess is still ending and the windows still
+            // feel it, so they do not count towards the next cut. Cutting
+            // again from those games, window after window, sank the limit
+            // well below what the machine holds; and cutting from a count
+            // taken while one crowd left and the next came in (4 games)
+            // held the cluster at 4: a limit, once learned, is cut from
+            // itself.
+            let draining = matches!((self.learned, self.live), (Some(l), Some(live)) if live > l);
+            self.over_run = if draining { 0 } else { self.over_run + 1 };
             if self.over_run < OVER_RUN {
                 return;
             }
-            if let Some(live) = self.live {
-                let cut = ((f64::from(live) * DECREASE).floor() as u32).max(MIN_LIMIT);
-                let learned = self.learned.map_or(cut, |l| l.min(cut));
+            if let Some(base) = self.learned.or(self.live) {
+                let learned = ((f64::from(base) * DECREASE).floor() as u32).max(MIN_LIMIT);
                 if self.learned != Some(learned) {
                     tracing::info!(
                         limit = learned,
-                        running = live,
+                        running = self.live,
                         p90_us = p90,
                         calls,
                         refused,
@@ -279,6 +291,8 @@ impl Seating {
                     );
                 }
                 self.learned = Some(learned);
+                // The next cut needs an overload of its own.
+                self.over_run = 0;
             }
             return;
         }
@@ -429,14 +443,21 @@ mod tests {
         assert_eq!(s.open_game(at, 31, None), Verdict::Full);
         assert!(s.full_without_looking(at + RECHECK / 2));
         assert!(!s.full_without_looking(at + RECHECK), "the database again");
-        // More windows over the target cut from the running games, not
-        // from the limit: games that are not refilled end by themselves.
+        // More windows over the target while the games above the limit
+        // end (not refilled) cut nothing.
         let at = window(&mut s, at, 100, Duration::from_millis(120));
         assert_eq!(s.limit(), Some(27));
         assert_eq!(s.open_game(at, 26, None), Verdict::Open);
         assert!(!s.full_without_looking(at));
+        // Down to the limit: a new overload (OVER_RUN windows, not one)
+        // cuts the limit again, by a tenth of itself.
+        let mut at = at;
+        for _ in 1..OVER_RUN {
+            at = window(&mut s, at, 100, Duration::from_millis(120));
+        }
+        assert_eq!(s.limit(), Some(27), "a cut needs an overload of its own");
         window(&mut s, at, 100, Duration::from_millis(120));
-        assert_eq!(s.limit(), Some(23));
+        assert_eq!(s.limit(), Some(24), "0.9 of the limit, once it binds");
     }
 
     #[test]
@@ -508,14 +529,24 @@ mod tests {
         let at = refusing(&mut s, at, 97, 3);
         assert_eq!(s.limit(), Some(27), "0.9 of the 30 running");
         assert_eq!(s.open_game(at, 30, None), Verdict::Full);
+        // Still refusing while the games above the limit end: no second
+        // cut from games that are on their way out.
+        assert_eq!(s.open_game(at, 29, None), Verdict::Full);
+        let at = refusing(&mut s, at, 90, 10);
+        assert_eq!(s.limit(), Some(27), "one cut per drain");
+        // Down to the limit and still refusing: cut again, from the
+        // limit, however few games the last count found.
+        s.open_game(at, 5, None);
+        let at = refusing(&mut s, at, 90, 10);
+        assert_eq!(s.limit(), Some(24), "0.9 of the limit of 27");
         // Refusals gone while the limit binds: it grows again.
-        s.open_game(at, 27, None);
+        s.open_game(at, 24, None);
         let calm = (INCREASE_AFTER.as_millis() / WINDOW.as_millis()) as usize;
         let mut at = at;
         for _ in 0..=calm {
             at = window(&mut s, at, 100, Duration::from_secs(1));
         }
-        assert_eq!(s.limit(), Some(30), "an eighth more after a calm");
+        assert_eq!(s.limit(), Some(27), "an eighth more after a calm");
         assert!(
             Seats::new(SeatingLimits {
                 target: None,
