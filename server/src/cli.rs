@@ -196,8 +196,9 @@ pub struct ServerArgs {
     /// over it, the limit becomes 0.9 of the games running (at least 4);
     /// after 1 s within it, while the limit binds, it grows by an eighth.
     /// Joins that fill a waiting game always enter, so games are seated
-    /// whole. 0 (the default): no measured limit; on a machine shared with
-    /// other work the calls' time in the server rises with the neighbours'
+    /// whole. 0 (the default): the time is not judged (the limit is
+    /// learned from refusals, --seat-refused-percent); on a machine shared
+    /// with other work the calls' time in the server rises with the neighbours'
     /// load, not only with the games', and a target of 50 ms held the
     /// cluster to a few games (docs/scaling.md). Try 50 on a machine of
     /// the cluster's own.

@@ -36,9 +36,8 @@
 //! once the running games have come down to the limit (one cut per drain,
 //! as TCP halves its window once per round trip, not once per lost
 //! segment). Within it for [`INCREASE_AFTER`] while the
-//! limit binds, the limit grows by an eighth (at least one game). Before the first window
-//! over the target there is no limit (the machine has not been found
-//! full). `--max-games` caps the limit whatever is measured.
+//! limit binds, the limit grows by an eighth (at least one game). Before the first
+//! overload there is no limit (the machine has not been found full). `--max-games` caps the limit whatever is measured.
 //!
 //! The time target is off by default: on a machine shared with other
 //! work (the build machine at load 9–15), the calls' time in the server
