@@ -22,7 +22,7 @@ use borbaman_shutdown::Shutdown;
 use tonic::{Request, Response, Status};
 
 use crate::health::DatabaseHealth;
-use crate::seating::Seats;
+use crate::seating::{LIVE_WITHIN, SHARED_WITHIN, Seats};
 use crate::store::Store;
 use crate::store::servers::LiveServer;
 
@@ -54,7 +54,16 @@ pub async fn heartbeat_task(
             _ = shutdown.recv() => return,
         }
         let limit = seats.with(|s| s.learned());
-        let beat = store.heartbeat(&me.server_id, &me.address, limit).await;
+        let beat = store
+            .heartbeat(
+                &me.server_id,
+                &me.address,
+                limit,
+                LIVE_WITHIN,
+                SHARED_WITHIN,
+            )
+            .await
+            .map(|beat| seats.with(|s| s.heard(beat.live, beat.shared)));
         health.beat(beat.is_ok());
         // Reachable again after an outage: reopen the standing
         // connections before the next failover needs them.

@@ -57,7 +57,10 @@
 //! heard from within [`SHARED_WITHIN`] (read with the running games, under
 //! the lobby's lock). Every server queues on the one database, so what
 //! one learned holds for all; without it, a crowd reaching a server not
-//! yet found full opened every game it asked for there.
+//! yet found full opened every game it asked for there. The heartbeat also
+//! reads the running games and the others' smallest limit ([`Seating::heard`]):
+//! while no server anywhere has a limit, a join opens its game without
+//! counting under the lobby's lock ([`Seating::may_bind`]).
 //!
 //! A join refused for the limit keeps the verdict for [`RECHECK`]: the
 //! joins that come meanwhile to this server are refused without a look at
@@ -141,8 +144,12 @@ pub struct Seating {
     /// This window's calls, and those of them refused for load.
     calls: usize,
     refused: usize,
-    /// Running games at the last count (a join that would open a game).
+    /// Running games at the last count (a heartbeat, or a join that would
+    /// open a game).
     live: Option<u32>,
+    /// The smallest limit the other live servers learned, as the last
+    /// heartbeat read it.
+    shared: Option<u32>,
     /// Since when every judged window was within the target.
     calm_from: Option<Instant>,
     /// Judged windows over the target in a row.
@@ -170,6 +177,7 @@ impl Seating {
             calls: 0,
             refused: 0,
             live: None,
+            shared: None,
             calm_from: None,
             over_run: 0,
             full_at: None,
@@ -180,6 +188,22 @@ impl Seating {
     /// shares with the others through its heartbeat.
     pub fn learned(&self) -> Option<u32> {
         self.learned
+    }
+
+    /// A heartbeat read `live` running games and `shared`, the smallest
+    /// limit the other live servers learned.
+    pub fn heard(&mut self, live: u32, shared: Option<u32>) {
+        self.live = Some(live);
+        self.shared = shared;
+    }
+
+    /// Whether a join that would open a game may be refused: this server
+    /// has a limit, or another's was heard of. Otherwise the join opens
+    /// its game without counting the running ones under the lobby's lock
+    /// (a statement more there, for every new game of a crowd, while
+    /// nothing anywhere limits them).
+    pub fn may_bind(&self) -> bool {
+        self.limit().is_some() || self.shared.is_some()
     }
 
     /// The limit on running games now, if any.
@@ -564,12 +588,17 @@ mod tests {
             max_games: None,
         });
         let at = Instant::now();
+        // Nothing learned anywhere: a new game opens without a count.
+        assert!(!s.may_bind());
+        s.heard(12, Some(12));
+        assert!(s.may_bind(), "another server's limit was heard of");
         // Nothing learned here: the cluster's smallest limit binds.
         assert_eq!(s.open_game(at, 12, Some(12)), Verdict::Full);
         assert_eq!(s.open_game(at, 11, Some(12)), Verdict::Open);
         assert_eq!(s.learned(), None, "not learned, only followed");
-        // Learned here and lower than the cluster's: its own binds.
-        s.open_game(at, 10, None);
+        // Learned here and lower than the cluster's: its own binds. The
+        // first cut is from the running games a heartbeat counted.
+        s.heard(10, None);
         refusing(&mut s, at, 90, 10);
         assert_eq!(s.learned(), Some(9));
         assert_eq!(s.open_game(at, 9, Some(20)), Verdict::Full);

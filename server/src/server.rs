@@ -39,7 +39,7 @@ use crate::limits::{CallLimiter, CallLimits};
 use crate::metrics::calls::{self, Observed};
 use crate::metrics::{self, Metrics};
 use crate::registry::{self, Registration, RegistryService};
-use crate::seating::{SeatingLimits, Seats};
+use crate::seating::{self, SeatingLimits, Seats};
 use crate::service::GameService;
 use crate::slow::SlowMode;
 use crate::status::{self, CensusCache, StatusService, Window};
@@ -179,14 +179,23 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         server_id: server_id.clone(),
         address: config.advertise.clone().unwrap_or_else(|| addr.to_string()),
     };
-    retry_until(deadline, "registering", || {
-        store.heartbeat(&me.server_id, &me.address, None)
+    // The first beat also tells the seating what the cluster learned, so
+    // the first join is held to it.
+    let seats = Seats::new(config.seating);
+    let beat = retry_until(deadline, "registering", || {
+        store.heartbeat(
+            &me.server_id,
+            &me.address,
+            None,
+            seating::LIVE_WITHIN,
+            seating::SHARED_WITHIN,
+        )
     })
     .await?;
+    seats.with(|s| s.heard(beat.live, beat.shared));
 
     let (stop, stopped) = borbaman_shutdown::channel();
     let db_health = Arc::new(DatabaseHealth::new(metrics.clone()));
-    let seats = Seats::new(config.seating);
     let heartbeat = tokio::spawn(registry::heartbeat_task(
         store.clone(),
         me.clone(),

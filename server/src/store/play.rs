@@ -1097,7 +1097,7 @@ impl Store {
             }
         }
         let new_game = seated.is_none();
-        if new_game && seats.limited() {
+        if new_game && seats.with(|s| s.may_bind()) {
             let (live, shared): (i64, Option<i32>) = sqlx::query_as(COUNT_LIVE_GAMES)
                 .bind(LIVE_WITHIN.as_millis() as i64)
                 .bind(SHARED_WITHIN.as_millis() as i64)

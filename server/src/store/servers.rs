@@ -17,32 +17,55 @@ pub struct LiveServer {
     pub heartbeat_age_ms: u32,
 }
 
+/// What a heartbeat read of the cluster, for `crate::seating`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Beat {
+    /// Games waiting or playing.
+    pub live: u32,
+    /// The smallest limit on them the other live servers learned.
+    pub shared: Option<u32>,
+}
+
 /// Rows of servers silent this long are deleted (dead for good).
 const FORGET_AFTER_S: i64 = 600;
 
 impl Store {
     /// Records a heartbeat of server `id`, with its advertised address and
-    /// the limit on running games it learned (see `crate::seating`).
+    /// the limit on running games it learned (see `crate::seating`); in the
+    /// same statement, reads what joins are seated by: the running games
+    /// (written within `live_within`) and the smallest limit the other
+    /// servers heard from within `shared_within` learned.
     pub async fn heartbeat(
         &self,
         id: &str,
         address: &str,
         game_limit: Option<u32>,
-    ) -> Result<(), Error> {
+        live_within: Duration,
+        shared_within: Duration,
+    ) -> Result<Beat, Error> {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
-            let done = sqlx::query(
-                "INSERT INTO servers (id, address, game_limit) VALUES ($1, $2, $3) \
+            let done = sqlx::query_as::<_, (i64, Option<i32>)>(
+                "WITH beat AS (INSERT INTO servers (id, address, game_limit) VALUES ($1, $2, $3) \
                  ON CONFLICT (id) DO UPDATE SET address = excluded.address, \
-                 game_limit = excluded.game_limit, heartbeat_at = now()",
+                 game_limit = excluded.game_limit, heartbeat_at = now()) \
+                 SELECT (SELECT count(*) FROM games WHERE phase IN (1, 2) \
+                 AND updated_at > now() - $4::bigint * interval '1 millisecond'), \
+                 (SELECT min(game_limit) FROM servers WHERE id <> $1 \
+                 AND heartbeat_at > now() - $5::bigint * interval '1 millisecond')",
             )
             .bind(id)
             .bind(address)
             .bind(game_limit.map(|l| i32::try_from(l).unwrap_or(i32::MAX)))
-            .execute(lease.conn())
+            .bind(live_within.as_millis() as i64)
+            .bind(shared_within.as_millis() as i64)
+            .fetch_one(lease.conn())
             .await;
-            lease.settle_commit(self, done.map_err(Error::from))?;
-            Ok(())
+            let (live, shared) = lease.settle_commit(self, done.map_err(Error::from))?;
+            Ok(Beat {
+                live: u32::try_from(live).unwrap_or(u32::MAX),
+                shared: shared.map(|l| u32::try_from(l).unwrap_or(0)),
+            })
         })
         .await
     }
