@@ -418,6 +418,15 @@ mod tests {
         })
     }
 
+    /// A seating that judges refusals only, over 2 %.
+    fn judging_refusals() -> Seating {
+        Seating::new(SeatingLimits {
+            target: None,
+            refused_share_bp: Some(200),
+            max_games: None,
+        })
+    }
+
     /// One window of `n` calls of `time` each from `at`, judged at its end.
     fn window(s: &mut Seating, at: Instant, n: usize, time: Duration) -> Instant {
         for _ in 0..n {
@@ -534,11 +543,7 @@ mod tests {
 
     #[test]
     fn refusals_over_the_share_limit_games_and_slow_answers_do_not() {
-        let mut s = Seating::new(SeatingLimits {
-            target: None,
-            refused_share_bp: Some(200),
-            max_games: None,
-        });
+        let mut s = judging_refusals();
         let at = Instant::now();
         s.open_game(at, 30, None);
         // Slow but answered: no target, so the time says nothing.
@@ -582,11 +587,7 @@ mod tests {
 
     #[test]
     fn a_limit_another_server_learned_holds_this_ones_joins() {
-        let mut s = Seating::new(SeatingLimits {
-            target: None,
-            refused_share_bp: Some(200),
-            max_games: None,
-        });
+        let mut s = judging_refusals();
         let at = Instant::now();
         // Nothing learned anywhere: a new game opens without a count.
         assert!(!s.may_bind());
