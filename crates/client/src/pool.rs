@@ -59,7 +59,7 @@ use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use borbaman_proto::reason::retry_pushback;
-use borbaman_proto::timing::{BUSY_KEY, ServerTiming as CallTiming, TIMING_KEY};
+use borbaman_proto::timing::{BUSY_KEY, BUSY_QUEUED, ServerTiming as CallTiming, TIMING_KEY};
 use borbaman_shutdown::{Shutdown, Stopper};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -72,8 +72,9 @@ use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    Suspicion, at_deadline, copy_answer_ends_stall, copy_when_silent, late_copy_is_shared_stall,
-    probe_verdict, silent_after, stall_trial_due, when_late,
+    Suspicion, at_deadline, busy_excused_until, copy_answer_ends_stall, copy_when_silent,
+    late_copy_is_shared_stall, probe_verdict, should_hedge, silent_after, stall_trial_at,
+    stall_trial_due, when_late,
 };
 pub use rtt::ServerTiming;
 
@@ -83,7 +84,8 @@ pub const SLOW_COOL_OFF: Duration = Duration::from_secs(1);
 
 /// How long a server that said it queues calls for the database
 /// ([`BUSY_KEY`]) is believed busy: its late calls are not hedged, and at
-/// their deadline they wait rather than leave (see `pool::decide`). Under
+/// their deadline they wait rather than leave, as long as its queue
+/// excuses the wait (`decide::busy_excused_until`). Under
 /// overload nearly every answer says so again; once the queue is gone its
 /// late calls are hedged again within this.
 pub const BUSY_HOLD: Duration = Duration::from_millis(500);
@@ -320,6 +322,10 @@ struct Shared {
     live_count: watch::Sender<usize>,
     /// Wakes the background task early (a server failed, a call waits).
     wake: Arc<Notify>,
+    /// Wakes the late calls a shared stall held back without a copy, when
+    /// an answer on time ends the stall: they send their copies then, not
+    /// at the stall's next try.
+    stall_over: Notify,
     /// Stops the background task: dropped with `Shared` (the last handle),
     /// which is a stop.
     _stopper: Stopper,
@@ -363,8 +369,9 @@ struct State {
     /// Numbers the suspicions, so a verdict closes its own and no later one.
     next_suspicion: u64,
     /// Servers whose answers said they queued calls for the database
-    /// ([`BUSY_KEY`]), until when that is believed ([`BUSY_HOLD`]).
-    busy: HashMap<String, Instant>,
+    /// ([`BUSY_KEY`]): until when that is believed ([`BUSY_HOLD`]), and how
+    /// long the last such answer queued.
+    busy: HashMap<String, (Instant, Duration)>,
     /// When each server last answered a call: alive then, so the next
     /// background refresh need not health-check it ([`FULL_CHECK_EVERY`]).
     answered_at: HashMap<String, Instant>,
@@ -384,9 +391,16 @@ struct Suspect {
 
 impl State {
     /// Whether `address` said lately that it queues calls for the
-    /// database: its late calls are not hedged (see `pool::decide`).
-    fn busy(&self, address: &str, now: Instant) -> bool {
-        self.busy.get(address).is_some_and(|until| now < *until)
+    /// database, and of a call on it sent at
+    /// `sent`, until when that excuses the call's lateness
+    /// ([`busy_excused_until`]); `None` when it does not (now).
+    fn busy(&self, address: &str, sent: Instant, now: Instant) -> Option<Instant> {
+        let (until, queued) = self.busy.get(address)?;
+        if now >= *until {
+            return None;
+        }
+        let excused = busy_excused_until(sent, self.timing(address).hedge_delay(), *queued);
+        (now < excused).then_some(excused)
     }
 
     /// Two servers were seen slow together: a shared stall (again).
@@ -541,6 +555,7 @@ impl ServerPool {
             }),
             live_count: watch::Sender::new(0),
             wake: wake.clone(),
+            stall_over: Notify::new(),
             _stopper: stopper,
         });
         let pool = ServerPool { shared };
@@ -745,6 +760,9 @@ impl ServerPool {
         let mut down = server.down.subscribe();
         let mut probe_state = Probe::Pending;
         let mut hedge_at = Some(started + hedge_after);
+        // When a call a shared stall or its server's queue held back asks
+        // for its copy again.
+        let mut held_copy_at: Option<Instant> = None;
         let mut copy_late_at: Option<Instant> = None;
         let mut deadline_at = Some(started + deadline);
         let mut overdue = false;
@@ -764,11 +782,17 @@ impl ServerPool {
             }};
         }
         loop {
-            let next = [hedge_at, copy_late_at, deadline_at, Some(final_at)]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(final_at);
+            let next = [
+                hedge_at,
+                held_copy_at,
+                copy_late_at,
+                deadline_at,
+                Some(final_at),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(final_at);
             let copy_pending = matches!(copy_state, Copy::OnTime | Copy::Late);
             let mut decide = false;
             tokio::select! {
@@ -850,6 +874,11 @@ impl ServerPool {
                     }
                     decide = overdue && first_pending;
                 },
+                // An answer on time ended the shared stall that held this
+                // call's copy back: ask for it now.
+                _ = self.shared.stall_over.notified(), if held_copy_at.is_some() => {
+                    held_copy_at = Some(Instant::now());
+                },
                 // The copy's server was dropped meanwhile (found hung or
                 // dead): the copy will not answer.
                 _ = async {
@@ -884,10 +913,21 @@ impl ServerPool {
                         // Late: probe the server (or join the probe under
                         // way), and hedge at the same moment.
                         hedge_at = None;
-                        let (verdict, second) = self.late(server, &skip, started);
+                        let (verdict, second, ask_again) = self.late(server, &skip, started);
                         probe = Some(verdict);
+                        held_copy_at = ask_again;
                         if let Some(second) = second {
                             send_copy!(second, now);
+                        }
+                    }
+                    if held_copy_at.is_some_and(|at| at <= now) {
+                        held_copy_at = None;
+                        if first_pending && copy_state == Copy::None {
+                            let (second, ask_again) = self.held_copy(server, &skip, started);
+                            held_copy_at = ask_again;
+                            if let Some(second) = second {
+                                send_copy!(second, now);
+                            }
                         }
                     }
                     if copy_late_at.is_some_and(|at| at <= now) {
@@ -926,7 +966,9 @@ impl ServerPool {
                         // A busy server's copy would queue elsewhere as
                         // it does here: wait, as in a shared stall.
                         shared_stall: state.shared_stall
-                            || state.busy(&server.address, Instant::now()),
+                            || state
+                                .busy(&server.address, started, Instant::now())
+                                .is_some(),
                         other_server: state
                             .servers
                             .iter()
@@ -1157,6 +1199,7 @@ impl ServerPool {
             .entry(address.to_string())
             .or_default()
             .record_call(rtt);
+        let stall_over = on_time && state.shared_stall;
         if on_time {
             state.shared_stall = false;
             state.stall_tries = 0;
@@ -1164,20 +1207,29 @@ impl ServerPool {
         if let Some(suspect) = state.suspects.get_mut(address) {
             suspect.suspicion.answer(sent);
         }
+        drop(state);
+        if stall_over {
+            self.shared.stall_over.notify_waiters();
+        }
     }
 
     /// An answer (or refusal) from `address` carried these headers: if
     /// they say it queued the call for the database ([`BUSY_KEY`]), its
     /// late calls are not hedged for [`BUSY_HOLD`].
     fn note_busy(&self, address: &str, metadata: &tonic::metadata::MetadataMap) {
-        if metadata.contains_key(BUSY_KEY) {
+        if let Some(value) = metadata.get(BUSY_KEY) {
+            let queued = value
+                .to_str()
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map_or(BUSY_QUEUED, Duration::from_millis);
             let until = Instant::now() + BUSY_HOLD;
             self.shared
                 .state
                 .lock()
                 .unwrap()
                 .busy
-                .insert(address.to_string(), until);
+                .insert(address.to_string(), (until, queued));
         }
     }
 
@@ -1204,7 +1256,7 @@ impl ServerPool {
         server: &Server,
         skip: &HashSet<String>,
         sent: Instant,
-    ) -> (watch::Receiver<Probe>, Option<Server>) {
+    ) -> (watch::Receiver<Probe>, Option<Server>, Option<Instant>) {
         let mut state = self.shared.state.lock().unwrap();
         let target = copy_target(&state, server, skip);
         // A shared stall that has lasted a while lets one late call try a
@@ -1212,15 +1264,27 @@ impl ServerPool {
         // whose game is on a server that alone turned slow gets none.
         let now = Instant::now();
         let trial = state.shared_stall && stall_trial_due(state.stall_seen, state.stall_tries, now);
+        let held = state.shared_stall && !trial;
+        let busy = state.busy(&server.address, sent, now);
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
             // A server that queues calls for the database is late for
             // that: a copy would queue on another server the same way.
-            shared_stall: (state.shared_stall && !trial) || state.busy(&server.address, now),
+            shared_stall: held || busy.is_some(),
             database_unavailable: state.database_unavailable,
             other_server: target.is_some(),
             token: state.budget.has_token(),
         });
+        // Held back by the stall or the server's queue alone: ask again
+        // when the stall's next try is due, or the queue no longer
+        // excuses the wait (see `held_copy`).
+        let stall_try = held
+            .then(|| stall_trial_at(state.stall_seen, state.stall_tries))
+            .flatten();
+        let ask_again = (step.hedge == Hedge::No
+            && should_hedge(false, state.database_unavailable, target.is_some(), true))
+        .then(|| stall_try.into_iter().chain(busy).max())
+        .flatten();
         match step.hedge {
             Hedge::Paid => {
                 state.budget.spend();
@@ -1265,7 +1329,45 @@ impl ServerPool {
                 .map(|s| s.verdict.clone())
                 .expect("a suspicion is open: joined")
         };
-        (verdict, target)
+        (verdict, target, ask_again)
+    }
+
+    /// A late call on `server`, sent at `sent`, that a shared stall or the
+    /// server's queue held back, at the time [`Self::late`] gave: the
+    /// copy's server if one goes now (paying a token, as a try of the stall
+    /// or because the stall has ended), or when to ask again (another call
+    /// took this try meanwhile, or the server said since that it queues).
+    fn held_copy(
+        &self,
+        server: &Server,
+        skip: &HashSet<String>,
+        sent: Instant,
+    ) -> (Option<Server>, Option<Instant>) {
+        let mut state = self.shared.state.lock().unwrap();
+        let now = Instant::now();
+        let target = copy_target(&state, server, skip);
+        let trial = state.shared_stall && stall_trial_due(state.stall_seen, state.stall_tries, now);
+        if state.shared_stall && !trial {
+            return (None, stall_trial_at(state.stall_seen, state.stall_tries));
+        }
+        if let Some(excused) = state.busy(&server.address, sent, now) {
+            return (None, Some(excused));
+        }
+        if !should_hedge(
+            false,
+            state.database_unavailable,
+            target.is_some(),
+            state.budget.has_token(),
+        ) {
+            return (None, None);
+        }
+        state.budget.spend();
+        if trial {
+            state.stall_seen = Some(now);
+            state.stall_tries += 1;
+        }
+        state.hedges += 1;
+        (target, None)
     }
 
     /// A call late on `server`, which its probe found [`Probe::Silent`]:

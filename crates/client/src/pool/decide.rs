@@ -187,22 +187,48 @@ pub fn copy_answer_ends_stall(rtt: Duration, hedge_delay: Duration, first_pendin
 /// while every copy is stopped, and a moment of machine-wide slowness had
 /// so latched one client into a "shared stall" for the whole two seconds a
 /// server was slow: each of its calls waited out the slow server's 204 ms
-/// (a loopback `slow` run). The first try comes after 100 ms; each try
+/// (a loopback `slow` run). The first try comes after 50 ms (at 100 ms, a
+/// call late on a server turned slow 46 ms after such a moment waited 59
+/// ms for its copy, against 3–12 ms for the other clients'); each try
 /// that does not end the stall doubles the wait for the next, up to
 /// [`STALL_TRIAL_LONGEST`] (a circuit breaker's half-open backoff), so a
 /// stall that really is shared (an overloaded database) draws few copies,
 /// and the budget pays for each.
-pub const STALL_TRIAL_AFTER: Duration = Duration::from_millis(100);
+pub const STALL_TRIAL_AFTER: Duration = Duration::from_millis(50);
 /// The longest wait between two tries.
 pub const STALL_TRIAL_LONGEST: Duration = Duration::from_millis(1600);
 
 /// Whether a late call in a shared stall last seen (or tried) at `seen`,
 /// after `tries` tries that did not end it, may try a copy now.
 pub fn stall_trial_due(seen: Option<Instant>, tries: u32, now: Instant) -> bool {
+    stall_trial_at(seen, tries).is_none_or(|at| now >= at)
+}
+
+/// When a late call in a shared stall last seen (or tried) at `seen`,
+/// after `tries` tries that did not end it, may try a copy (`None`: now).
+/// A call the stall held back when it turned late asks again then, not
+/// at its deadline: its client's stall may have been one moment of
+/// machine-wide slowness, and its own server alone slow now (a loopback
+/// `slow` run: a call sent 10 ms after its server turned slow went late
+/// within 100 ms of its client's last stall, sent no copy, and waited out
+/// the slow server's 205 ms while every other client's copy won).
+pub fn stall_trial_at(seen: Option<Instant>, tries: u32) -> Option<Instant> {
     let wait = STALL_TRIAL_AFTER
         .saturating_mul(1 << tries.min(8))
         .min(STALL_TRIAL_LONGEST);
-    seen.is_none_or(|seen| now.saturating_duration_since(seen) >= wait)
+    seen.map(|seen| seen + wait)
+}
+
+/// Until when a call sent at `sent` on a server that said it queues calls
+/// for the database (its last such answer queued `queued`) is waited for
+/// rather than copied: its hedge delay and twice that queue. A copy would
+/// queue on another server the same way, but only as long: a call later
+/// than that is late for something else (the server itself is slow) and
+/// is hedged as any other. A `slow` run's server answered 200 ms late
+/// after queueing 2–7 ms for a database connection, and a client told
+/// "busy" by each such answer sent it no copy for six calls in a row.
+pub fn busy_excused_until(sent: Instant, hedge_delay: Duration, queued: Duration) -> Instant {
+    sent + hedge_delay + queued * 2
 }
 
 /// A hedged copy of the attempt, if one was sent.
@@ -712,19 +738,29 @@ mod tests {
     }
 
     #[test]
+    fn a_servers_queue_excuses_a_wait_only_as_long_as_itself() {
+        let sent = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(busy_excused_until(sent, ms(4), ms(2)), sent + ms(8));
+        assert_eq!(busy_excused_until(sent, ms(4), ms(50)), sent + ms(104));
+    }
+
+    #[test]
     fn a_shared_stall_lets_a_copy_through_less_often_each_try() {
         let seen = Instant::now();
         let ms = Duration::from_millis;
         assert!(!stall_trial_due(Some(seen), 0, seen));
-        assert!(!stall_trial_due(Some(seen), 0, seen + ms(99)));
+        assert!(!stall_trial_due(Some(seen), 0, seen + ms(49)));
         assert!(stall_trial_due(Some(seen), 0, seen + STALL_TRIAL_AFTER));
-        // Tries that did not end the stall: 200 ms, 400 ms, … 1.6 s.
-        assert!(!stall_trial_due(Some(seen), 1, seen + ms(199)));
-        assert!(stall_trial_due(Some(seen), 1, seen + ms(200)));
-        assert!(!stall_trial_due(Some(seen), 3, seen + ms(799)));
-        assert!(stall_trial_due(Some(seen), 3, seen + ms(800)));
+        // Tries that did not end the stall: 100 ms, 200 ms, … 1.6 s.
+        assert!(!stall_trial_due(Some(seen), 1, seen + ms(99)));
+        assert!(stall_trial_due(Some(seen), 1, seen + ms(100)));
+        assert!(!stall_trial_due(Some(seen), 3, seen + ms(399)));
+        assert!(stall_trial_due(Some(seen), 3, seen + ms(400)));
         assert!(!stall_trial_due(Some(seen), 40, seen + ms(1599)));
         assert!(stall_trial_due(Some(seen), 40, seen + STALL_TRIAL_LONGEST));
+        assert_eq!(stall_trial_at(Some(seen), 1), Some(seen + ms(100)));
+        assert_eq!(stall_trial_at(None, 3), None);
         assert!(
             stall_trial_due(None, 0, seen),
             "never seen: nothing holds it"
