@@ -74,7 +74,7 @@ use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
     Suspicion, at_deadline, busy_excused_until, copy_answer_ends_stall, copy_when_silent,
     late_copy_is_shared_stall, probe_verdict, should_hedge, silent_after, stall_trial_at,
-    stall_trial_due, when_late,
+    stall_trial_due, when_late, win_moves_calls,
 };
 pub use rtt::ServerTiming;
 
@@ -362,6 +362,9 @@ struct State {
     /// Servers that lost a hedge race, left out of the game's choice until
     /// the time given.
     cooling: Vec<(String, Instant)>,
+    /// The server a copy last beat without moving calls away from it, and
+    /// when ([`win_moves_calls`]).
+    beaten: Option<(String, Instant)>,
     /// Servers a call went late on, their probe under way: every call in
     /// flight on one shares its probe, its verdict and its token (see
     /// [`Suspicion`]).
@@ -826,7 +829,7 @@ impl ServerPool {
                                 first_pending,
                             );
                             self.record_call(&second.address, *copy_started, ends_stall);
-                            self.hedge_won(&server.address, &second.address);
+                            self.hedge_won(&server.address, &second.address, started);
                             attempt.result = Ok(response);
                             attempt.answered_by = second.address.clone();
                             attempt.hedge_won = true;
@@ -1513,12 +1516,24 @@ impl ServerPool {
         });
     }
 
-    /// A hedge to `winner` answered before `slow` did: calls go to the
-    /// winner now. With a game set, `slow` stays its players' server; it is
-    /// left out of the game's choice for [`SLOW_COOL_OFF`], then tried
-    /// again (a server slow for good keeps losing races and is left again).
-    fn hedge_won(&self, slow: &str, winner: &str) {
+    /// A hedge to `winner` answered before `slow` did, for a call sent at
+    /// `sent`. A second such win over `slow` ([`win_moves_calls`]) moves
+    /// calls to the winner. With a game set, `slow` stays its players'
+    /// server; it is left out of the game's choice for [`SLOW_COOL_OFF`],
+    /// then tried again (a server slow for good keeps losing races and is
+    /// left again).
+    fn hedge_won(&self, slow: &str, winner: &str, sent: Instant) {
         let mut state = self.shared.state.lock().unwrap();
+        let now = Instant::now();
+        let beaten = state
+            .beaten
+            .as_ref()
+            .map(|(address, at)| (address.as_str(), *at));
+        if !win_moves_calls(beaten, slow, sent, now) {
+            state.beaten = Some((slow.to_string(), now));
+            return;
+        }
+        state.beaten = None;
         if state.servers.iter().any(|s| s.address == winner) {
             state.current = Some(winner.to_string());
         }
