@@ -69,7 +69,7 @@ use floors::DbFloor;
 use pgview::PostgresView;
 use plot::{FaultMark, Reference};
 use record::{Recorder, RunClock};
-use report::{FloorRatios, Summary, Tail, floor_stats, measure};
+use report::{FloorRatios, SplitGames, Summary, Tail, floor_stats, measure};
 use workload::{Progress, WorkloadConfig};
 
 /// Starts a local cluster of `servers` servers of this binary on a
@@ -393,6 +393,15 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.tail.fraction_over_floor_p999 * 100.0,
         summary.tail.floor_p999_us,
     );
+    if summary.split_games.windows > 0 {
+        println!(
+            "games split over servers (a game's acts answered by two in one 100 ms window): \
+             {} of {} windows ({:.1}%)",
+            summary.split_games.split_windows,
+            summary.split_games.windows,
+            summary.split_games.split_share * 100.0,
+        );
+    }
     let a = &summary.attribution;
     println!(
         "slow calls (over {} µs): {} of {}; their time by part: {} (by main part: {}); \
@@ -884,6 +893,7 @@ pub async fn run_measured(
         &summary.floor_db_txn_us,
     );
     summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    summary.split_games = SplitGames::new(&records);
     let threshold_us =
         attribution::slow_threshold_us(summary.ratios.floor_p50_us, summary.ratios.floor_p99_us);
     let network_us = summary.floor_ping_us.p50;

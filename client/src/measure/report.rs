@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use super::record::Invocation;
+use super::record::{CallKind, Invocation};
 
 /// Percentiles of RTT, in microseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -193,6 +193,55 @@ impl Tail {
     }
 }
 
+/// Games split over servers: in how many 100 ms windows of the measured
+/// run some game's acts were answered by two servers or more, each act
+/// counted only when its first attempt answered it (a copy's win or a
+/// retry is one call's detour, not where the player is). The players of a
+/// split game reach its row from two servers, which race for it
+/// (compare-and-sets lost, row locks waited for); a game stays whole while
+/// its players move together.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SplitGames {
+    /// Windows with at least one such act.
+    pub windows: u64,
+    /// Of them, those where a game was split.
+    pub split_windows: u64,
+    pub split_share: f64,
+}
+
+/// The length of a [`SplitGames`] window.
+pub const SPLIT_WINDOW_US: u64 = 100_000;
+
+impl SplitGames {
+    pub fn new(records: &[Invocation]) -> SplitGames {
+        let mut by_window: BTreeMap<u64, BTreeMap<u64, std::collections::BTreeSet<&str>>> =
+            BTreeMap::new();
+        for r in records.iter().filter(|r| {
+            !r.warmup && r.is_ok() && r.call == CallKind::Act && r.attempts == 1 && !r.hedge_won
+        }) {
+            by_window
+                .entry(r.start_us / SPLIT_WINDOW_US)
+                .or_default()
+                .entry(r.game)
+                .or_default()
+                .insert(r.server.as_str());
+        }
+        let windows = by_window.len() as u64;
+        let split_windows = by_window
+            .values()
+            .filter(|games| games.values().any(|servers| servers.len() > 1))
+            .count() as u64;
+        SplitGames {
+            windows,
+            split_windows,
+            split_share: match windows {
+                0 => 0.0,
+                n => (split_windows as f64 / n as f64 * 1e4).round() / 1e4,
+            },
+        }
+    }
+}
+
 /// Row counts of the tables at one moment of a run.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TableRows {
@@ -273,6 +322,8 @@ pub struct Summary {
     pub refused_join_rtt_us: RttStats,
     pub ratios: FloorRatios,
     pub tail: Tail,
+    /// Games split over servers (see [`SplitGames`]).
+    pub split_games: SplitGames,
     /// The slow calls' time by part, beside every call's
     /// (`measure::attribution`).
     pub attribution: super::attribution::Attribution,
@@ -847,6 +898,44 @@ mod tests {
         // Without a floor nothing is counted as over it.
         let none = Tail::new(&records, &FloorStats::default(), &FloorStats::default());
         assert_eq!(none.calls_over_floor_p999, 0);
+    }
+
+    #[test]
+    fn a_game_answered_by_two_servers_in_one_window_is_split() {
+        use super::super::record::tests::act;
+        let on = |client, start_us, server: &str| Invocation {
+            server: server.into(),
+            ..act(client, start_us, 1_000)
+        };
+        let records = vec![
+            // Window 0: both players on one server.
+            on(0, 10_000, "a"),
+            on(1, 20_000, "a"),
+            // Window 1: the second player's act answered by another.
+            on(0, 110_000, "a"),
+            on(1, 120_000, "b"),
+            // Window 2: a copy's win elsewhere is a detour, not a split.
+            on(0, 210_000, "a"),
+            Invocation {
+                hedge_won: true,
+                ..on(1, 220_000, "b")
+            },
+            // Window 3: another game on another server is no split.
+            on(0, 310_000, "a"),
+            Invocation {
+                game: 2,
+                ..on(1, 320_000, "b")
+            },
+        ];
+        assert_eq!(
+            SplitGames::new(&records),
+            SplitGames {
+                windows: 4,
+                split_windows: 1,
+                split_share: 0.25,
+            }
+        );
+        assert_eq!(SplitGames::new(&[]).split_share, 0.0);
     }
 
     #[test]
