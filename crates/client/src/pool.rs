@@ -363,7 +363,7 @@ struct State {
     /// the time given.
     cooling: Vec<(String, Instant)>,
     /// The server a copy last beat without moving calls away from it, and
-    /// when ([`win_moves_calls`]).
+    /// when ([`win_moves_calls`]); forgotten once it answers a call in time.
     beaten: Option<(String, Instant)>,
     /// Servers a call went late on, their probe under way: every call in
     /// flight on one shares its probe, its verdict and its token (see
@@ -1206,6 +1206,15 @@ impl ServerPool {
         if on_time {
             state.shared_stall = false;
             state.stall_tries = 0;
+            // Answered in time since a copy beat it: the next win over it
+            // is a first again.
+            if state
+                .beaten
+                .as_ref()
+                .is_some_and(|(beaten, _)| beaten == address)
+            {
+                state.beaten = None;
+            }
         }
         if let Some(suspect) = state.suspects.get_mut(address) {
             suspect.suspicion.answer(sent);

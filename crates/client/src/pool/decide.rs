@@ -236,9 +236,10 @@ pub fn busy_excused_until(sent: Instant, hedge_delay: Duration, queued: Duration
 pub const SECOND_WIN_WITHIN: Duration = Duration::from_millis(500);
 
 /// Whether a copy's win over the `slow` server, for a call sent at `sent`,
-/// moves the player's calls to the winner: only as the second win over it,
-/// for a call sent after the first (`beaten`: the server last beaten and
-/// when) and within [`SECOND_WIN_WITHIN`] of it. One win is what a moment
+/// moves the player's calls to the winner: only as the second win over it
+/// in a row, for a call sent after the first (`beaten`: the server last
+/// beaten and when, forgotten by the pool when that server answers a call
+/// within its hedge delay) and within [`SECOND_WIN_WITHIN`] of it. One win is what a moment
 /// of machine-wide slowness gives as often as a slow server; moving on it
 /// put one player of a game on another server than the other three, the
 /// two servers then raced for the game's row (a compare-and-set lost, a row
