@@ -393,10 +393,9 @@ struct Suspect {
 }
 
 impl State {
-    /// Whether `address` said lately that it queues calls for the
-    /// database, and of a call on it sent at
-    /// `sent`, until when that excuses the call's lateness
-    /// ([`busy_excused_until`]); `None` when it does not (now).
+    /// If `address` said lately that it queues calls for the database:
+    /// until when that excuses the lateness of a call on it sent at `sent`
+    /// ([`busy_excused_until`]). `None` when nothing excuses it now.
     fn busy(&self, address: &str, sent: Instant, now: Instant) -> Option<Instant> {
         let (until, queued) = self.busy.get(address)?;
         if now >= *until {
@@ -404,6 +403,24 @@ impl State {
         }
         let excused = busy_excused_until(sent, self.timing(address).hedge_delay(), *queued);
         (now < excused).then_some(excused)
+    }
+
+    /// Whether a late call held back by a shared stall may try a copy now
+    /// (see `decide::stall_trial_due`).
+    fn stall_trial(&self, now: Instant) -> bool {
+        self.shared_stall && stall_trial_due(self.stall_seen, self.stall_tries, now)
+    }
+
+    /// When the shared stall's next try is due (see [`Self::stall_trial`]).
+    fn stall_trial_at(&self) -> Option<Instant> {
+        stall_trial_at(self.stall_seen, self.stall_tries)
+    }
+
+    /// A copy went out as a try of the shared stall: the next try waits its
+    /// turn, longer each time.
+    fn stall_tried(&mut self, now: Instant) {
+        self.stall_seen = Some(now);
+        self.stall_tries += 1;
     }
 
     /// Two servers were seen slow together: a shared stall (again).
@@ -1227,7 +1244,8 @@ impl ServerPool {
 
     /// An answer (or refusal) from `address` carried these headers: if
     /// they say it queued the call for the database ([`BUSY_KEY`]), its
-    /// late calls are not hedged for [`BUSY_HOLD`].
+    /// late calls are not hedged for [`BUSY_HOLD`] while that queue excuses
+    /// their wait ([`State::busy`]).
     fn note_busy(&self, address: &str, metadata: &tonic::metadata::MetadataMap) {
         if let Some(value) = metadata.get(BUSY_KEY) {
             let queued = value
@@ -1275,7 +1293,7 @@ impl ServerPool {
         // copy: the stall ends only with an answer on time, and a client
         // whose game is on a server that alone turned slow gets none.
         let now = Instant::now();
-        let trial = state.shared_stall && stall_trial_due(state.stall_seen, state.stall_tries, now);
+        let trial = state.stall_trial(now);
         let held = state.shared_stall && !trial;
         let busy = state.busy(&server.address, sent, now);
         let step = when_late(LateNow {
@@ -1290,9 +1308,7 @@ impl ServerPool {
         // Held back by the stall or the server's queue alone: ask again
         // when the stall's next try is due, or the queue no longer
         // excuses the wait (see `held_copy`).
-        let stall_try = held
-            .then(|| stall_trial_at(state.stall_seen, state.stall_tries))
-            .flatten();
+        let stall_try = held.then(|| state.stall_trial_at()).flatten();
         let ask_again = (step.hedge == Hedge::No
             && should_hedge(false, state.database_unavailable, target.is_some(), true))
         .then(|| stall_try.into_iter().chain(busy).max())
@@ -1312,9 +1328,7 @@ impl ServerPool {
             None
         } else {
             if trial {
-                // The next try waits its turn, longer each time.
-                state.stall_seen = Some(now);
-                state.stall_tries += 1;
+                state.stall_tried(now);
             }
             state.hedges += 1;
             target
@@ -1358,9 +1372,9 @@ impl ServerPool {
         let mut state = self.shared.state.lock().unwrap();
         let now = Instant::now();
         let target = copy_target(&state, server, skip);
-        let trial = state.shared_stall && stall_trial_due(state.stall_seen, state.stall_tries, now);
+        let trial = state.stall_trial(now);
         if state.shared_stall && !trial {
-            return (None, stall_trial_at(state.stall_seen, state.stall_tries));
+            return (None, state.stall_trial_at());
         }
         if let Some(excused) = state.busy(&server.address, sent, now) {
             return (None, Some(excused));
@@ -1375,8 +1389,7 @@ impl ServerPool {
         }
         state.budget.spend();
         if trial {
-            state.stall_seen = Some(now);
-            state.stall_tries += 1;
+            state.stall_tried(now);
         }
         state.hedges += 1;
         (target, None)
