@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::args::{DbArg, DbKind, DistanceArgs, ServersArg};
+use crate::measure::interrupt::Interrupt;
 use crate::measure::plot::{self, SweepPoint};
 use crate::measure::{self, RunPlan, Target};
 
@@ -84,6 +85,7 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     measure::init_tracing();
     let runtime = tokio::runtime::Runtime::new()?;
+    let interrupt = Interrupt::watch(&runtime)?;
     let local = args.servers.servers.is_empty();
     args.distance.ensure_local(local)?;
     if !local {
@@ -105,6 +107,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         )?))),
         false => None,
     };
+    interrupt.check()?;
     let target = match &cluster {
         // A local cluster started with --server-arg=--tls-cert=… is
         // reached over TLS too.
@@ -129,10 +132,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         plan.floor_samples = args.floor_samples;
         plan.workload.predict = args.predict;
         runtime
-            .block_on(measure::run_measured(&plan, &target, None))
+            .block_on(interrupt.or_signal(measure::run_measured(&plan, &target, None)))
             .and_then(|summary| measure::conclude(&summary, &plan.out))
     } else {
-        sweep(&args, &runtime, &target)
+        sweep(&args, &runtime, &target, &interrupt)
     };
     drop(runtime);
     drop(cluster);
@@ -180,6 +183,7 @@ fn sweep(
     args: &BenchArgs,
     runtime: &tokio::runtime::Runtime,
     target: &Target,
+    interrupt: &Interrupt,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let mut rows = Vec::new();
@@ -199,7 +203,8 @@ fn sweep(
         )?;
         plan.floor_samples = args.floor_samples;
         eprintln!("sweep: {games} games ({} clients)…", games * 4);
-        let summary = runtime.block_on(measure::run_measured(&plan, target, None))?;
+        let summary =
+            runtime.block_on(interrupt.or_signal(measure::run_measured(&plan, target, None)))?;
         measure::conclude(&summary, &out)?;
         rows.push(SweepRow {
             games,

@@ -54,6 +54,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
 use crate::measure::faults::{FaultEvent, FaultKind};
+use crate::measure::interrupt::Interrupt;
 use crate::measure::record::{RunClock, duration_us};
 use crate::measure::{self, Injector, RunPlan, Target};
 use crate::shutdown::Shutdown;
@@ -255,6 +256,8 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         server_args.push(format!("--slow-mode-ms={}", args.slow_ms));
     }
     let database_proxy = args.database_proxy || args.fault.iter().any(|k| k.needs_database_proxy());
+    let runtime = tokio::runtime::Runtime::new()?;
+    let interrupt = Interrupt::watch(&runtime)?;
     let cluster = measure::start_cluster(
         args.servers,
         args.db.db,
@@ -264,6 +267,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         args.distance.links(),
         &args.out.join("logs"),
     )?;
+    interrupt.check()?;
     let cluster = Arc::new(Mutex::new(cluster));
     let target = Target::of_cluster(&cluster);
     let injector: Injector = {
@@ -277,8 +281,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
             tokio::spawn(inject(cluster, schedule, kinds, timing, seed, clock, stop))
         })
     };
-    let runtime = tokio::runtime::Runtime::new()?;
-    let summary = runtime.block_on(measure::run_measured(&plan, &target, Some(injector)));
+    let summary = runtime.block_on(interrupt.or_signal(measure::run_measured(
+        &plan,
+        &target,
+        Some(injector),
+    )));
     drop(runtime);
     drop(cluster);
     let summary = summary?;

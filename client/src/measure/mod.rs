@@ -23,6 +23,7 @@
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
 //! - [`plot`]: `ecdf.svg` and `rtt.svg`.
 //! - [`floors`]: the bare gRPC ping and bare PostgreSQL transaction floors.
+//! - [`interrupt`]: Ctrl-C or SIGTERM stops a run and the cluster it started.
 //! - [`workload`]: the headless clients.
 //! - [`invariants`]: what must hold after every run.
 //! - [`faults`]: the kinds of fault and the record of each injected one.
@@ -35,6 +36,7 @@ pub mod dbcost;
 pub mod distance;
 pub mod faults;
 pub mod floors;
+pub mod interrupt;
 pub mod invariants;
 pub mod machine;
 pub mod pgview;
@@ -102,7 +104,28 @@ pub fn start_cluster(
         },
         ..ClusterConfig::temporary(servers)
     };
-    LocalCluster::start(config, |step| eprintln!("{step}")).context("starting a local cluster")
+    let cluster = LocalCluster::start(config, |step| eprintln!("{step}"))
+        .context("starting a local cluster")?;
+    eprintln!("{}", describe_cluster(&cluster));
+    Ok(cluster)
+}
+
+/// What a local cluster runs, by address and PID: to look at it (psql, a
+/// server's metrics) while a run goes on, or to find what is left of it.
+fn describe_cluster(cluster: &LocalCluster) -> String {
+    let pids = |pids: Vec<u32>| {
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!(
+        "local cluster: database {} (pid {}); servers {} (pid {})",
+        cluster.database_url(),
+        pids(cluster.database_pids()),
+        cluster.addresses().join(" "),
+        pids(cluster.pids()),
+    )
 }
 
 /// What a measured run does.
