@@ -201,3 +201,89 @@ async fn with_every_server_down_a_call_waits_says_so_and_goes_on_when_one_is_bac
     assert_eq!(info.server, cluster.addresses()[0]);
     assert!(!pool.status().waiting_for_server);
 }
+
+/// One player of a game loses its way to the game's server (its own path
+/// to it is cut; the other three still reach it) and fails over to
+/// another. Once the path is back and the server has settled in its pool,
+/// its calls go back to the game's server: the four players meet in one
+/// server again instead of racing for the game's row from two for the rest
+/// of the game. Every act is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_that_lost_its_games_server_goes_back_to_it() {
+    use borbaman_client::pool::{PoolConfig, ServerPool};
+    use borbaman_client::session::{GameSession, new_token};
+    use borbaman_cluster::proxy::TcpProxy;
+
+    let cluster = common::cluster(3);
+    let db = common::database(&cluster).await;
+    // The lone player reaches every server through a proxy of its own.
+    let proxies: Vec<(String, TcpProxy)> = cluster
+        .addresses()
+        .into_iter()
+        .map(|address| {
+            let proxy = TcpProxy::start(&address).expect("a proxy");
+            (address, proxy)
+        })
+        .collect();
+    let three = ServerPool::connect(&cluster.addresses(), PoolConfig::default())
+        .await
+        .expect("the three connect");
+    let lone = ServerPool::connect(
+        &cluster.addresses(),
+        PoolConfig {
+            dial: proxies
+                .iter()
+                .map(|(address, proxy)| (address.clone(), proxy.address().to_string()))
+                .collect(),
+            ..PoolConfig::default()
+        },
+    )
+    .await
+    .expect("the lone player connects through its proxies");
+    let mut players = Vec::new();
+    for (n, pool) in [&three, &three, &three, &lone].into_iter().enumerate() {
+        let (session, _) = GameSession::join(pool, &format!("back{n}"), new_token())
+            .await
+            .expect("join");
+        players.push(session);
+    }
+    assert!(players.iter().all(|p| p.game_id() == players[0].game_id()));
+    let mut lone_player = players.pop().unwrap();
+    for player in players.iter_mut().chain([&mut lone_player]) {
+        player.act(Action::Idle).await.expect("an act");
+    }
+    let home = three.status().current.expect("the three's server");
+    assert_eq!(lone.status().current.as_deref(), Some(home.as_str()));
+
+    // Cut: the lone player's next act is answered by another server.
+    let proxy = &proxies.iter().find(|(a, _)| *a == home).unwrap().1;
+    proxy.cut();
+    let (_, info) = lone_player.act(Action::Idle).await.expect("failed over");
+    assert_ne!(info.server, home, "{info:?}");
+    proxy.heal();
+
+    // Healed: it goes back within its pool's reconnect and settling (the
+    // others play on meanwhile).
+    let back = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (_, info) = lone_player.act(Action::Idle).await.expect("an act");
+            for player in players.iter_mut() {
+                player.act(Action::Idle).await.expect("an act");
+            }
+            if info.server == home && !info.hedge_won {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        back.is_ok(),
+        "the lone player stayed on {:?}, not the game's server {home}",
+        lone.status().current
+    );
+    assert_eq!(lone.status().current.as_deref(), Some(home.as_str()));
+    let seq = lone_player.next_seq() as i64 - 1;
+    let applied = common::applied_seqs(&db, lone_player.game_id(), lone_player.seat()).await;
+    assert_eq!(applied, (1..=seq).collect::<Vec<_>>());
+}

@@ -73,8 +73,8 @@ use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
     Suspicion, at_deadline, busy_excused_until, copy_answer_ends_stall, copy_when_silent,
-    late_copy_is_shared_stall, probe_verdict, should_hedge, silent_after, stall_trial_at,
-    stall_trial_due, when_late, win_moves_calls,
+    game_server, late_copy_is_shared_stall, probe_verdict, should_hedge, silent_after,
+    stall_trial_at, stall_trial_due, when_late, win_moves_calls,
 };
 pub use rtt::ServerTiming;
 
@@ -463,6 +463,10 @@ impl State {
 struct Server {
     address: String,
     channel: Channel,
+    /// Since when this pool has held it live (connected and answering its
+    /// health check): a running game goes back to it only once it has
+    /// settled (`decide::game_server`).
+    live_since: Instant,
     /// Set when the server is dropped (dead, hung, failed its health
     /// check): every attempt in flight on it leaves at once, without
     /// waiting for a deadline or a probe of its own.
@@ -474,6 +478,7 @@ impl Server {
         Server {
             address,
             channel,
+            live_since: Instant::now(),
             down: Arc::new(watch::Sender::new(false)),
         }
     }
@@ -1106,50 +1111,44 @@ impl ServerPool {
     }
 
     /// The current server, or a live one not in `avoid` (which then becomes
-    /// current): the game's choice, else one at random. `None` when no such
-    /// server is live.
+    /// current): in a game, the game's choice once it has settled (see
+    /// [`game_server`]), else one at random. `None` when no such server is
+    /// live.
     fn current_server(&self, avoid: &HashSet<String>) -> Option<Server> {
         let mut state = self.shared.state.lock().unwrap();
-        let current_usable = state.current.as_ref().is_some_and(|current| {
-            !avoid.contains(current) && state.servers.iter().any(|s| &s.address == current)
-        });
         let now = Instant::now();
-        // A server that lost a hedge race has cooled off: the game's choice
-        // is made again (it may be that server again).
-        let cooled = state.cooling.iter().any(|(_, until)| *until <= now);
         state.cooling.retain(|(_, until)| *until > now);
+        let current = state.current.as_ref().and_then(|current| {
+            (!avoid.contains(current))
+                .then(|| state.servers.iter().position(|s| &s.address == current))
+                .flatten()
+        });
         let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
         let i = match state.game {
-            // The current server serves as long as it serves well: a server
-            // that joins the cluster (cold, its connections still opening)
-            // takes no running game over.
-            _ if current_usable && !cooled => {
-                let current = state.current.as_deref();
-                state
-                    .servers
-                    .iter()
-                    .position(|s| Some(s.address.as_str()) == current)?
-            }
             Some(game) => {
                 // The game's server, unless it is cooling off after losing a
-                // hedge race (then the next choice, the same for every
-                // player).
-                let mut skip = avoid.clone();
-                skip.extend(state.cooling.iter().map(|(address, _)| address.clone()));
-                pick_for_game(&addresses, &skip, game)
-                    .or_else(|| pick_for_game(&addresses, avoid, game))?
+                // hedge race or refusing a call (then the next choice, the
+                // same for every player).
+                let choice = if state.cooling.is_empty() {
+                    pick_for_game(&addresses, avoid, game)
+                } else {
+                    let mut skip = avoid.clone();
+                    skip.extend(state.cooling.iter().map(|(address, _)| address.clone()));
+                    pick_for_game(&addresses, &skip, game)
+                        .or_else(|| pick_for_game(&addresses, avoid, game))
+                };
+                let live_for = choice
+                    .map(|c| now.saturating_duration_since(state.servers[c].live_since))
+                    .unwrap_or_default();
+                game_server(current, choice, live_for)?
             }
-            None if current_usable => {
-                let current = state.current.as_deref();
-                state
-                    .servers
-                    .iter()
-                    .position(|s| Some(s.address.as_str()) == current)?
-            }
-            None => pick(&addresses, avoid, &mut rand::rng())?,
+            None => match current {
+                Some(current) => current,
+                None => pick(&addresses, avoid, &mut rand::rng())?,
+            },
         };
         let server = state.servers[i].clone();
-        if !current_usable
+        if current.is_none()
             && state.current.is_some()
             && state.current.as_deref() != Some(&server.address)
         {
@@ -1573,6 +1572,13 @@ impl ServerPool {
         if state.current.as_deref() == Some(address) {
             state.current = None;
             state.failovers += 1;
+        }
+        if state.game.is_some() {
+            // The game's calls go back to it after a cool-off, not at the
+            // next call (a server cut off the database refuses every one).
+            let until = Instant::now() + SLOW_COOL_OFF;
+            state.cooling.retain(|(left, _)| left != address);
+            state.cooling.push((address.to_string(), until));
         }
     }
 

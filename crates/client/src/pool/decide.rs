@@ -260,6 +260,42 @@ pub fn win_moves_calls(
     })
 }
 
+/// How long a server must have been live in a pool before a running
+/// game's calls go back to it ([`game_server`]): a server just
+/// (re)connected (started, resumed from a hang, healed) has passed one
+/// health check at most, and its connections are still cold.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// Which server a player's calls go to, by index among the live servers:
+/// `current`, the server they go to now (if it is live and usable), or the
+/// game's `choice` (the same for every player of the game: rendezvous
+/// hashing over the live servers that are not cooling off), live in this
+/// pool for `choice_live_for`. A player goes back to the game's choice
+/// once that server has been live for [`SETTLE`]; until then (and when
+/// there is no choice) it stays where its calls go.
+///
+/// Without the return, a player that left its game's server (a failover,
+/// a copy's second win, a server that seemed dead during a cold start)
+/// stayed wherever it went for as long as that server served: the players
+/// of one game on two servers for the rest of the game, their commits
+/// racing for the game's row on both (a fault-free bench had three of its
+/// four games split so from its first two seconds to its end), and after
+/// kills every game stayed on the server it fled to, none on the
+/// replacement.
+pub fn game_server(
+    current: Option<usize>,
+    choice: Option<usize>,
+    choice_live_for: Duration,
+) -> Option<usize> {
+    match (current, choice) {
+        (Some(current), Some(choice)) if choice != current && choice_live_for >= SETTLE => {
+            Some(choice)
+        }
+        (Some(current), _) => Some(current),
+        (None, choice) => choice,
+    }
+}
+
 /// A hedged copy of the attempt, if one was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Copy {
@@ -1160,5 +1196,22 @@ mod tests {
             CallPlan::default().exhausted(&[], false, &mut rng),
             Pause::WaitForServer
         );
+    }
+
+    #[test]
+    fn a_player_goes_back_to_its_games_server_once_that_server_has_settled() {
+        // Elsewhere, the game's server live long enough: back to it.
+        assert_eq!(game_server(Some(1), Some(0), SETTLE), Some(0));
+        // Just (re)connected: stay where the calls go.
+        assert_eq!(
+            game_server(Some(1), Some(0), SETTLE - Duration::from_millis(1)),
+            Some(1)
+        );
+        // Already there, or no choice (every live server cooling off).
+        assert_eq!(game_server(Some(0), Some(0), Duration::ZERO), Some(0));
+        assert_eq!(game_server(Some(2), None, SETTLE), Some(2));
+        // No usable current server: the game's choice, settled or not.
+        assert_eq!(game_server(None, Some(1), Duration::ZERO), Some(1));
+        assert_eq!(game_server(None, None, SETTLE), None);
     }
 }
