@@ -359,8 +359,8 @@ struct State {
     /// The game this client plays, if any: its server is chosen by
     /// [`pick_for_game`], so all its players share one.
     game: Option<u64>,
-    /// Servers that lost a hedge race, left out of the game's choice until
-    /// the time given.
+    /// Servers that lost a hedge race or were left, kept out of the game's
+    /// choice until the time given ([`State::cool_off`]).
     cooling: Vec<(String, Instant)>,
     /// The server a copy last beat without moving calls away from it, and
     /// when ([`win_moves_calls`]); forgotten once it answers a call in time.
@@ -393,6 +393,16 @@ struct Suspect {
 }
 
 impl State {
+    /// In a game, keeps `address` out of the game's choice for
+    /// [`SLOW_COOL_OFF`]; then the game's calls go back to it.
+    fn cool_off(&mut self, address: &str) {
+        if self.game.is_some() {
+            let until = Instant::now() + SLOW_COOL_OFF;
+            self.cooling.retain(|(cooling, _)| cooling != address);
+            self.cooling.push((address.to_string(), until));
+        }
+    }
+
     /// If `address` said lately that it queues calls for the database:
     /// until when that excuses the lateness of a call on it sent at `sent`
     /// ([`busy_excused_until`]). `None` when nothing excuses it now.
@@ -1558,11 +1568,7 @@ impl ServerPool {
         if state.servers.iter().any(|s| s.address == winner) {
             state.current = Some(winner.to_string());
         }
-        if state.game.is_some() {
-            let until = Instant::now() + SLOW_COOL_OFF;
-            state.cooling.retain(|(address, _)| address != slow);
-            state.cooling.push((slow.to_string(), until));
-        }
+        state.cool_off(slow);
     }
 
     /// Moves calls away from `address` (it cannot serve them now) without
@@ -1573,13 +1579,9 @@ impl ServerPool {
             state.current = None;
             state.failovers += 1;
         }
-        if state.game.is_some() {
-            // The game's calls go back to it after a cool-off, not at the
-            // next call (a server cut off the database refuses every one).
-            let until = Instant::now() + SLOW_COOL_OFF;
-            state.cooling.retain(|(left, _)| left != address);
-            state.cooling.push((address.to_string(), until));
-        }
+        // The game's calls go back to it after a cool-off, not at the next
+        // call (a server cut off the database refuses every one).
+        state.cool_off(address);
     }
 
     fn set_database_unavailable(&self, unavailable: bool) {
