@@ -53,7 +53,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
@@ -72,8 +72,8 @@ use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    Suspicion, at_deadline, busy_excused_until, copy_answer_ends_stall, copy_when_silent,
-    game_server, late_copy_is_shared_stall, probe_verdict, should_hedge, silent_after,
+    SETTLE, Suspicion, at_deadline, busy_excused_until, copy_answer_ends_stall, copy_when_silent,
+    game_server, late_copy_is_shared_stall, on_the_beat, probe_verdict, should_hedge, silent_after,
     stall_trial_at, stall_trial_due, when_late, win_moves_calls,
 };
 pub use rtt::ServerTiming;
@@ -394,10 +394,12 @@ struct Suspect {
 
 impl State {
     /// In a game, keeps `address` out of the game's choice for
-    /// [`SLOW_COOL_OFF`]; then the game's calls go back to it.
+    /// [`SLOW_COOL_OFF`], to the next beat of the wall clock
+    /// (`decide::BEAT`), so a game's players go back to it together; then
+    /// the game's calls go back to it.
     fn cool_off(&mut self, address: &str) {
         if self.game.is_some() {
-            let until = Instant::now() + SLOW_COOL_OFF;
+            let until = on_the_beat_after(SLOW_COOL_OFF);
             self.cooling.retain(|(cooling, _)| cooling != address);
             self.cooling.push((address.to_string(), until));
         }
@@ -473,14 +475,23 @@ impl State {
 struct Server {
     address: String,
     channel: Channel,
-    /// Since when this pool has held it live (connected and answering its
-    /// health check): a running game goes back to it only once it has
-    /// settled (`decide::game_server`).
-    live_since: Instant,
+    /// When it will have been live in this pool (connected and answering
+    /// its health check) for `decide::SETTLE`, on the next beat: a running
+    /// game goes back to it only from then on (`decide::game_server`).
+    settled_at: Instant,
     /// Set when the server is dropped (dead, hung, failed its health
     /// check): every attempt in flight on it leaves at once, without
     /// waiting for a deadline or a probe of its own.
     down: Arc<watch::Sender<bool>>,
+}
+
+/// The moment `wait` from now, put off to the next beat of the wall clock
+/// (`decide::BEAT`), which the pools of a game's players share.
+fn on_the_beat_after(wait: Duration) -> Instant {
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Instant::now() + on_the_beat(wall, wait)
 }
 
 impl Server {
@@ -488,7 +499,7 @@ impl Server {
         Server {
             address,
             channel,
-            live_since: Instant::now(),
+            settled_at: on_the_beat_after(SETTLE),
             down: Arc::new(watch::Sender::new(false)),
         }
     }
@@ -1147,10 +1158,8 @@ impl ServerPool {
                     pick_for_game(&addresses, &skip, game)
                         .or_else(|| pick_for_game(&addresses, avoid, game))
                 };
-                let live_for = choice
-                    .map(|c| now.saturating_duration_since(state.servers[c].live_since))
-                    .unwrap_or_default();
-                game_server(current, choice, live_for)?
+                let settled = choice.is_some_and(|c| state.servers[c].settled_at <= now);
+                game_server(current, choice, settled)?
             }
             None => match current {
                 Some(current) => current,

@@ -266,13 +266,38 @@ pub fn win_moves_calls(
 /// health check at most, and its connections are still cold.
 pub const SETTLE: Duration = Duration::from_secs(1);
 
+/// The beat of the wall clock on which the players of a game go back to
+/// its server: a server settles, and a server left cools off, at the first
+/// multiple of this (since the Unix epoch) past its own wait
+/// ([`on_the_beat`]).
+///
+/// Each player's pool learns of a fault on its own: the four players of a
+/// game leave their server up to a call interval apart (50 ms at 20 Hz),
+/// and a pool sees a server back when its own health check passes. Timed
+/// from those moments, they went back one by one, and for the second or
+/// so in between the game's players were on two servers, their commits
+/// racing for the game's row (after eight `db-partition` heals, 20–30 % of
+/// a run's 100 ms windows had a game split so). On the wall clock's beat,
+/// which every player's machine keeps to within milliseconds, they go back
+/// together; only waits that straddle a beat are a beat apart.
+pub const BEAT: Duration = Duration::from_millis(250);
+
+/// How long from `now` (the wall clock, since the Unix epoch) until the
+/// first multiple of [`BEAT`] at least `wait` away.
+pub fn on_the_beat(now: Duration, wait: Duration) -> Duration {
+    let beat = BEAT.as_nanos();
+    let past = (now + wait).as_nanos() % beat;
+    let to_beat = if past == 0 { 0 } else { beat - past };
+    wait + Duration::from_nanos(u64::try_from(to_beat).unwrap_or(0))
+}
+
 /// Which server a player's calls go to, by index among the live servers:
 /// `current`, the server they go to now (if it is live and usable), or the
 /// game's `choice` (the same for every player of the game: rendezvous
-/// hashing over the live servers that are not cooling off), live in this
-/// pool for `choice_live_for`. A player goes back to the game's choice
-/// once that server has been live for [`SETTLE`]; until then (and when
-/// there is no choice) it stays where its calls go.
+/// hashing over the live servers that are not cooling off), `settled`
+/// once it has been live in this pool for [`SETTLE`] (to the next
+/// [`BEAT`]). A player goes back to the game's choice once it has settled;
+/// until then (and when there is no choice) it stays where its calls go.
 ///
 /// Without the return, a player that left its game's server (a failover,
 /// a copy's second win, a server that seemed dead during a cold start)
@@ -282,15 +307,9 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// four games split so from its first two seconds to its end), and after
 /// kills every game stayed on the server it fled to, none on the
 /// replacement.
-pub fn game_server(
-    current: Option<usize>,
-    choice: Option<usize>,
-    choice_live_for: Duration,
-) -> Option<usize> {
+pub fn game_server(current: Option<usize>, choice: Option<usize>, settled: bool) -> Option<usize> {
     match (current, choice) {
-        (Some(current), Some(choice)) if choice != current && choice_live_for >= SETTLE => {
-            Some(choice)
-        }
+        (Some(current), Some(choice)) if choice != current && settled => Some(choice),
         (Some(current), _) => Some(current),
         (None, choice) => choice,
     }
@@ -1200,18 +1219,36 @@ mod tests {
 
     #[test]
     fn a_player_goes_back_to_its_games_server_once_that_server_has_settled() {
-        // Elsewhere, the game's server live long enough: back to it.
-        assert_eq!(game_server(Some(1), Some(0), SETTLE), Some(0));
+        // Elsewhere, the game's server settled: back to it.
+        assert_eq!(game_server(Some(1), Some(0), true), Some(0));
         // Just (re)connected: stay where the calls go.
-        assert_eq!(
-            game_server(Some(1), Some(0), SETTLE - Duration::from_millis(1)),
-            Some(1)
-        );
+        assert_eq!(game_server(Some(1), Some(0), false), Some(1));
         // Already there, or no choice (every live server cooling off).
-        assert_eq!(game_server(Some(0), Some(0), Duration::ZERO), Some(0));
-        assert_eq!(game_server(Some(2), None, SETTLE), Some(2));
+        assert_eq!(game_server(Some(0), Some(0), false), Some(0));
+        assert_eq!(game_server(Some(2), None, true), Some(2));
         // No usable current server: the game's choice, settled or not.
-        assert_eq!(game_server(None, Some(1), Duration::ZERO), Some(1));
-        assert_eq!(game_server(None, None, SETTLE), None);
+        assert_eq!(game_server(None, Some(1), false), Some(1));
+        assert_eq!(game_server(None, None, true), None);
+    }
+
+    #[test]
+    fn players_that_left_a_server_apart_go_back_on_one_beat() {
+        let ms = Duration::from_millis;
+        let epoch = Duration::from_secs(1_700_000_000);
+        // Four players of a game leave a server within 50 ms, each to wait
+        // a second: all go back at the same moment of the wall clock.
+        let back: Vec<Duration> = [10, 25, 40, 60]
+            .into_iter()
+            .map(|left| epoch + ms(left) + on_the_beat(epoch + ms(left), SETTLE))
+            .collect();
+        assert!(back.iter().all(|at| *at == epoch + ms(1250)), "{back:?}");
+        // Never sooner than the wait, at most a beat later.
+        for left in [0, 1, 249, 250, 251, 999] {
+            let wait = on_the_beat(epoch + ms(left), SETTLE);
+            assert!(wait >= SETTLE && wait < SETTLE + BEAT, "{left}: {wait:?}");
+            assert_eq!((epoch + ms(left) + wait).as_nanos() % BEAT.as_nanos(), 0);
+        }
+        // On a beat already: no more than the wait.
+        assert_eq!(on_the_beat(epoch, SETTLE), SETTLE);
     }
 }
