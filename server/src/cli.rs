@@ -293,6 +293,17 @@ pub struct ServerArgs {
     /// RUST_LOG=info,borbaman_server::calls=debug shows them.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "BORBAMAN_LOG_FORMAT")]
     pub log_format: LogFormat,
+    /// Threads that serve calls (default: one per core). A server alone on
+    /// its machine wants the default; several servers sharing a machine
+    /// with PostgreSQL (the local cluster starts its servers with 1) waste
+    /// CPU handing calls between threads that wait for the same cores.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "BORBAMAN_WORKER_THREADS",
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    pub worker_threads: Option<u16>,
 }
 
 /// How the server writes its log.
@@ -409,9 +420,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         Ok(limit) => tracing::info!(open_files = limit, "open files limit"),
         Err(err) => tracing::warn!(error = %err, "cannot raise the open files limit"),
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.worker_threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let runtime = runtime.enable_all().build()?;
     runtime.block_on(async {
         let config = args.config();
         // Before the ready line: a launcher may signal as soon as it reads
