@@ -845,10 +845,15 @@ impl Drop for LocalCluster {
 /// `--log-format=json` unless `args` chooses a format: logs in a cluster's
 /// log directory are read by machines more often than by people.
 fn json_logs_unless_set(args: &[String]) -> Option<&'static str> {
-    let set = args
-        .iter()
-        .any(|a| a == "--log-format" || a.starts_with("--log-format="));
-    (!set).then_some("--log-format=json")
+    (!sets(args, "--log-format")).then_some("--log-format=json")
+}
+
+/// Whether `args` gives `flag` (as `--flag value` or `--flag=value`).
+fn sets(args: &[String], flag: &str) -> bool {
+    args.iter().any(|a| {
+        a.strip_prefix(flag)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+    })
 }
 
 /// `--worker-threads=1` unless `args` sets the count: the local cluster's
@@ -858,10 +863,7 @@ fn json_logs_unless_set(args: &[String]) -> Option<&'static str> {
 /// pairs of runs of six (`docs/scaling.md`, "One worker thread a
 /// server").
 fn one_worker_unless_set(args: &[String]) -> Option<&'static str> {
-    let set = args
-        .iter()
-        .any(|a| a == "--worker-threads" || a.starts_with("--worker-threads="));
-    (!set).then_some("--worker-threads=1")
+    (!sets(args, "--worker-threads")).then_some("--worker-threads=1")
 }
 
 /// `--db-warm-up-pace-ms=0` unless `args` sets the pace: for the servers of
@@ -873,10 +875,7 @@ fn one_worker_unless_set(args: &[String]) -> Option<&'static str> {
 /// starts. The connections are opened and planned all the same.
 pub fn no_warm_up_pace_unless_set(args: &[String]) -> Vec<String> {
     const PACE: &str = "--db-warm-up-pace-ms";
-    let set = args
-        .iter()
-        .any(|a| a == PACE || a.starts_with(&format!("{PACE}=")));
-    if set {
+    if sets(args, PACE) {
         Vec::new()
     } else {
         vec![format!("{PACE}=0")]
@@ -898,11 +897,7 @@ pub fn unlimited_unless_set(args: &[String]) -> Vec<String> {
     ];
     LIMITS
         .iter()
-        .filter(|flag| {
-            !args
-                .iter()
-                .any(|a| a == *flag || a.starts_with(&format!("{flag}=")))
-        })
+        .filter(|flag| !sets(args, flag))
         .map(|flag| format!("{flag}=0"))
         .collect()
 }
