@@ -293,10 +293,9 @@ pub struct ServerArgs {
     /// RUST_LOG=info,borbaman_server::calls=debug shows them.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "BORBAMAN_LOG_FORMAT")]
     pub log_format: LogFormat,
-    /// Threads that serve calls (default: one per core). A server alone on
-    /// its machine wants the default; several servers sharing a machine
-    /// with PostgreSQL (the local cluster starts its servers with 1) waste
-    /// CPU handing calls between threads that wait for the same cores.
+    /// Threads that serve calls (default: one per core). One per core
+    /// served more calls a second than one a server even with three
+    /// servers and PostgreSQL sharing two cores (`docs/scaling.md`).
     #[arg(
         long,
         value_name = "N",

@@ -747,7 +747,6 @@ impl LocalCluster {
             .args(&self.server_args)
             .args(unlimited_unless_set(&self.server_args))
             .args(json_logs_unless_set(&self.server_args))
-            .args(one_worker_unless_set(&self.server_args))
             .env_remove("DATABASE_URL")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -856,16 +855,6 @@ fn sets(args: &[String], flag: &str) -> bool {
     })
 }
 
-/// `--worker-threads=1` unless `args` sets the count: the local cluster's
-/// servers share the machine with each other, PostgreSQL and the clients.
-/// With one worker each instead of one per core, a closed-loop bench on
-/// two cores spent less of the bench's and servers' CPU a call in five
-/// pairs of runs of six (`docs/scaling.md`, "One worker thread a
-/// server").
-fn one_worker_unless_set(args: &[String]) -> Option<&'static str> {
-    (!sets(args, "--worker-threads")).then_some("--worker-threads=1")
-}
-
 /// `--db-warm-up-pace-ms=0` unless `args` sets the pace: for the servers of
 /// the end-to-end tests. The pace spreads a starting server's standing
 /// connections over ~0.2 s so that the calls of the servers already
@@ -918,21 +907,6 @@ mod tests {
             args(&["--db-warm-up-pace-ms", "25"]),
         ] {
             assert!(no_warm_up_pace_unless_set(&set).is_empty(), "{set:?}");
-        }
-    }
-
-    #[test]
-    fn servers_get_one_worker_unless_the_args_set_a_count() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            one_worker_unless_set(&args(&["--round-ms=1000"])),
-            Some("--worker-threads=1")
-        );
-        for set in [
-            args(&["--worker-threads=2"]),
-            args(&["--worker-threads", "2"]),
-        ] {
-            assert_eq!(one_worker_unless_set(&set), None, "{set:?}");
         }
     }
 }
