@@ -574,6 +574,16 @@ mod tests {
     }
 
     #[test]
+    fn worker_threads_are_tokios_default_unless_a_count_is_given() {
+        assert_eq!(parse(&[]).unwrap().worker_threads, None);
+        assert_eq!(
+            parse(&["--worker-threads", "1"]).unwrap().worker_threads,
+            Some(1)
+        );
+        assert!(parse(&["--worker-threads", "0"]).is_err());
+    }
+
+    #[test]
     fn without_patroni_the_url_is_the_database() {
         let args = parse(&[]).unwrap();
         assert!(args.patroni.is_empty());

@@ -274,21 +274,21 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// Each player's pool learns of a fault on its own: the four players of a
 /// game leave their server up to a call interval apart (50 ms at 20 Hz),
 /// and a pool sees a server back when its own health check passes. Timed
-/// from those moments, they went back one by one, and for the second or
-/// so in between the game's players were on two servers, their commits
-/// racing for the game's row (after eight `db-partition` heals, 20–30 % of
-/// a run's 100 ms windows had a game split so). On the wall clock's beat,
-/// which every player's machine keeps to within milliseconds, they go back
-/// together; only waits that straddle a beat are a beat apart.
+/// from those moments, they would go back one by one, the game's players
+/// on two servers in between, their commits racing for the game's row.
+/// On the wall clock's beat, which every player's machine keeps to within
+/// milliseconds, they go back together; only waits that straddle a beat
+/// are a beat apart. (Most games split after a `db-partition` are split
+/// otherwise: one player's copy wins twice and moves it alone, see
+/// `docs/failure-detection.md`.)
 pub const BEAT: Duration = Duration::from_millis(250);
 
 /// How long from `now` (the wall clock, since the Unix epoch) until the
 /// first multiple of [`BEAT`] at least `wait` away.
 pub fn on_the_beat(now: Duration, wait: Duration) -> Duration {
     let beat = BEAT.as_nanos();
-    let past = (now + wait).as_nanos() % beat;
-    let to_beat = if past == 0 { 0 } else { beat - past };
-    wait + Duration::from_nanos(u64::try_from(to_beat).unwrap_or(0))
+    let to_beat = (beat - (now + wait).as_nanos() % beat) % beat;
+    wait + Duration::from_nanos(to_beat as u64)
 }
 
 /// Which server a player's calls go to, by index among the live servers:
