@@ -25,6 +25,15 @@ pub const TIMING_KEY: &str = "borbaman-timing";
 /// calls on a busy server (see the pool's `decide` rules).
 pub const BUSY_KEY: &str = "borbaman-busy";
 
+/// Answer metadata key a server sets on a game call of a running game
+/// whose other connected players have not called it lately: the caller is
+/// alone on this server, its game-mates' calls go to another. A pool that
+/// left its game's server only because copies sent here won twice goes
+/// back to that server (see the pool's `decide::back_when_alone`), so a
+/// moment of slowness does not split a game over two servers. The value
+/// is `1`.
+pub const ALONE_KEY: &str = "borbaman-alone";
+
 /// The least queueing that makes an answer busy: a wait for a connection
 /// shorter than this is a handover between two calls, not a queue.
 pub const BUSY_QUEUED: std::time::Duration = std::time::Duration::from_millis(2);

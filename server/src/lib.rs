@@ -17,6 +17,7 @@
 //! - [`incoming`]: the accept loop: connection limits and back-off.
 //! - [`admission`]: admission control: a bound on calls in flight to the
 //!   database, with priorities; refusals say `server-full`.
+//! - [`company`]: whether a player's game-mates call this server too.
 //! - [`seating`]: join admission by whole games, keyed to measured
 //!   capacity: no new game while the running games are at the limit.
 //! - [`limits`]: call rate limits (acts per session, joins per address).
@@ -30,6 +31,7 @@
 
 pub mod admission;
 pub mod cli;
+pub mod company;
 pub mod error;
 pub mod etcd;
 pub mod health;

@@ -14,16 +14,18 @@ use borbaman_proto::{MAX_INPUTS_PER_ACT, pb};
 use tonic::{Request, Response, Status};
 
 use crate::admission::{Admission, Permit, Priority};
+use crate::company::{Call, Company};
 use crate::error::Error;
 use crate::limits::{CallLimiter, Read};
 use crate::metrics::calls::{note_game, to_the_end};
 use crate::seating::Seats;
 use crate::slow::SlowMode;
-use crate::store::{ActCall, Identity, Input, LeaveCall, Store};
+use crate::store::{ActCall, Identity, Input, LeaveCall, Snapshot, Store};
 use crate::token::{self, JoinToken, SessionKey};
 use crate::wire;
 use borbaman_game::names;
-use borbaman_game::{Action, Arena, SEATS};
+use borbaman_game::{Action, Arena, Phase, SEATS};
+use borbaman_proto::timing::ALONE_KEY;
 
 /// Rankings returned when the request asks for none in particular, and the
 /// most it may ask for.
@@ -50,6 +52,9 @@ pub struct GameService {
     seats: Seats,
     /// Issues and checks session tokens (see [`crate::token`]).
     key: Arc<SessionKey>,
+    /// Which players each game's calls came from here (see
+    /// [`crate::company`]).
+    company: Arc<Company>,
 }
 
 impl GameService {
@@ -70,7 +75,32 @@ impl GameService {
             admission,
             seats,
             key,
+            company: Arc::default(),
         }
+    }
+
+    /// Whether `snapshot`'s game is running and the caller (`token`, in
+    /// `seat` if known; `wrote`: the call wrote the snapshot's version) is
+    /// alone on this server (see [`crate::company`]).
+    fn alone(
+        &self,
+        token: &token::TokenHash,
+        seat: Option<u8>,
+        snapshot: &Snapshot,
+        wrote: bool,
+    ) -> bool {
+        snapshot.state.phase() == Phase::Playing
+            && self.company.called(
+                Call {
+                    game: snapshot.game_id,
+                    token,
+                    seat: seat.map(usize::from),
+                    connected: &snapshot.roster.connected,
+                    version: snapshot.version,
+                    wrote,
+                },
+                Instant::now(),
+            )
     }
 
     /// Refuses a sessionless read over `peer`'s budget.
@@ -195,7 +225,8 @@ impl GameService {
         })
     }
 
-    async fn act(&self, req: pb::ActRequest) -> Result<pb::ActReply, Error> {
+    /// The reply, and whether the caller is alone here ([`Self::alone`]).
+    async fn act(&self, req: pb::ActRequest) -> Result<(pb::ActReply, bool), Error> {
         let (inputs, batch) = check_inputs(&req)?;
         let call = ActCall {
             token_hash: self.key.check(&req.token)?,
@@ -210,7 +241,13 @@ impl GameService {
             ));
         }
         let acted = self.store.act(&call).await?;
-        Ok(pb::ActReply {
+        let alone = self.alone(
+            &call.token_hash,
+            Some(call.seat),
+            &acted.snapshot,
+            acted.applied > 0,
+        );
+        let reply = pb::ActReply {
             seq: acted.seq,
             outcome: acted
                 .outcome
@@ -221,10 +258,12 @@ impl GameService {
             state: Some(acted.snapshot.into_proto()),
             ack: acted.ack,
             applied: acted.applied,
-        })
+        };
+        Ok((reply, alone))
     }
 
-    async fn get_state(&self, req: pb::GetStateRequest) -> Result<pb::StateReply, Error> {
+    /// The reply, and whether the caller is alone here ([`Self::alone`]).
+    async fn get_state(&self, req: pb::GetStateRequest) -> Result<(pb::StateReply, bool), Error> {
         let token_hash = self.key.check(&req.token)?;
         let game_id = check_game_id(req.game_id)?;
         if !self.limiter.allow_state(&token_hash) {
@@ -233,9 +272,11 @@ impl GameService {
             ));
         }
         let snapshot = self.store.state(&token_hash, game_id).await?;
-        Ok(pb::StateReply {
+        let alone = self.alone(&token_hash, None, &snapshot, false);
+        let reply = pb::StateReply {
             state: Some(snapshot.into_proto()),
-        })
+        };
+        Ok((reply, alone))
     }
 
     async fn leave(&self, req: pb::LeaveRequest) -> Result<pb::LeaveReply, Error> {
@@ -364,7 +405,9 @@ impl pb::game_server::Game for GameService {
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
         let game = req.get_ref().game_id;
         let (this, req) = (self.clone(), req.into_inner());
-        self.play(game, async move { this.act(req).await }).await
+        self.play(game, async move { this.act(req).await })
+            .await
+            .map(told_if_alone)
     }
 
     async fn get_state(
@@ -375,6 +418,7 @@ impl pb::game_server::Game for GameService {
         let (this, req) = (self.clone(), req.into_inner());
         self.play(game, async move { this.get_state(req).await })
             .await
+            .map(told_if_alone)
     }
 
     async fn leave(
@@ -416,6 +460,16 @@ fn check_game_id(game_id: u64) -> Result<u64, Error> {
         ));
     }
     Ok(game_id)
+}
+
+/// The reply of a call, its head saying [`ALONE_KEY`] if the caller is
+/// alone on this server.
+fn told_if_alone<T>(response: Response<(T, bool)>) -> Response<T> {
+    let (mut metadata, (reply, alone), extensions) = response.into_parts();
+    if alone {
+        metadata.insert(ALONE_KEY, tonic::metadata::MetadataValue::from_static("1"));
+    }
+    Response::from_parts(metadata, reply, extensions)
 }
 
 fn check_seat(seat: u32) -> Result<u8, Error> {

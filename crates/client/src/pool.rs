@@ -59,7 +59,9 @@ use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use borbaman_proto::reason::retry_pushback;
-use borbaman_proto::timing::{BUSY_KEY, BUSY_QUEUED, ServerTiming as CallTiming, TIMING_KEY};
+use borbaman_proto::timing::{
+    ALONE_KEY, BUSY_KEY, BUSY_QUEUED, ServerTiming as CallTiming, TIMING_KEY,
+};
 use borbaman_shutdown::{Shutdown, Stopper};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -72,9 +74,9 @@ use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    SETTLE, Suspicion, at_deadline, busy_excused_until, copy_answer_ends_stall, copy_when_silent,
-    game_server, late_copy_is_shared_stall, on_the_beat, probe_verdict, should_hedge, silent_after,
-    stall_trial_at, stall_trial_due, when_late, win_moves_calls,
+    SETTLE, Suspicion, at_deadline, back_when_alone, busy_excused_until, copy_answer_ends_stall,
+    copy_when_silent, game_server, late_copy_is_shared_stall, on_the_beat, probe_verdict,
+    should_hedge, silent_after, stall_trial_at, stall_trial_due, when_late, win_moves_calls,
 };
 pub use rtt::ServerTiming;
 
@@ -365,6 +367,13 @@ struct State {
     /// The server a copy last beat without moving calls away from it, and
     /// when ([`win_moves_calls`]); forgotten once it answers a call in time.
     beaten: Option<(String, Instant)>,
+    /// In a game, the game's server the player's calls left only because
+    /// copies beat it twice ([`win_moves_calls`]): they go back to it when
+    /// the server they went to says the player is alone there
+    /// ([`ALONE_KEY`], [`back_when_alone`]).
+    left_on_win: Option<String>,
+    /// When an answer saying the player was alone last sent it back.
+    alone_returned_at: Option<Instant>,
     /// Servers a call went late on, their probe under way: every call in
     /// flight on one shares its probe, its verdict and its token (see
     /// [`Suspicion`]).
@@ -845,6 +854,7 @@ impl ServerPool {
                 result = &mut first, if first_pending => match result {
                     Ok(response) => {
                         self.note_busy(&server.address, response.metadata());
+                        self.note_alone(&server.address, response.metadata());
                         let rtt = started.elapsed();
                         self.record_call(&server.address, started, rtt <= hedge_after);
                         attempt.result = Ok(response);
@@ -873,6 +883,7 @@ impl ServerPool {
                             );
                             self.record_call(&second.address, *copy_started, ends_stall);
                             self.hedge_won(&server.address, &second.address, started);
+                            self.note_alone(&second.address, response.metadata());
                             attempt.result = Ok(response);
                             attempt.answered_by = second.address.clone();
                             attempt.hedge_won = true;
@@ -1123,6 +1134,7 @@ impl ServerPool {
     pub fn set_game(&self, game: Option<u64>) {
         let mut state = self.shared.state.lock().unwrap();
         state.game = game;
+        state.left_on_win = None;
         if let Some(game) = game {
             let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
             if let Some(i) = pick_for_game(&addresses, &HashSet::new(), game) {
@@ -1167,6 +1179,10 @@ impl ServerPool {
             },
         };
         let server = state.servers[i].clone();
+        if state.left_on_win.as_deref() == Some(&server.address) {
+            // Back at the server left on a copy's wins.
+            state.left_on_win = None;
+        }
         if current.is_none()
             && state.current.is_some()
             && state.current.as_deref() != Some(&server.address)
@@ -1193,6 +1209,9 @@ impl ServerPool {
                 return;
             };
             let gone = state.servers.remove(i);
+            if state.left_on_win.as_deref() == Some(address) {
+                state.left_on_win = None;
+            }
             if leave {
                 gone.down.send_replace(true);
             }
@@ -1576,14 +1595,55 @@ impl ServerPool {
         state.beaten = None;
         if state.servers.iter().any(|s| s.address == winner) {
             state.current = Some(winner.to_string());
+            if state.game.is_some() {
+                state.left_on_win = Some(slow.to_string());
+            }
         }
         state.cool_off(slow);
+    }
+
+    /// An answer of `address` said (metadata [`ALONE_KEY`]) the player is
+    /// alone there: its game-mates call another server. If the player's
+    /// calls came here only on a copy's wins, they go back to the game's
+    /// server they left ([`back_when_alone`]).
+    fn note_alone(&self, address: &str, metadata: &tonic::metadata::MetadataMap) {
+        if !metadata.contains_key(ALONE_KEY) {
+            return;
+        }
+        let mut state = self.shared.state.lock().unwrap();
+        let now = Instant::now();
+        if state.game.is_none()
+            || state.current.as_deref() != Some(address)
+            || !back_when_alone(
+                state.left_on_win.as_deref(),
+                address,
+                state.alone_returned_at,
+                now,
+            )
+        {
+            return;
+        }
+        let Some(left) = state.left_on_win.take() else {
+            return;
+        };
+        if state.servers.iter().any(|s| s.address == left) {
+            tracing::debug!(
+                server = left,
+                from = address,
+                "alone here: back to the game's server"
+            );
+            state.cooling.retain(|(cooling, _)| *cooling != left);
+            state.current = Some(left);
+            state.alone_returned_at = Some(now);
+        }
     }
 
     /// Moves calls away from `address` (it cannot serve them now) without
     /// dropping its connection.
     fn leave_current(&self, address: &str) {
         let mut state = self.shared.state.lock().unwrap();
+        // Left for a failure, not a copy's win.
+        state.left_on_win = None;
         if state.current.as_deref() == Some(address) {
             state.current = None;
             state.failovers += 1;

@@ -260,6 +260,31 @@ pub fn win_moves_calls(
     })
 }
 
+/// How soon after an answer that it was alone sent a player back to its
+/// game's server another may ([`back_when_alone`]).
+pub const ALONE_RETURN_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether an answer of `answered_by`, the server a player's calls go to
+/// in a game, saying the player is alone there (`borbaman-alone`: its
+/// game-mates call another server) sends its calls back to `left`: the
+/// game's server it left only because copies sent to `answered_by` beat
+/// it twice ([`win_moves_calls`]), still live. Its game-mates stayed
+/// there, served in time; the two wins were a moment of slowness as often
+/// as a slow server, and a game split over two servers races for its row
+/// until the mover's cool-off ends. At most once in
+/// [`ALONE_RETURN_EVERY`] (`returned_at`: the last such return): a server
+/// slow for this player alone (its own path to it) beats it again, and it
+/// then stays where its calls are answered.
+pub fn back_when_alone(
+    left: Option<&str>,
+    answered_by: &str,
+    returned_at: Option<Instant>,
+    now: Instant,
+) -> bool {
+    left.is_some_and(|left| left != answered_by)
+        && returned_at.is_none_or(|at| now.saturating_duration_since(at) >= ALONE_RETURN_EVERY)
+}
+
 /// How long a server must have been live in a pool before a running
 /// game's calls go back to it ([`game_server`]): a server just
 /// (re)connected (started, resumed from a hang, healed) has passed one
@@ -1229,6 +1254,29 @@ mod tests {
         // No usable current server: the game's choice, settled or not.
         assert_eq!(game_server(None, Some(1), false), Some(1));
         assert_eq!(game_server(None, None, true), None);
+    }
+
+    #[test]
+    fn a_player_moved_by_a_copys_wins_goes_back_when_alone_at_most_every_few_seconds() {
+        let at = Instant::now();
+        assert!(back_when_alone(Some("a"), "b", None, at));
+        assert!(
+            !back_when_alone(None, "b", None, at),
+            "moved for no copy's win"
+        );
+        assert!(!back_when_alone(Some("b"), "b", None, at), "back already");
+        assert!(!back_when_alone(
+            Some("a"),
+            "b",
+            Some(at),
+            at + ALONE_RETURN_EVERY - ms(1)
+        ));
+        assert!(back_when_alone(
+            Some("a"),
+            "b",
+            Some(at),
+            at + ALONE_RETURN_EVERY
+        ));
     }
 
     #[test]
