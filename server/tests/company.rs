@@ -60,7 +60,10 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
         })
         .await
         .expect("a poll elsewhere");
-    assert!(poll.metadata().contains_key(ALONE_KEY), "a poll is told too");
+    assert!(
+        poll.metadata().contains_key(ALONE_KEY),
+        "a poll is told too"
+    );
     let act = at_home
         .act(players[2].act_request(pb::Action::Idle))
         .await
@@ -77,5 +80,8 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
         .await
         .expect("an act at home");
     let act = act_elsewhere(&mut players[3]).await;
-    assert!(!act.metadata().contains_key(ALONE_KEY), "a game-mate is here");
+    assert!(
+        !act.metadata().contains_key(ALONE_KEY),
+        "a game-mate is here"
+    );
 }

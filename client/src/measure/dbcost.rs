@@ -73,8 +73,6 @@ impl DatabaseCost {
     }
 }
 
-/// CPU time used so far by the processes in `roots` and their children,
-/// each with the children it reaped (connections that ended).
 /// CPU time of the processes `roots` and their children (PostgreSQL's
 /// postmaster and its backends; this process and the servers it started),
 /// exited children included.
@@ -103,17 +101,32 @@ pub fn cpu_of(roots: &[u32]) -> Option<Duration> {
     Some(Duration::from_micros(ticks * (1_000_000 / USER_HZ)))
 }
 
+/// CPU time used so far by process `pid` itself: not its children, live
+/// or reaped (the bench without the servers it started).
+pub fn cpu_of_process(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, own, _) = stat_fields(&stat)?;
+    Some(Duration::from_micros(own * (1_000_000 / USER_HZ)))
+}
+
 /// From a `/proc/PID/stat` line: the parent's pid, and utime + stime +
 /// cutime + cstime. The name is in parentheses and may hold spaces, so
 /// fields are counted after the last `)`.
 fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+    let (ppid, own, reaped) = stat_fields(stat)?;
+    Some((ppid, own + reaped))
+}
+
+/// From a `/proc/PID/stat` line: the parent's pid, utime + stime, and
+/// cutime + cstime (children reaped).
+fn stat_fields(stat: &str) -> Option<(u32, u64, u64)> {
     let close = stat.rfind(')')?;
     // After ")": state is field 3, the parent field 4; utime..cstime are
     // fields 14-17.
     let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
     let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
     let ppid = u32::try_from(field(4)?).ok()?;
-    Some((ppid, field(14)? + field(15)? + field(16)? + field(17)?))
+    Some((ppid, field(14)? + field(15)?, field(16)? + field(17)?))
 }
 
 #[cfg(test)]
@@ -125,6 +138,7 @@ mod tests {
         let line = "4242 (postgres: a) b) S 17 4242 4242 0 -1 4194560 500 0 0 0 \
                     120 30 7 3 20 0 1 0 100 0 0";
         assert_eq!(parse_stat(line), Some((17, 160)));
+        assert_eq!(stat_fields(line), Some((17, 150, 10)));
         assert_eq!(parse_stat("4242 (postgres"), None);
     }
 

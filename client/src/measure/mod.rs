@@ -469,8 +469,16 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
                 .map_or("unknown".to_string(), |us| format!("{us} µs")),
         );
     }
-    if let Some(us) = summary.bench_and_servers_cpu_us_per_call {
-        println!("bench and servers per call: {us} µs of CPU");
+    match (
+        summary.bench_and_servers_cpu_us_per_call,
+        summary.bench_cpu_us_per_call,
+    ) {
+        (Some(all), Some(bench)) => println!(
+            "bench and servers per call: {all} µs of CPU (the bench {bench} µs, its servers {:.1} µs)",
+            all - bench
+        ),
+        (Some(all), None) => println!("bench and servers per call: {all} µs of CPU"),
+        _ => {}
     }
     if summary.faults > 0 {
         println!(
@@ -744,8 +752,13 @@ pub async fn run_measured(
         .clone()
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
     let cpu_run = cpu_now();
+    let bench_cpu_run = dbcost::cpu_of_process(std::process::id());
     let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
     let cpu_ran = cpu_now();
+    let bench_cpu = match (bench_cpu_run, dbcost::cpu_of_process(std::process::id())) {
+        (Some(from), Some(to)) => Some(to.saturating_sub(from)),
+        _ => None,
+    };
     let run_others_cores = cpu_run.others_cores(&cpu_ran);
     let run_cpu = cpu_run.ours(&cpu_ran);
     stopper.stop();
@@ -1015,10 +1028,12 @@ pub async fn run_measured(
             records.len() as u64,
         ));
     }
-    if let Some(cpu) = run_cpu.filter(|_| !records.is_empty()) {
-        // Warm-up calls included, as the reading brackets the workload.
-        summary.bench_and_servers_cpu_us_per_call =
-            Some((cpu.as_micros() as f64 / records.len() as f64 * 10.0).round() / 10.0);
+    // Warm-up calls included, as the readings bracket the workload.
+    let per_call =
+        |cpu: Duration| (cpu.as_micros() as f64 / records.len() as f64 * 10.0).round() / 10.0;
+    if !records.is_empty() {
+        summary.bench_and_servers_cpu_us_per_call = run_cpu.map(per_call);
+        summary.bench_cpu_us_per_call = bench_cpu.map(per_call);
     }
     if let Some(report) = invariants {
         summary.lost_actions = report.actions.lost;

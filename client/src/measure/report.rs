@@ -344,6 +344,9 @@ pub struct Summary {
     /// spent per call of the workload, warm-up included: what the game and
     /// its bots take from the cores the database shares.
     pub bench_and_servers_cpu_us_per_call: Option<f64>,
+    /// Of that, this process's own (the bench: its clients' pools, the
+    /// recording), without the servers it started.
+    pub bench_cpu_us_per_call: Option<f64>,
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,
