@@ -134,37 +134,13 @@ fn ms(d: std::time::Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::record::{CallKind, STATUS_OK};
 
     fn act(client: u32, rtt_ms: u64) -> Invocation {
         Invocation {
-            start_us: 10_000_000,
-            client,
-            game: 1,
-            seat: 0,
-            call: CallKind::Act,
             seq: 1,
             server: "s".into(),
-            rtt_us: rtt_ms * 1000,
-            tick_late_us: 0,
-            attempts: 1,
-            failed_over: false,
-            hedges: 0,
-            hedge_won: false,
-            first_failure_us: None,
-            last_attempt_us: None,
-            failure: String::new(),
-            status: STATUS_OK.into(),
             version: 1,
-            replayed: false,
-            warmup: false,
-            backoff_us: 0,
-            answer_sent_us: 0,
-            server_gate_us: None,
-            server_db_us: None,
-            server_cas_retries: None,
-            server_cas_us: None,
-            server_total_us: None,
+            ..crate::measure::record::tests::act(client, 10_000_000, rtt_ms * 1000)
         }
     }
 

@@ -419,10 +419,23 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     if summary.split_games.windows > 0 {
         println!(
             "games split over servers (a game's acts answered by two in one 100 ms window): \
-             {} of {} windows ({:.1}%)",
+             {} of {} windows ({:.1}%){}",
             summary.split_games.split_windows,
             summary.split_games.windows,
             summary.split_games.split_share * 100.0,
+            match summary.split_games.by_last_move.is_empty() {
+                true => String::new(),
+                false => format!(
+                    "; split games' windows by their players' last move: {}",
+                    summary
+                        .split_games
+                        .by_last_move
+                        .iter()
+                        .map(|(why, n)| format!("{why} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
         );
     }
     let a = &summary.attribution;

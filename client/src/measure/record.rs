@@ -93,6 +93,11 @@ pub struct Invocation {
     pub server_cas_us: Option<u64>,
     #[serde(default)]
     pub server_total_us: Option<u64>,
+    /// The call went first to another server than the client's call
+    /// before it, and why (`copy-won`, `left`, `down`, `alone`, `back`,
+    /// `game`: see the pool's `Move`); empty when it did not.
+    #[serde(default)]
+    pub moved: String,
 }
 
 impl Invocation {
@@ -279,6 +284,7 @@ pub(crate) mod tests {
             server_cas_retries: None,
             server_cas_us: None,
             server_total_us: None,
+            moved: String::new(),
         }
     }
 

@@ -207,6 +207,11 @@ pub struct SplitGames {
     /// Of them, those where a game was split.
     pub split_windows: u64,
     pub split_share: f64,
+    /// Each split game's window by the last move of one of its players'
+    /// calls to another server before the window ended (`Invocation::moved`:
+    /// `copy-won`, `down`, `back`, …; `none` when no move was recorded):
+    /// what split the game.
+    pub by_last_move: BTreeMap<String, u64>,
 }
 
 /// The length of a [`SplitGames`] window.
@@ -231,9 +236,32 @@ impl SplitGames {
             .values()
             .filter(|games| games.values().any(|servers| servers.len() > 1))
             .count() as u64;
+        // Each game's moves, in order of the calls that made them.
+        let mut moves: BTreeMap<u64, Vec<(u64, &str)>> = BTreeMap::new();
+        for r in records.iter().filter(|r| !r.moved.is_empty()) {
+            moves
+                .entry(r.game)
+                .or_default()
+                .push((r.start_us, r.moved.as_str()));
+        }
+        moves.values_mut().for_each(|m| m.sort_unstable());
+        let mut by_last_move = BTreeMap::new();
+        for (window, games) in &by_window {
+            let end = (window + 1) * SPLIT_WINDOW_US;
+            for (game, _) in games.iter().filter(|(_, servers)| servers.len() > 1) {
+                let last = moves.get(game).and_then(|m| {
+                    let before = m.partition_point(|(at, _)| *at < end);
+                    before.checked_sub(1).map(|i| m[i].1)
+                });
+                *by_last_move
+                    .entry(last.unwrap_or("none").to_string())
+                    .or_default() += 1;
+            }
+        }
         SplitGames {
             windows,
             split_windows,
+            by_last_move,
             split_share: match windows {
                 0 => 0.0,
                 n => (split_windows as f64 / n as f64 * 1e4).round() / 1e4,
@@ -914,9 +942,13 @@ mod tests {
             // Window 0: both players on one server.
             on(0, 10_000, "a"),
             on(1, 20_000, "a"),
-            // Window 1: the second player's act answered by another.
+            // Window 1: the second player's act answered by another, its
+            // calls moved there after a copy's second win.
             on(0, 110_000, "a"),
-            on(1, 120_000, "b"),
+            Invocation {
+                moved: "copy-won".into(),
+                ..on(1, 120_000, "b")
+            },
             // Window 2: a copy's win elsewhere is a detour, not a split.
             on(0, 210_000, "a"),
             Invocation {
@@ -929,13 +961,21 @@ mod tests {
                 game: 2,
                 ..on(1, 320_000, "b")
             },
+            // Window 4: split again, its last move since a return to the
+            // game's server.
+            Invocation {
+                moved: "back".into(),
+                ..on(1, 405_000, "a")
+            },
+            on(0, 410_000, "c"),
         ];
         assert_eq!(
             SplitGames::new(&records),
             SplitGames {
-                windows: 4,
-                split_windows: 1,
-                split_share: 0.25,
+                windows: 5,
+                split_windows: 2,
+                split_share: 0.4,
+                by_last_move: [("back".into(), 1), ("copy-won".into(), 1)].into(),
             }
         );
         assert_eq!(SplitGames::new(&[]).split_share, 0.0);

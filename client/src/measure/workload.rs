@@ -538,6 +538,10 @@ impl ClientRun {
             server_cas_retries: timing.map(|t| t.cas_retries),
             server_cas_us: timing.map(|t| duration_us(t.cas)),
             server_total_us: timing.and_then(|t| t.total).map(duration_us),
+            moved: info
+                .moved
+                .map(|m| m.as_str().to_string())
+                .unwrap_or_default(),
         });
     }
 
@@ -595,6 +599,7 @@ impl ClientRun {
             server_cas_retries: None,
             server_cas_us: None,
             server_total_us: None,
+            moved: String::new(),
         });
     }
 }

@@ -207,6 +207,44 @@ pub struct CallInfo {
     /// asked for it ([`ServerPool::request`] with
     /// [`PoolConfig::server_timing`]).
     pub server_timing: Option<CallTiming>,
+    /// The call went first to another server than the call before it,
+    /// and why.
+    pub moved: Option<Move>,
+}
+
+/// Why a player's calls went to another server than its last call's
+/// ([`CallInfo::moved`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Move {
+    /// A new game: its players' server ([`ServerPool::set_game`]).
+    Game,
+    /// A copy sent to the server beat the last one twice.
+    CopyWon,
+    /// The last server refused calls or could not commit them, and was
+    /// left for a while.
+    Left,
+    /// The last server was dropped: dead, hung, or failing its health
+    /// check.
+    Down,
+    /// Back where the game's players are: the player was alone on the last
+    /// server (`borbaman-alone`).
+    Alone,
+    /// To the game's choice (a server that settled, a cool-off that
+    /// ended), or any other change.
+    Back,
+}
+
+impl Move {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Move::Game => "game",
+            Move::CopyWon => "copy-won",
+            Move::Left => "left",
+            Move::Down => "down",
+            Move::Alone => "alone",
+            Move::Back => "back",
+        }
+    }
 }
 
 /// One live server's timing, for a HUD or a report.
@@ -374,6 +412,10 @@ struct State {
     left_on_win: Option<String>,
     /// When an answer saying the player was alone last sent it back.
     alone_returned_at: Option<Instant>,
+    /// Where the last call went first, and why the calls last moved
+    /// (taken by the next call that goes elsewhere: [`CallInfo::moved`]).
+    first_server: Option<String>,
+    why_moved: Option<Move>,
     /// Servers a call went late on, their probe under way: every call in
     /// flight on one shares its probe, its verdict and its token (see
     /// [`Suspicion`]).
@@ -402,6 +444,15 @@ struct Suspect {
 }
 
 impl State {
+    /// A call's first attempt goes to `address`: if the last call's went
+    /// elsewhere, why the calls moved ([`Move::Back`] when nothing said).
+    fn went_first_to(&mut self, address: &str) -> Option<Move> {
+        let why = self.why_moved.take();
+        let last = self.first_server.replace(address.to_string());
+        last.is_some_and(|last| last != address)
+            .then(|| why.unwrap_or(Move::Back))
+    }
+
     /// In a game, keeps `address` out of the game's choice for
     /// [`SLOW_COOL_OFF`], to the next beat of the wall clock
     /// (`decide::BEAT`), so a game's players go back to it together; then
@@ -654,6 +705,7 @@ impl ServerPool {
         let mut first_failure = None;
         let mut last_failure = String::new();
         let mut backoff = Duration::ZERO;
+        let mut moved = None;
         self.shared.state.lock().unwrap().budget.earn();
         loop {
             let Some(server) = self.current_server(&plan.skip()) else {
@@ -689,6 +741,13 @@ impl ServerPool {
             attempts += 1;
             if attempts > 1 {
                 self.shared.state.lock().unwrap().retries += 1;
+            } else {
+                moved = self
+                    .shared
+                    .state
+                    .lock()
+                    .unwrap()
+                    .went_first_to(&server.address);
             }
             let attempt_started = Instant::now();
             let attempt = self.attempt(&mut f, &server, &plan, attempt_started).await;
@@ -720,6 +779,7 @@ impl ServerPool {
                         backoff,
                         answer_sent,
                         server_timing,
+                        moved,
                     };
                     return Ok((response.into_inner(), info));
                 }
@@ -1135,6 +1195,7 @@ impl ServerPool {
         let mut state = self.shared.state.lock().unwrap();
         state.game = game;
         state.left_on_win = None;
+        state.why_moved = Some(Move::Game);
         if let Some(game) = game {
             let addresses: Vec<&str> = state.servers.iter().map(|s| s.address.as_str()).collect();
             if let Some(i) = pick_for_game(&addresses, &HashSet::new(), game) {
@@ -1219,6 +1280,7 @@ impl ServerPool {
             if state.current.as_deref() == Some(address) {
                 state.failovers += 1;
                 state.current = None;
+                state.why_moved = Some(Move::Down);
             }
             state.servers.len()
         };
@@ -1595,6 +1657,7 @@ impl ServerPool {
         state.beaten = None;
         if state.servers.iter().any(|s| s.address == winner) {
             state.current = Some(winner.to_string());
+            state.why_moved = Some(Move::CopyWon);
             if state.game.is_some() {
                 state.left_on_win = Some(slow.to_string());
             }
@@ -1634,6 +1697,7 @@ impl ServerPool {
             );
             state.cooling.retain(|(cooling, _)| *cooling != left);
             state.current = Some(left);
+            state.why_moved = Some(Move::Alone);
             state.alone_returned_at = Some(now);
         }
     }
@@ -1647,6 +1711,7 @@ impl ServerPool {
         if state.current.as_deref() == Some(address) {
             state.current = None;
             state.failovers += 1;
+            state.why_moved = Some(Move::Left);
         }
         // The game's calls go back to it after a cool-off, not at the next
         // call (a server cut off the database refuses every one).
@@ -1949,4 +2014,23 @@ async fn sleep_until_before(duration: Duration, deadline: Instant) -> bool {
     }
     tokio::time::sleep(duration).await;
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_that_goes_elsewhere_than_the_last_says_why_the_calls_moved() {
+        let mut state = State::default();
+        assert_eq!(state.went_first_to("a"), None, "the first call");
+        assert_eq!(state.went_first_to("a"), None);
+        state.why_moved = Some(Move::CopyWon);
+        assert_eq!(state.went_first_to("b"), Some(Move::CopyWon));
+        // A reason is told once, and forgotten by a call that did not move.
+        assert_eq!(state.went_first_to("a"), Some(Move::Back), "no reason noted");
+        state.why_moved = Some(Move::Down);
+        assert_eq!(state.went_first_to("a"), None);
+        assert_eq!(state.went_first_to("c"), Some(Move::Back));
+    }
 }
