@@ -34,6 +34,12 @@ pub const BUSY_KEY: &str = "borbaman-busy";
 /// is `1`.
 pub const ALONE_KEY: &str = "borbaman-alone";
 
+/// Request metadata key a client sets on a hedged copy of a call (the
+/// value is `1`): the copy's server does not count it as its player's
+/// calls coming there (see [`ALONE_KEY`]), since the player's calls still
+/// go to another server.
+pub const COPY_KEY: &str = "borbaman-copy";
+
 /// The least queueing that makes an answer busy: a wait for a connection
 /// shorter than this is a handover between two calls, not a queue.
 pub const BUSY_QUEUED: std::time::Duration = std::time::Duration::from_millis(2);

@@ -25,7 +25,7 @@ use crate::token::{self, JoinToken, SessionKey};
 use crate::wire;
 use borbaman_game::names;
 use borbaman_game::{Action, Arena, Phase, SEATS};
-use borbaman_proto::timing::ALONE_KEY;
+use borbaman_proto::timing::{ALONE_KEY, COPY_KEY};
 
 /// Rankings returned when the request asks for none in particular, and the
 /// most it may ask for.
@@ -225,8 +225,9 @@ impl GameService {
         })
     }
 
-    /// The reply, and whether the caller is alone here ([`Self::alone`]).
-    async fn act(&self, req: pb::ActRequest) -> Result<(pb::ActReply, bool), Error> {
+    /// The reply, and whether the caller is alone here ([`Self::alone`];
+    /// a hedged copy, `copy`, is not counted there).
+    async fn act(&self, req: pb::ActRequest, copy: bool) -> Result<(pb::ActReply, bool), Error> {
         let (inputs, batch) = check_inputs(&req)?;
         let call = ActCall {
             token_hash: self.key.check(&req.token)?,
@@ -241,12 +242,13 @@ impl GameService {
             ));
         }
         let acted = self.store.act(&call).await?;
-        let alone = self.alone(
-            &call.token_hash,
-            Some(call.seat),
-            &acted.snapshot,
-            acted.applied > 0,
-        );
+        let alone = !copy
+            && self.alone(
+                &call.token_hash,
+                Some(call.seat),
+                &acted.snapshot,
+                acted.applied > 0,
+            );
         let reply = pb::ActReply {
             seq: acted.seq,
             outcome: acted
@@ -262,8 +264,13 @@ impl GameService {
         Ok((reply, alone))
     }
 
-    /// The reply, and whether the caller is alone here ([`Self::alone`]).
-    async fn get_state(&self, req: pb::GetStateRequest) -> Result<(pb::StateReply, bool), Error> {
+    /// The reply, and whether the caller is alone here ([`Self::alone`];
+    /// a hedged copy, `copy`, is not counted there).
+    async fn get_state(
+        &self,
+        req: pb::GetStateRequest,
+        copy: bool,
+    ) -> Result<(pb::StateReply, bool), Error> {
         let token_hash = self.key.check(&req.token)?;
         let game_id = check_game_id(req.game_id)?;
         if !self.limiter.allow_state(&token_hash) {
@@ -272,7 +279,7 @@ impl GameService {
             ));
         }
         let snapshot = self.store.state(&token_hash, game_id).await?;
-        let alone = self.alone(&token_hash, None, &snapshot, false);
+        let alone = !copy && self.alone(&token_hash, None, &snapshot, false);
         let reply = pb::StateReply {
             state: Some(snapshot.into_proto()),
         };
@@ -404,8 +411,9 @@ impl pb::game_server::Game for GameService {
 
     async fn act(&self, req: Request<pb::ActRequest>) -> Result<Response<pb::ActReply>, Status> {
         let game = req.get_ref().game_id;
+        let copy = req.metadata().contains_key(COPY_KEY);
         let (this, req) = (self.clone(), req.into_inner());
-        self.play(game, async move { this.act(req).await })
+        self.play(game, async move { this.act(req, copy).await })
             .await
             .map(told_if_alone)
     }
@@ -415,8 +423,9 @@ impl pb::game_server::Game for GameService {
         req: Request<pb::GetStateRequest>,
     ) -> Result<Response<pb::StateReply>, Status> {
         let game = req.get_ref().game_id;
+        let copy = req.metadata().contains_key(COPY_KEY);
         let (this, req) = (self.clone(), req.into_inner());
-        self.play(game, async move { this.get_state(req).await })
+        self.play(game, async move { this.get_state(req, copy).await })
             .await
             .map(told_if_alone)
     }

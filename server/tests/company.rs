@@ -1,11 +1,12 @@
 //! A player whose game-mates call another server, which writes the game,
 //! is told it is alone (`borbaman-alone`), on its acts and its state
-//! polls; a player whose game-mates call the same server is not.
+//! polls; a player whose game-mates call the same server is not, and a
+//! game-mate's hedged copy (`borbaman-copy`) is not its calls.
 
 mod common;
 
 use borbaman_proto::pb;
-use borbaman_proto::timing::ALONE_KEY;
+use borbaman_proto::timing::{ALONE_KEY, COPY_KEY};
 use common::*;
 
 #[tokio::test]
@@ -71,6 +72,22 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
     assert!(
         !act.metadata().contains_key(ALONE_KEY),
         "its game-mates called this server a moment ago"
+    );
+
+    // A game-mate's hedged copy sent there is no company: its calls still
+    // go home.
+    let mut copy = tonic::Request::new(players[0].act_request(pb::Action::Idle));
+    copy.metadata_mut()
+        .insert(COPY_KEY, tonic::metadata::MetadataValue::from_static("1"));
+    let copied = elsewhere.act(copy).await.expect("a copy elsewhere");
+    assert!(
+        !copied.metadata().contains_key(ALONE_KEY),
+        "a copy is not told"
+    );
+    let act = act_elsewhere(&mut players[3]).await;
+    assert!(
+        act.metadata().contains_key(ALONE_KEY),
+        "a game-mate's copy is not its calls"
     );
 
     // A game-mate follows it: it is not alone there any more.

@@ -49,6 +49,7 @@ mod choice;
 mod decide;
 mod rtt;
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -60,7 +61,7 @@ use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, ServerInfo};
 use borbaman_proto::reason::retry_pushback;
 use borbaman_proto::timing::{
-    ALONE_KEY, BUSY_KEY, BUSY_QUEUED, ServerTiming as CallTiming, TIMING_KEY,
+    ALONE_KEY, BUSY_KEY, BUSY_QUEUED, COPY_KEY, ServerTiming as CallTiming, TIMING_KEY,
 };
 use borbaman_shutdown::{Shutdown, Stopper};
 use tokio::sync::{Notify, watch};
@@ -617,6 +618,14 @@ fn copy_target(state: &State, server: &Server, skip: &HashSet<String>) -> Option
     chosen.map(|i| candidates[i].clone())
 }
 
+thread_local! {
+    /// Set while a call's closure builds the request of a hedged copy: the
+    /// pool calls it there and then, on this thread, so
+    /// [`ServerPool::request`] marks that request a copy ([`COPY_KEY`])
+    /// without a closure's signature having to say which it builds.
+    static SENDING_COPY: Cell<bool> = const { Cell::new(false) };
+}
+
 /// Awaits `future` if there is one, else never ends (a `select!` branch
 /// that is not there).
 async fn maybe<F: Future + Unpin>(future: Option<&mut F>) -> F::Output {
@@ -890,7 +899,12 @@ impl ServerPool {
                 attempt.hedges += 1;
                 attempt.hedge_sent = Some(now.saturating_duration_since(started));
                 copy_late_at = Some(now + self.timing(&second.address).hedge_delay());
-                let future = Box::pin(f(GameClient::new(second.channel.clone())));
+                let future = SENDING_COPY.with(|copying| {
+                    copying.set(true);
+                    let future = Box::pin(f(GameClient::new(second.channel.clone())));
+                    copying.set(false);
+                    future
+                });
                 copy_down = Some(second.down.subscribe());
                 copy = Some((second, now, future));
                 copy_state = Copy::OnTime;
@@ -1176,13 +1190,19 @@ impl ServerPool {
     }
 
     /// `message` as a request, asking for the server's timing when
-    /// [`PoolConfig::server_timing`] is on.
+    /// [`PoolConfig::server_timing`] is on, and marked a copy
+    /// ([`COPY_KEY`]) when built for a hedged copy of a call.
     pub fn request<M>(&self, message: M) -> tonic::Request<M> {
         let mut request = tonic::Request::new(message);
         if self.shared.config.server_timing {
             request
                 .metadata_mut()
                 .insert(TIMING_KEY, tonic::metadata::MetadataValue::from_static("1"));
+        }
+        if SENDING_COPY.with(Cell::get) {
+            request
+                .metadata_mut()
+                .insert(COPY_KEY, tonic::metadata::MetadataValue::from_static("1"));
         }
         request
     }
@@ -2028,7 +2048,11 @@ mod tests {
         state.why_moved = Some(Move::CopyWon);
         assert_eq!(state.went_first_to("b"), Some(Move::CopyWon));
         // A reason is told once, and forgotten by a call that did not move.
-        assert_eq!(state.went_first_to("a"), Some(Move::Back), "no reason noted");
+        assert_eq!(
+            state.went_first_to("a"),
+            Some(Move::Back),
+            "no reason noted"
+        );
         state.why_moved = Some(Move::Down);
         assert_eq!(state.went_first_to("a"), None);
         assert_eq!(state.went_first_to("c"), Some(Move::Back));
