@@ -445,6 +445,19 @@ struct Suspect {
 }
 
 impl State {
+    /// A copy of a late call goes out now: counted, a token spent if it is
+    /// `paid` (not covered by its server's suspicion), and noted as the
+    /// shared stall's try if it is one (`trial`).
+    fn copy_sent(&mut self, paid: bool, trial: bool, now: Instant) {
+        if paid {
+            self.budget.spend();
+        }
+        if trial {
+            self.stall_tried(now);
+        }
+        self.hedges += 1;
+    }
+
     /// A call's first attempt goes to `address`: if the last call's went
     /// elsewhere, why the calls moved ([`Move::Back`] when nothing said).
     fn went_first_to(&mut self, address: &str) -> Option<Move> {
@@ -1432,24 +1445,15 @@ impl ServerPool {
             && should_hedge(false, state.database_unavailable, target.is_some(), true))
         .then(|| stall_try.into_iter().chain(busy).max())
         .flatten();
-        match step.hedge {
-            Hedge::Paid => {
-                state.budget.spend();
-            }
-            Hedge::Covered => {
-                if let Some(suspect) = state.suspects.get_mut(&server.address) {
-                    suspect.suspicion.covered_left -= 1;
-                }
-            }
-            Hedge::No => {}
+        if step.hedge == Hedge::Covered
+            && let Some(suspect) = state.suspects.get_mut(&server.address)
+        {
+            suspect.suspicion.covered_left -= 1;
         }
         let target = if step.hedge == Hedge::No {
             None
         } else {
-            if trial {
-                state.stall_tried(now);
-            }
-            state.hedges += 1;
+            state.copy_sent(step.hedge == Hedge::Paid, trial, now);
             target
         };
         let verdict = if step.probe {
@@ -1506,11 +1510,7 @@ impl ServerPool {
         ) {
             return (None, None);
         }
-        state.budget.spend();
-        if trial {
-            state.stall_tried(now);
-        }
-        state.hedges += 1;
+        state.copy_sent(true, trial, now);
         (target, None)
     }
 
@@ -1523,8 +1523,7 @@ impl ServerPool {
         if !copy_when_silent(copy, target.is_some()) {
             return None;
         }
-        state.budget.spend();
-        state.hedges += 1;
+        state.copy_sent(true, false, Instant::now());
         target
     }
 
