@@ -639,6 +639,23 @@ thread_local! {
     static SENDING_COPY: Cell<bool> = const { Cell::new(false) };
 }
 
+/// [`SENDING_COPY`] set while this lives, unset when it goes (even if the
+/// closure panics).
+struct SendingCopy;
+
+impl SendingCopy {
+    fn new() -> SendingCopy {
+        SENDING_COPY.with(|copying| copying.set(true));
+        SendingCopy
+    }
+}
+
+impl Drop for SendingCopy {
+    fn drop(&mut self) {
+        SENDING_COPY.with(|copying| copying.set(false));
+    }
+}
+
 /// Awaits `future` if there is one, else never ends (a `select!` branch
 /// that is not there).
 async fn maybe<F: Future + Unpin>(future: Option<&mut F>) -> F::Output {
@@ -912,12 +929,10 @@ impl ServerPool {
                 attempt.hedges += 1;
                 attempt.hedge_sent = Some(now.saturating_duration_since(started));
                 copy_late_at = Some(now + self.timing(&second.address).hedge_delay());
-                let future = SENDING_COPY.with(|copying| {
-                    copying.set(true);
-                    let future = Box::pin(f(GameClient::new(second.channel.clone())));
-                    copying.set(false);
-                    future
-                });
+                let future = {
+                    let _copying = SendingCopy::new();
+                    Box::pin(f(GameClient::new(second.channel.clone())))
+                };
                 copy_down = Some(second.down.subscribe());
                 copy = Some((second, now, future));
                 copy_state = Copy::OnTime;
