@@ -6,8 +6,10 @@
 mod common;
 
 use borbaman_proto::pb;
+use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::timing::{ALONE_KEY, COPY_KEY};
 use common::*;
+use tonic::transport::Channel;
 
 #[tokio::test]
 async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
@@ -18,10 +20,7 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
     let mut elsewhere = other.game().await;
     let mut players = full_game(&mut at_home).await;
     for player in players.iter_mut() {
-        let reply = at_home
-            .act(player.act_request(pb::Action::Idle))
-            .await
-            .expect("an act at home");
+        let reply = idle(&mut at_home, player).await;
         assert_eq!(
             phase(&reply.get_ref().state),
             pb::Phase::Playing,
@@ -30,30 +29,15 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
     }
 
     // The last player's calls go elsewhere, its game-mates' stay at home.
-    let mut via = elsewhere.clone();
-    let mut act_elsewhere = async |player: &mut Player| {
-        via.act(player.act_request(pb::Action::Idle))
-            .await
-            .expect("an act elsewhere")
-    };
-    let first = act_elsewhere(&mut players[3]).await;
+    let first = idle(&mut elsewhere, &mut players[3]).await;
+    assert!(!alone(&first), "nothing written elsewhere seen yet");
+    idle(&mut at_home, &mut players[0]).await;
+    let act = idle(&mut elsewhere, &mut players[3]).await;
     assert!(
-        !first.metadata().contains_key(ALONE_KEY),
-        "nothing written elsewhere seen yet"
-    );
-    at_home
-        .act(players[0].act_request(pb::Action::Idle))
-        .await
-        .expect("an act at home");
-    let act = act_elsewhere(&mut players[3]).await;
-    assert!(
-        act.metadata().contains_key(ALONE_KEY),
+        alone(&act),
         "its game-mates call another server, which wrote the game"
     );
-    at_home
-        .act(players[1].act_request(pb::Action::Idle))
-        .await
-        .expect("an act at home");
+    idle(&mut at_home, &mut players[1]).await;
     let poll = elsewhere
         .get_state(pb::GetStateRequest {
             token: players[3].token.clone(),
@@ -61,16 +45,10 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
         })
         .await
         .expect("a poll elsewhere");
+    assert!(alone(&poll), "a poll is told too");
+    let act = idle(&mut at_home, &mut players[2]).await;
     assert!(
-        poll.metadata().contains_key(ALONE_KEY),
-        "a poll is told too"
-    );
-    let act = at_home
-        .act(players[2].act_request(pb::Action::Idle))
-        .await
-        .expect("an act at home");
-    assert!(
-        !act.metadata().contains_key(ALONE_KEY),
+        !alone(&act),
         "its game-mates called this server a moment ago"
     );
 
@@ -80,25 +58,29 @@ async fn a_player_is_told_it_is_alone_on_a_server_its_game_mates_do_not_call() {
     copy.metadata_mut()
         .insert(COPY_KEY, tonic::metadata::MetadataValue::from_static("1"));
     let copied = elsewhere.act(copy).await.expect("a copy elsewhere");
-    assert!(
-        !copied.metadata().contains_key(ALONE_KEY),
-        "a copy is not told"
-    );
-    let act = act_elsewhere(&mut players[3]).await;
-    assert!(
-        act.metadata().contains_key(ALONE_KEY),
-        "a game-mate's copy is not its calls"
-    );
+    assert!(!alone(&copied), "a copy is not told");
+    let act = idle(&mut elsewhere, &mut players[3]).await;
+    assert!(alone(&act), "a game-mate's copy is not its calls");
 
     // A game-mate follows it: it is not alone there any more.
-    act_elsewhere(&mut players[1]).await;
-    at_home
-        .act(players[0].act_request(pb::Action::Idle))
+    idle(&mut elsewhere, &mut players[1]).await;
+    idle(&mut at_home, &mut players[0]).await;
+    let act = idle(&mut elsewhere, &mut players[3]).await;
+    assert!(!alone(&act), "a game-mate is here");
+}
+
+/// An idle act of `player` through `client`.
+async fn idle(
+    client: &mut GameClient<Channel>,
+    player: &mut Player,
+) -> tonic::Response<pb::ActReply> {
+    client
+        .act(player.act_request(pb::Action::Idle))
         .await
-        .expect("an act at home");
-    let act = act_elsewhere(&mut players[3]).await;
-    assert!(
-        !act.metadata().contains_key(ALONE_KEY),
-        "a game-mate is here"
-    );
+        .expect("an act")
+}
+
+/// Whether an answer says its caller is alone on that server.
+fn alone<T>(answer: &tonic::Response<T>) -> bool {
+    answer.metadata().contains_key(ALONE_KEY)
 }

@@ -462,9 +462,12 @@ impl State {
     /// elsewhere, why the calls moved ([`Move::Back`] when nothing said).
     fn went_first_to(&mut self, address: &str) -> Option<Move> {
         let why = self.why_moved.take();
-        let last = self.first_server.replace(address.to_string());
-        last.is_some_and(|last| last != address)
-            .then(|| why.unwrap_or(Move::Back))
+        if self.first_server.as_deref() == Some(address) {
+            return None;
+        }
+        // The address is copied only when the calls moved, not every call.
+        let moved = self.first_server.replace(address.to_string()).is_some();
+        moved.then(|| why.unwrap_or(Move::Back))
     }
 
     /// In a game, keeps `address` out of the game's choice for
