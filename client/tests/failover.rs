@@ -170,6 +170,50 @@ async fn a_hung_server_is_hedged_around_and_the_act_applied_once() {
     assert_eq!(next.0.seq, seq + 1);
 }
 
+/// Every server silent at once for a moment (the machine or the link slow
+/// for everyone, as past a cluster's capacity): the pool's health checks
+/// go unanswered, and it keeps its connections instead of dropping every
+/// server, so the game's calls go on where they were, with no failover
+/// and no reconnection, once the servers answer again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_silent_together_for_a_moment_are_kept() {
+    let mut cluster = common::cluster(2);
+    let (pool, mut players) = common::pool_and_game(&cluster, "silent").await;
+    let player = &mut players[0];
+    player.act(Action::Idle).await.unwrap();
+    wait::until(
+        "the pool to hold both servers",
+        Duration::from_secs(5),
+        || {
+            let both = pool.status().live.len() == 2;
+            async move { both.then_some(()) }
+        },
+    )
+    .await;
+    let before = pool.status();
+    common::blocking(|| {
+        cluster.hang(0).unwrap();
+        cluster.hang(1).unwrap();
+    });
+    // Several rounds of health checks (one every half second, each given
+    // at least 250 ms) with neither server answering.
+    let mut fewest = usize::MAX;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fewest = fewest.min(pool.status().live.len());
+    }
+    common::blocking(|| {
+        cluster.resume(0).unwrap();
+        cluster.resume(1).unwrap();
+    });
+    assert_eq!(fewest, 2, "servers silent together were dropped");
+
+    let (_, info) = player.act(Action::Idle).await.expect("the game goes on");
+    let after = pool.status();
+    assert_eq!(before.current.as_ref(), Some(&info.server), "{info:?}");
+    assert_eq!(after.failovers, before.failovers, "{after:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_server_down_a_call_waits_says_so_and_goes_on_when_one_is_back() {
     let mut cluster = common::cluster(2);

@@ -74,10 +74,11 @@ use tonic_health::pb::health_client::HealthClient;
 use budget::Budget;
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
-    AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe, Probing,
-    SETTLE, Suspicion, at_deadline, back_when_alone, busy_excused_until, copy_answer_ends_stall,
-    copy_when_silent, game_server, late_copy_is_shared_stall, on_the_beat, probe_verdict,
-    should_hedge, silent_after, stall_trial_at, stall_trial_due, when_late, win_moves_calls,
+    AtDeadline, CallPlan, Check, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe,
+    Probing, SETTLE, Suspicion, at_deadline, back_when_alone, busy_excused_until,
+    copy_answer_ends_stall, copy_when_silent, drop_silent, game_server, late_copy_is_shared_stall,
+    on_the_beat, probe_verdict, should_hedge, silent_after, stall_trial_at, stall_trial_due,
+    when_late, win_moves_calls,
 };
 pub use rtt::ServerTiming;
 
@@ -1834,18 +1835,49 @@ impl ServerPool {
                 .map(|s| (s.clone(), self.health_timeout(&state.timing(&s.address))))
                 .collect()
         };
+        let began = Instant::now();
         let mut checks = JoinSet::new();
         for (server, timeout) in checks_of {
-            checks.spawn(async move { (healthy(&server.channel, timeout).await, server.address) });
+            checks.spawn(async move { (check(&server.channel, timeout).await, server.address) });
         }
-        while let Some(Ok((answer, address))) = checks.join_next().await {
-            match answer {
-                Some(rtt) => self.record_probe(&address, rtt),
+        let mut answered = false;
+        let mut silent = Vec::new();
+        while let Some(Ok((heard, address))) = checks.join_next().await {
+            match heard {
+                Check::Answered(rtt) => {
+                    answered = true;
+                    self.record_probe(&address, rtt);
+                }
                 // Calls in flight on it stay: a background check that a
                 // busy machine answered late judges no call, and moving
                 // them all at once would add work where it is short.
-                None => self.drop_server(&address, false),
+                Check::Refused => self.drop_server(&address, false),
+                Check::Silent => silent.push(address),
             }
+        }
+        if silent.is_empty() {
+            return;
+        }
+        let dropped: Vec<String> = {
+            let state = self.shared.state.lock().unwrap();
+            let since = |address: &str| {
+                state
+                    .answered_at
+                    .get(address)
+                    .is_some_and(|at| *at >= began)
+            };
+            let others_answered = answered
+                || state
+                    .answered_at
+                    .iter()
+                    .any(|(address, at)| *at >= began && !silent.contains(address));
+            silent
+                .into_iter()
+                .filter(|address| drop_silent(others_answered, since(address)))
+                .collect()
+        };
+        for address in dropped {
+            self.drop_server(&address, false);
         }
     }
 
@@ -2019,6 +2051,14 @@ fn endpoint(
 /// The round trip of the server's `grpc.health.v1` check, if it answered
 /// as serving within `timeout`.
 async fn healthy(channel: &Channel, timeout: Duration) -> Option<Duration> {
+    match check(channel, timeout).await {
+        Check::Answered(rtt) => Some(rtt),
+        Check::Refused | Check::Silent => None,
+    }
+}
+
+/// A health check within `timeout`: serving, refused, or silent.
+async fn check(channel: &Channel, timeout: Duration) -> Check {
     let started = Instant::now();
     let mut client = HealthClient::new(channel.clone());
     let check = client.check(HealthCheckRequest {
@@ -2026,9 +2066,10 @@ async fn healthy(channel: &Channel, timeout: Duration) -> Option<Duration> {
     });
     match tokio::time::timeout(timeout, check).await {
         Ok(Ok(reply)) if reply.get_ref().status == ServingStatus::Serving as i32 => {
-            Some(started.elapsed())
+            Check::Answered(started.elapsed())
         }
-        _ => None,
+        Ok(_) => Check::Refused,
+        Err(_) => Check::Silent,
     }
 }
 
