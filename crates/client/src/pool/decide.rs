@@ -167,11 +167,11 @@ pub enum Check {
 /// meanwhile (a check of the same round, or any call since it began) and
 /// this one answered no call since then. When nothing answered, the
 /// machine or the link is slow for everyone (a client or a cluster past its
-/// capacity, a moment the host took the cores), and dropping every server
-/// only adds reconnections and failovers to that moment: under 4× overload
-/// clients dropped their servers 148 times in 20 s with none down. A call
-/// that is late on a hung server still finds it out through its own probe
-/// ([`probe_verdict`]).
+/// capacity, a moment the host took the cores, a player's own link
+/// stalling), and dropping every server would only add reconnections and
+/// failovers to that moment, as a late call's probe already does not
+/// ([`probe_verdict`], [`PROBE_PATIENCE`]). A call that is late on a hung
+/// server still finds it out through its own probe.
 pub fn drop_silent(others_answered: bool, it_answered_a_call: bool) -> bool {
     others_answered && !it_answered_a_call
 }
