@@ -1599,6 +1599,10 @@ impl ServerPool {
             let (mut checking, mut other_checking) = (true, other.is_some());
             let verdict = loop {
                 now.elapsed = started.elapsed();
+                // A call sent since the late one was answered: alive, only
+                // slow, whatever its check says (past a cluster's capacity
+                // one server answers checks later than another).
+                now.answered |= pool.answered_since_suspected(&server.address, id);
                 let verdict = probe_verdict(now, rtt::PROBE_SLACK);
                 match verdict {
                     Probe::Pending => {}
@@ -1673,6 +1677,16 @@ impl ServerPool {
             }
             tell.send_replace(verdict);
         });
+    }
+
+    /// Whether `address`, under suspicion `id`, answered a call sent no
+    /// earlier than the late one that opened it ([`Suspicion::answer`]).
+    fn answered_since_suspected(&self, address: &str, id: u64) -> bool {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .suspects
+            .get(address)
+            .is_some_and(|s| s.id == id && s.suspicion.answered)
     }
 
     /// A hedge to `winner` answered before `slow` did, for a call sent at

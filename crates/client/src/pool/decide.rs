@@ -27,7 +27,10 @@
 //!   does (even late: the verdict waits for it, and gives the late server
 //!   as long and a slack more) is **hung**: it is dropped and the call
 //!   moves on at once (free of the budget: the call never ran there), as
-//!   does a copy sent to it. One that answers is alive, only **slow**.
+//!   does a copy sent to it. One that answers is alive, only **slow**: its
+//!   probe, or any call sent since the late one (past a cluster's
+//!   capacity, one server's health checks come back later than another's
+//!   while it answers calls).
 //! - When the copy is late too and the first server is alive, two servers
 //!   are slow together: the cause is shared (the database). The pool
 //!   enters a **shared stall**: no more hedges and no failovers into it,
@@ -77,7 +80,8 @@ pub enum Probe {
 /// server's, and that of another live server sent at the same moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probing {
-    /// The late server answered.
+    /// The late server answered: its probe, or a call sent since the late
+    /// one.
     pub answered: bool,
     /// The late server's probe deadline has passed (or its check failed
     /// outright).
