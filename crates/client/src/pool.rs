@@ -2075,10 +2075,10 @@ async fn healthy(channel: &Channel, timeout: Duration) -> Option<Duration> {
 async fn check(channel: &Channel, timeout: Duration) -> Check {
     let started = Instant::now();
     let mut client = HealthClient::new(channel.clone());
-    let check = client.check(HealthCheckRequest {
+    let asked = client.check(HealthCheckRequest {
         service: String::new(),
     });
-    match tokio::time::timeout(timeout, check).await {
+    match tokio::time::timeout(timeout, asked).await {
         Ok(Ok(reply)) if reply.get_ref().status == ServingStatus::Serving as i32 => {
             Check::Answered(started.elapsed())
         }
