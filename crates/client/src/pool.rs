@@ -1874,20 +1874,20 @@ impl ServerPool {
         }
         let dropped: Vec<String> = {
             let state = self.shared.state.lock().unwrap();
-            let since = |address: &str| {
-                state
-                    .answered_at
-                    .get(address)
-                    .is_some_and(|at| *at >= began)
-            };
+            // The servers that answered a call since the round began.
+            let calls_answered: Vec<&String> = state
+                .answered_at
+                .iter()
+                .filter(|(_, at)| **at >= began)
+                .map(|(address, _)| address)
+                .collect();
             let others_answered = answered
-                || state
-                    .answered_at
+                || calls_answered
                     .iter()
-                    .any(|(address, at)| *at >= began && !silent.contains(address));
+                    .any(|address| !silent.contains(address));
             silent
                 .into_iter()
-                .filter(|address| drop_silent(others_answered, since(address)))
+                .filter(|address| drop_silent(others_answered, calls_answered.contains(&address)))
                 .collect()
         };
         for address in dropped {
