@@ -76,9 +76,9 @@ use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Check, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe,
     Probing, SETTLE, Suspicion, at_deadline, back_when_alone, busy_excused_until,
-    copy_answer_ends_stall, copy_when_silent, drop_silent, game_server, late_copy_is_shared_stall,
-    on_the_beat, probe_verdict, should_hedge, silent_after, stall_trial_at, stall_trial_due,
-    when_late, win_moves_calls,
+    copy_answer_ends_stall, copy_late_after, copy_when_silent, drop_silent, game_server,
+    late_copy_is_shared_stall, on_the_beat, probe_verdict, should_hedge, silent_after,
+    stall_trial_at, stall_trial_due, when_late, win_moves_calls,
 };
 pub use rtt::ServerTiming;
 
@@ -932,7 +932,12 @@ impl ServerPool {
                 let (second, now): (Server, Instant) = ($second, $now);
                 attempt.hedges += 1;
                 attempt.hedge_sent = Some(now.saturating_duration_since(started));
-                copy_late_at = Some(now + self.timing(&second.address).hedge_delay());
+                copy_late_at = Some(
+                    now + copy_late_after(
+                        self.timing(&second.address).hedge_delay(),
+                        now.saturating_duration_since(started),
+                    ),
+                );
                 let future = {
                     let _copying = SendingCopy::new();
                     Box::pin(f(GameClient::new(second.channel.clone())))
@@ -985,6 +990,7 @@ impl ServerPool {
                             let ends_stall = copy_answer_ends_stall(
                                 rtt,
                                 self.timing(&second.address).hedge_delay(),
+                                copy_started.saturating_duration_since(started),
                                 first_pending,
                             );
                             self.record_call(&second.address, *copy_started, ends_stall);

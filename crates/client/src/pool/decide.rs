@@ -198,18 +198,38 @@ pub fn late_copy_is_shared_stall(copy: Copy, probe: Probe) -> bool {
     copy == Copy::Late && probe == Probe::Alive
 }
 
+/// When a copy, sent `copied_after` into its call, counts as late: the sign
+/// of a shared stall ([`late_copy_is_shared_stall`]) while its first server
+/// is known alive. Not at its server's hedge delay: when a server turns
+/// slow, every player of its games copies to the same next server at once,
+/// and the copies queue at their game's gate there, each behind the
+/// others. So only at twice that delay, and not before the copy has
+/// waited as long as its first call had when copied: a copy back sooner
+/// came from a server faster than the first, not from a stall both share.
+/// Before, a copy 6.1 ms long beside a hedge delay of about 3 ms, sent 7.5
+/// ms into a call on a server just turned slow, latched its client into a
+/// shared stall, and the client's next late call held its copy back for
+/// 65 ms (a loopback `slow` run's maximum, 67 ms).
+pub fn copy_late_after(hedge_delay: Duration, copied_after: Duration) -> Duration {
+    (hedge_delay * 2).max(copied_after)
+}
+
 /// Whether a copy's answer ends a shared stall. An answer within its
-/// server's hedge delay does, as any call's does. So does one within twice
-/// that delay while the first server has still not answered: the copy went
-/// out a hedge delay after the first call and is back first, so the two
-/// servers are not slow together; it was late only for queueing at its
-/// game's gate behind the other players' copies, which all land on that
-/// server at once. Before, such a copy (10 ms beside a hedge delay of 9)
-/// kept its client in a "shared stall" while one server was slow, and the
-/// client's next call on that server sent no copy and waited out its
-/// 150 ms deadline (a loopback `slow` run's maximum, 152 ms).
-pub fn copy_answer_ends_stall(rtt: Duration, hedge_delay: Duration, first_pending: bool) -> bool {
-    rtt <= hedge_delay || (first_pending && rtt <= hedge_delay * 2)
+/// server's hedge delay does, as any call's does. So does one the copy
+/// brought back before it counted as late ([`copy_late_after`]) while the
+/// first server has still not answered: the copy is back first, so the two
+/// servers are not slow together. Before, such a copy (10 ms beside a
+/// hedge delay of 9) kept its client in a "shared stall" while one server
+/// was slow, and the client's next call on that server sent no copy and
+/// waited out its 150 ms deadline (a loopback `slow` run's maximum, 152
+/// ms).
+pub fn copy_answer_ends_stall(
+    rtt: Duration,
+    hedge_delay: Duration,
+    copied_after: Duration,
+    first_pending: bool,
+) -> bool {
+    rtt <= hedge_delay || (first_pending && rtt <= copy_late_after(hedge_delay, copied_after))
 }
 
 /// How long a shared stall stops copies before one late call may send one
@@ -932,16 +952,37 @@ mod tests {
     fn a_copy_back_before_its_first_call_ends_a_shared_stall() {
         let ms = Duration::from_millis;
         // On time: ends it, whatever the first call does.
-        assert!(copy_answer_ends_stall(ms(8), ms(9), false));
-        assert!(copy_answer_ends_stall(ms(8), ms(9), true));
+        assert!(copy_answer_ends_stall(ms(8), ms(9), ms(9), false));
+        assert!(copy_answer_ends_stall(ms(8), ms(9), ms(9), true));
         // A little late, but back while the first server is still silent
         // on the call: one server is slow, not both.
-        assert!(copy_answer_ends_stall(ms(10), ms(9), true));
+        assert!(copy_answer_ends_stall(ms(10), ms(9), ms(9), true));
         // The same answer after the first had failed says nothing of the
         // first server's speed.
-        assert!(!copy_answer_ends_stall(ms(10), ms(9), false));
+        assert!(!copy_answer_ends_stall(ms(10), ms(9), ms(9), false));
         // Back first, but as slow as a stall: both servers are in it.
-        assert!(!copy_answer_ends_stall(ms(30), ms(9), true));
+        assert!(!copy_answer_ends_stall(ms(30), ms(9), ms(9), true));
+        // Sent 40 ms into its call and back in 30: its server is the
+        // faster one.
+        assert!(copy_answer_ends_stall(ms(30), ms(9), ms(40), true));
+    }
+
+    #[test]
+    fn a_copy_is_late_only_past_twice_its_delay_and_its_first_calls_wait() {
+        let ms = Duration::from_millis;
+        // The copies of a game's players land on one server together and
+        // queue at its gate: one hedge delay is not late yet.
+        assert_eq!(copy_late_after(ms(3), ms(3)), ms(6));
+        // The slow run's case: copied 7.5 ms in, the copy was back in 6.1
+        // ms, before it counted as late.
+        let late = copy_late_after(ms(3), Duration::from_micros(7_500));
+        assert!(Duration::from_micros(6_100) < late);
+        assert!(copy_answer_ends_stall(
+            Duration::from_micros(6_100),
+            ms(3),
+            Duration::from_micros(7_500),
+            true
+        ));
     }
 
     #[test]
