@@ -82,6 +82,19 @@ fn three_kills_lose_and_duplicate_nothing() {
         "{faults}"
     );
 
+    // The run's slowest call is either a fault's or not: the split by
+    // fault covers every call the tail does, and the kills took calls.
+    let split = &summary["fault_tail"];
+    let in_faults = split["in_faults_max_us"].as_u64().unwrap();
+    let elsewhere = split["elsewhere_max_us"].as_u64().unwrap();
+    assert_eq!(
+        in_faults.max(elsewhere),
+        summary["tail"]["rtt_max_us"].as_u64().unwrap(),
+        "{summary}"
+    );
+    assert!(split["in_faults_calls"].as_u64().unwrap() > 0, "{summary}");
+    assert!(stdout.contains("tail by fault: RTT max"), "{stdout}");
+
     for chart in ["ecdf.svg", "rtt.svg"] {
         let svg = run.file(chart);
         assert!(svg.starts_with("<svg") && svg.len() > 1000, "{chart}");

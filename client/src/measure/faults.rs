@@ -3,10 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::record::{CallKind, Invocation};
+use super::report::effective_rtt_us;
 
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
@@ -147,6 +149,56 @@ pub fn fill_recovery(faults: &mut [FaultEvent], records: &[Invocation]) {
     }
 }
 
+/// How long after a fault was restored its calls still count as its own
+/// ([`FaultTail`]): games move back to a healed server, a replacement
+/// takes its first calls.
+pub const AFTER_RESTORED: Duration = Duration::from_secs(1);
+
+/// The run's slowest call split by whether a fault can explain it: a
+/// chaos run's maximum may come from a moment the machine stalled (the
+/// floor's own maximum says how long those are) minutes from any fault,
+/// and the fault's own tail is then hidden behind it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FaultTail {
+    /// The slowest successful call started while a fault was in force,
+    /// from its injection until [`AFTER_RESTORED`] after the cluster was
+    /// whole again.
+    pub in_faults_max_us: u64,
+    pub in_faults_calls: u64,
+    /// The slowest successful call started at any other time after the
+    /// warm-up: the workload and the machine without a fault.
+    pub elsewhere_max_us: u64,
+    pub elsewhere_calls: u64,
+}
+
+impl FaultTail {
+    pub fn new(faults: &[FaultEvent], records: &[Invocation]) -> FaultTail {
+        let windows: Vec<(u64, u64)> = faults
+            .iter()
+            .map(|f| {
+                let restored = Duration::from_secs_f64(f.restored_ms.max(0.0) / 1000.0);
+                let end = f.at_us + (restored + AFTER_RESTORED).as_micros() as u64;
+                (f.at_us, end)
+            })
+            .collect();
+        let mut tail = FaultTail::default();
+        for r in records.iter().filter(|r| !r.warmup && r.is_ok()) {
+            let rtt = effective_rtt_us(r);
+            if windows
+                .iter()
+                .any(|&(from, to)| (from..=to).contains(&r.start_us))
+            {
+                tail.in_faults_max_us = tail.in_faults_max_us.max(rtt);
+                tail.in_faults_calls += 1;
+            } else {
+                tail.elsewhere_max_us = tail.elsewhere_max_us.max(rtt);
+                tail.elsewhere_calls += 1;
+            }
+        }
+        tail
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +241,47 @@ mod tests {
         let never = failed_only(&records);
         fill_recovery(std::slice::from_mut(&mut fault), &never);
         assert_eq!(fault.recovered_ms, None);
+    }
+
+    #[test]
+    fn a_calls_tail_is_the_faults_only_while_it_lasts_and_a_second_after() {
+        use crate::measure::record::tests::act;
+        let fault = FaultEvent {
+            time_s: 1.0,
+            at_us: 1_000_000,
+            kind: FaultKind::Slow,
+            target: "127.0.0.1:1".into(),
+            promoted_ms: None,
+            committing_ms: None,
+            recovered_ms: Some(40.0),
+            restored_ms: 500.0,
+            error: String::new(),
+        };
+        let mut warmup = act(0, 100_000, 900_000);
+        warmup.warmup = true;
+        let mut failed = act(1, 1_100_000, 800_000);
+        failed.status = "Unavailable".into();
+        let records = vec![
+            warmup,                    // the warm-up: neither
+            act(0, 900_000, 9_000),    // before the fault
+            act(0, 1_000_000, 20_000), // at its injection
+            failed,                    // failed: neither
+            act(1, 2_500_000, 7_000),  // a second after it was restored
+            act(1, 2_500_001, 30_000), // and no longer
+        ];
+        let tail = FaultTail::new(std::slice::from_ref(&fault), &records);
+        assert_eq!(
+            tail,
+            FaultTail {
+                in_faults_max_us: 20_000,
+                in_faults_calls: 2,
+                elsewhere_max_us: 30_000,
+                elsewhere_calls: 2,
+            }
+        );
+        // Without faults every call is elsewhere.
+        let none = FaultTail::new(&[], &records);
+        assert_eq!((none.in_faults_calls, none.elsewhere_max_us), (0, 30_000));
     }
 
     fn failed_only(records: &[Invocation]) -> Vec<Invocation> {

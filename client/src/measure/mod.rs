@@ -506,6 +506,15 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
             summary.recovery_after_commit_ms.p50,
             summary.recovery_after_commit_ms.p99,
         );
+        println!(
+            "tail by fault: RTT max {} µs in the {} calls started during a fault or within \
+             {} s of its end, {} µs in the {} started elsewhere",
+            summary.fault_tail.in_faults_max_us,
+            summary.fault_tail.in_faults_calls,
+            faults::AFTER_RESTORED.as_secs(),
+            summary.fault_tail.elsewhere_max_us,
+            summary.fault_tail.elsewhere_calls,
+        );
     }
     for distance in &summary.distances {
         println!("{}", distance.line());
@@ -942,6 +951,7 @@ pub async fn run_measured(
         &summary.floor_db_txn_us,
     );
     summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    summary.fault_tail = faults::FaultTail::new(&faults, &records);
     summary.split_games = SplitGames::new(&records);
     let threshold_us =
         attribution::slow_threshold_us(summary.ratios.floor_p50_us, summary.ratios.floor_p99_us);

@@ -350,6 +350,8 @@ pub struct Summary {
     pub refused_join_rtt_us: RttStats,
     pub ratios: FloorRatios,
     pub tail: Tail,
+    /// A chaos run's slowest calls during its faults and elsewhere.
+    pub fault_tail: super::faults::FaultTail,
     /// Games split over servers (see [`SplitGames`]).
     pub split_games: SplitGames,
     /// The slow calls' time by part, beside every call's
