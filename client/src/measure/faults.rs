@@ -156,8 +156,8 @@ pub const AFTER_RESTORED: Duration = Duration::from_secs(1);
 
 /// The run's slowest call split by whether a fault can explain it: a
 /// chaos run's maximum may come from a moment the machine stalled (the
-/// floor's own maximum says how long those are) minutes from any fault,
-/// and the fault's own tail is then hidden behind it.
+/// floor's own maximum says how long those are) far from any fault, and
+/// the faults' own tail is then hidden behind it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FaultTail {
     /// The slowest successful call started while a fault was in force,
