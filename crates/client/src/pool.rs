@@ -922,6 +922,8 @@ impl ServerPool {
         // for its copy again.
         let mut held_copy_at: Option<Instant> = None;
         let mut copy_late_at: Option<Instant> = None;
+        // The copy's server's hedge delay when the copy went out.
+        let mut copy_delay = Duration::ZERO;
         let mut deadline_at = Some(started + deadline);
         let mut overdue = false;
         let final_at = started + longest.max(deadline);
@@ -930,14 +932,11 @@ impl ServerPool {
         macro_rules! send_copy {
             ($second:expr, $now:expr) => {{
                 let (second, now): (Server, Instant) = ($second, $now);
+                let copied_after = now.saturating_duration_since(started);
                 attempt.hedges += 1;
-                attempt.hedge_sent = Some(now.saturating_duration_since(started));
-                copy_late_at = Some(
-                    now + copy_late_after(
-                        self.timing(&second.address).hedge_delay(),
-                        now.saturating_duration_since(started),
-                    ),
-                );
+                attempt.hedge_sent = Some(copied_after);
+                copy_delay = self.timing(&second.address).hedge_delay();
+                copy_late_at = Some(now + copy_late_after(copy_delay, copied_after));
                 let future = {
                     let _copying = SendingCopy::new();
                     Box::pin(f(GameClient::new(second.channel.clone())))
@@ -989,8 +988,8 @@ impl ServerPool {
                             let rtt = copy_started.elapsed();
                             let ends_stall = copy_answer_ends_stall(
                                 rtt,
-                                self.timing(&second.address).hedge_delay(),
-                                copy_started.saturating_duration_since(started),
+                                copy_delay,
+                                attempt.hedge_sent.unwrap_or_default(),
                                 first_pending,
                             );
                             self.record_call(&second.address, *copy_started, ends_stall);
