@@ -155,6 +155,35 @@ async fn a_partitioned_server_beside_a_slow_one_does_not_stall_calls() {
     assert_eq!(applied, (1..=seq as i64).collect::<Vec<_>>());
 }
 
+/// A leave is not copied for being late: on a server turned slow (it
+/// still answers its health checks) it waits for its deadline, and is
+/// answered there or moved, never run on two servers at once; applied once.
+/// An act on the same slow server is copied (the test below).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_leave_on_a_slow_server_is_not_copied() {
+    let mut cluster = common::cluster_with(3, &["--slow-mode-ms=400"]);
+    let db = common::database(&cluster).await;
+    let (pool, mut players) = common::pool_and_game(&cluster, "leave").await;
+    let player = &mut players[0];
+    player.act(Action::Idle).await.unwrap();
+    let (_, index) = common::current_server(&pool, &cluster);
+    cluster.slow(index).unwrap();
+    common::until_slow(&cluster, index).await;
+
+    let seq = player.next_seq();
+    let info = player.leave().await.expect("the leave is answered");
+    assert_eq!(info.hedges, 0, "a late leave was copied: {info:?}");
+
+    cluster.unslow(index).unwrap();
+    common::drain(&mut cluster, index).await;
+    let applied = common::applied_seqs(&db, player.game_id(), player.seat()).await;
+    assert_eq!(
+        applied.iter().filter(|&&s| s == seq as i64).count(),
+        1,
+        "the leave (seq {seq}) applied exactly once: {applied:?}"
+    );
+}
+
 /// The current server turns slow: the call is hedged to another server
 /// after the hedge delay, which answers first, and calls stay there. The
 /// slow server's own copy is cancelled or answered as a replay: the action

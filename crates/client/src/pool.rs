@@ -619,6 +619,13 @@ async fn verdict_of(probe: Option<&mut watch::Receiver<Probe>>, known: Probe) ->
     }
 }
 
+/// Whether a late call may be copied to a second server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Copies {
+    Allowed,
+    Never,
+}
+
 /// Where a call late on `server` sends its copy: another live server not in
 /// `skip`; with a game set, the game's next choice ([`pick_for_game`]).
 fn copy_target(state: &State, server: &Server, skip: &HashSet<String>) -> Option<Server> {
@@ -734,7 +741,33 @@ impl ServerPool {
     /// both retries and hedges possible.
     ///
     /// The decisions are `pool::decide`'s; this only carries them out.
-    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<(T, CallInfo), PoolError>
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<(T, CallInfo), PoolError>
+    where
+        F: FnMut(GameClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.send(f, Copies::Allowed).await
+    }
+
+    /// [`Self::call`] for a call whose answer no one is waiting on to play
+    /// (a `Leave`): being late does not copy it to a second server. It
+    /// still fails over when its server refuses it, is found hung or
+    /// passes its deadline, and is copied when its server is silent
+    /// beside one that answers (as a failover would: that server is not
+    /// working on it). A leave is the costliest write a game makes
+    /// (its player's seat, the game's end and rankings), and the players
+    /// of a game leave together: copied, each leave ran twice and the
+    /// two raced for the game's row, at the moment the game was busiest
+    /// (see `docs/failure-detection.md`, "Leaves are not copied").
+    pub async fn call_without_copies<T, F, Fut>(&self, f: F) -> Result<(T, CallInfo), PoolError>
+    where
+        F: FnMut(GameClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.send(f, Copies::Never).await
+    }
+
+    async fn send<T, F, Fut>(&self, mut f: F, copies: Copies) -> Result<(T, CallInfo), PoolError>
     where
         F: FnMut(GameClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -793,7 +826,9 @@ impl ServerPool {
                     .went_first_to(&server.address);
             }
             let attempt_started = Instant::now();
-            let attempt = self.attempt(&mut f, &server, &plan, attempt_started).await;
+            let attempt = self
+                .attempt(&mut f, &server, &plan, attempt_started, copies)
+                .await;
             hedges += attempt.hedges;
             let (kind, pushback) = match attempt.result {
                 Ok(response) => {
@@ -888,6 +923,7 @@ impl ServerPool {
         server: &Server,
         plan: &CallPlan,
         started: Instant,
+        copies: Copies,
     ) -> Attempt<T>
     where
         F: FnMut(GameClient<Channel>) -> Fut,
@@ -1081,7 +1117,8 @@ impl ServerPool {
                         // Late: probe the server (or join the probe under
                         // way), and hedge at the same moment.
                         hedge_at = None;
-                        let (verdict, second, ask_again) = self.late(server, &skip, started);
+                        let (verdict, second, ask_again) =
+                            self.late(server, &skip, started, copies);
                         probe = Some(verdict);
                         held_copy_at = ask_again;
                         if let Some(second) = second {
@@ -1442,9 +1479,13 @@ impl ServerPool {
         server: &Server,
         skip: &HashSet<String>,
         sent: Instant,
+        copies: Copies,
     ) -> (watch::Receiver<Probe>, Option<Server>, Option<Instant>) {
         let mut state = self.shared.state.lock().unwrap();
-        let target = copy_target(&state, server, skip);
+        let target = match copies {
+            Copies::Allowed => copy_target(&state, server, skip),
+            Copies::Never => None,
+        };
         // A shared stall that has lasted a while lets one late call try a
         // copy: the stall ends only with an answer on time, and a client
         // whose game is on a server that alone turned slow gets none.

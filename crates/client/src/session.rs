@@ -538,7 +538,7 @@ impl GameSession {
         };
         let info = self
             .pool
-            .call(|mut client| {
+            .call_without_copies(|mut client| {
                 let request = self.pool.request(request.clone());
                 async move { client.leave(request).await }
             })
