@@ -125,12 +125,15 @@ pub struct FaultEvent {
 }
 
 /// Fills each fault's `recovered_ms` from the clients' records: the time
-/// from the injection to the end of the last client's first successful
-/// `Act` started after it — after the new primary was named, for a fault
-/// that moves the primary: a planned switchover leaves the old primary
-/// serving for a while after it is asked for, and an `Act` it served then
-/// says nothing about the failover. Clients that made no call after that
-/// (the run ended) are not waited for.
+/// from the injection until the last client had its first successful
+/// commit back (an `Act`, or a `Join`: a client whose game ended in the outage
+/// joins the next one and acts only once it starts, which waits for
+/// players, not for the database) started after it — after the new
+/// primary was named, for a fault that moves the primary: a planned
+/// switchover leaves the old primary serving for a while after it is
+/// asked for, and a call it served then says nothing about the failover.
+/// Clients that made no call after that (the run ended) are not waited
+/// for.
 pub fn fill_recovery(faults: &mut [FaultEvent], records: &[Invocation]) {
     for fault in faults.iter_mut() {
         let from_us = fault.at_us + fault.promoted_ms.map_or(0, |ms| (ms * 1000.0) as u64);
@@ -138,8 +141,9 @@ pub fn fill_recovery(faults: &mut [FaultEvent], records: &[Invocation]) {
         let mut called: BTreeSet<u32> = BTreeSet::new();
         for r in records.iter().filter(|r| r.start_us >= from_us) {
             called.insert(r.client);
-            if r.call == CallKind::Act && r.is_ok() {
-                first_ok.entry(r.client).or_insert(r.end_us());
+            if matches!(r.call, CallKind::Act | CallKind::Join) && r.is_ok() {
+                let back = first_ok.entry(r.client).or_insert(u64::MAX);
+                *back = (*back).min(r.end_us());
             }
         }
         fault.recovered_ms = (first_ok.len() == called.len() && !called.is_empty()).then(|| {
@@ -213,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn recovery_waits_for_every_client_first_good_act() {
+    fn recovery_waits_for_every_clients_first_commit() {
         use crate::measure::record::tests::act;
         let mut fault = FaultEvent {
             time_s: 1.0,
@@ -237,6 +241,14 @@ mod tests {
         ];
         fill_recovery(std::slice::from_mut(&mut fault), &records);
         assert_eq!(fault.recovered_ms, Some(2004.0));
+        // A client whose game ended joins the next: the join is its first
+        // commit, and its first act waits for the new game to start.
+        let mut between_games = records.clone();
+        let mut join = act(1, 1_500_000, 20_000);
+        join.call = CallKind::Join;
+        between_games.push(join);
+        fill_recovery(std::slice::from_mut(&mut fault), &between_games);
+        assert_eq!(fault.recovered_ms, Some(520.0));
         // A client that never got an Act through: not recovered.
         let never = failed_only(&records);
         fill_recovery(std::slice::from_mut(&mut fault), &never);
