@@ -71,7 +71,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use budget::Budget;
+use budget::{Budget, Funds};
 use choice::{FailureKind, classify, pick, pick_for_game};
 use decide::{
     AtDeadline, CallPlan, Check, Copy, Fate, Hedge, Late, LateNow, PROBE_PATIENCE, Pause, Probe,
@@ -1493,6 +1493,10 @@ impl ServerPool {
         let trial = state.stall_trial(now);
         let held = state.shared_stall && !trial;
         let busy = state.busy(&server.address, sent, now);
+        let funds = state.budget.copy_funds(
+            now.saturating_duration_since(sent),
+            state.timing(&server.address).hedge_delay(),
+        );
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
             // A server that queues calls for the database is late for
@@ -1500,15 +1504,20 @@ impl ServerPool {
             shared_stall: held || busy.is_some(),
             database_unavailable: state.database_unavailable,
             other_server: target.is_some(),
-            token: state.budget.has_token(),
+            token: funds == Funds::Now,
         });
-        // Held back by the stall or the server's queue alone: ask again
-        // when the stall's next try is due, or the queue no longer
-        // excuses the wait (see `held_copy`).
+        // Held back by the stall, the server's queue or the budget's
+        // reserve: ask again when the stall's next try is due, the queue
+        // no longer excuses the wait, or the call stays late enough to
+        // spend the reserve (see `held_copy`).
         let stall_try = held.then(|| state.stall_trial_at()).flatten();
+        let reserve_at = match funds {
+            Funds::LateFor(late) => Some(sent + late),
+            Funds::Now | Funds::None => None,
+        };
         let ask_again = (step.hedge == Hedge::No
             && should_hedge(false, state.database_unavailable, target.is_some(), true))
-        .then(|| stall_try.into_iter().chain(busy).max())
+        .then(|| stall_try.into_iter().chain(busy).chain(reserve_at).max())
         .flatten();
         if step.hedge == Hedge::Covered
             && let Some(suspect) = state.suspects.get_mut(&server.address)
@@ -1546,8 +1555,9 @@ impl ServerPool {
         (verdict, target, ask_again)
     }
 
-    /// A late call on `server`, sent at `sent`, that a shared stall or the
-    /// server's queue held back, at the time [`Self::late`] gave: the
+    /// A late call on `server`, sent at `sent`, that a shared stall, the
+    /// server's queue or the budget's reserve held back, at the time
+    /// [`Self::late`] gave: the
     /// copy's server if one goes now (paying a token, as a try of the stall
     /// or because the stall has ended), or when to ask again (another call
     /// took this try meanwhile, or the server said since that it queues).
@@ -1567,11 +1577,20 @@ impl ServerPool {
         if let Some(excused) = state.busy(&server.address, sent, now) {
             return (None, Some(excused));
         }
+        let funds = state.budget.copy_funds(
+            now.saturating_duration_since(sent),
+            state.timing(&server.address).hedge_delay(),
+        );
+        if let Funds::LateFor(late) = funds
+            && target.is_some()
+        {
+            return (None, Some(sent + late));
+        }
         if !should_hedge(
             false,
             state.database_unavailable,
             target.is_some(),
-            state.budget.has_token(),
+            funds == Funds::Now,
         ) {
             return (None, None);
         }

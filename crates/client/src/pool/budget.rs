@@ -11,6 +11,15 @@
 //! is slow. A retry after a server is known gone (its connection reset, or
 //! it fails its health probe) is free: the call never ran there.
 //!
+//! **Reserve**: the last [`RESERVE_TOKENS`] are kept for a call that stays
+//! late ([`STAYS_LATE`] hedge delays): a copy at the hedge delay spends
+//! only the tokens above them. Copies at the hedge delay come in bursts
+//! (a moment of machine-wide slowness makes every call a few milliseconds
+//! late at once), and a burst had emptied a client's bucket just before
+//! its server turned slow: its next seven calls could neither be copied
+//! nor leave the server at their deadline, and each waited out the slow
+//! server's 200 ms (a loopback `slow` run's maximum, 203.6 ms).
+//!
 //! **Backoff** (AWS Architecture Blog, "Exponential Backoff and Jitter"):
 //! the n-th pause is uniform in [0, min(cap, base·2ⁿ)], so clients that
 //! failed together (a database stall ends for everyone at once) come back
@@ -28,6 +37,13 @@ pub const MAX_TOKENS: u32 = 10;
 /// earn exactly one token.)
 pub const TOKEN_RATIO_MILLI: u32 = 100;
 const TOKEN_MILLI: u32 = 1000;
+/// Tokens only a call that stays late may spend (see the module docs).
+pub const RESERVE_TOKENS: u32 = 5;
+/// How many of its server's hedge delays a call is late before it may
+/// spend the reserve: a moment's slowness is over by then (the calls it
+/// made late took 3–9 ms beside a hedge delay of about 3), a server
+/// turned slow is not.
+pub const STAYS_LATE: u32 = 4;
 /// First backoff cap.
 pub const BACKOFF_BASE: Duration = Duration::from_millis(10);
 /// Longest backoff while the budget lasts. A database that comes back is
@@ -71,6 +87,31 @@ impl Budget {
     pub fn has_token(&self) -> bool {
         self.tokens_milli >= TOKEN_MILLI
     }
+
+    /// Whether the copy of a call late for `late_for` on a server whose
+    /// hedge delay is `hedge_delay` may be paid for: now, once the call
+    /// has been late for [`STAYS_LATE`] hedge delays (only the reserve is
+    /// left), or not at all.
+    pub fn copy_funds(&self, late_for: Duration, hedge_delay: Duration) -> Funds {
+        let stays_late = hedge_delay.saturating_mul(STAYS_LATE);
+        let above_reserve = self.tokens_milli >= (RESERVE_TOKENS + 1) * TOKEN_MILLI;
+        if above_reserve || (self.has_token() && late_for >= stays_late) {
+            Funds::Now
+        } else if self.has_token() {
+            Funds::LateFor(stays_late)
+        } else {
+            Funds::None
+        }
+    }
+}
+
+/// What the budget says of a late call's copy ([`Budget::copy_funds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Funds {
+    Now,
+    /// Once the call has been late for this long.
+    LateFor(Duration),
+    None,
 }
 
 /// The pause before the retry after `step` earlier ones (0 for the first):
@@ -125,6 +166,33 @@ mod tests {
             budget.earn();
         }
         assert!(budget.spend(), "ten calls earn one hedge");
+    }
+
+    #[test]
+    fn the_last_tokens_are_kept_for_a_call_that_stays_late() {
+        let delay = Duration::from_millis(3);
+        let mut budget = Budget::default();
+        let late = delay * STAYS_LATE;
+        // A burst of copies at the hedge delay spends down to the reserve.
+        let mut at_delay = 0;
+        while budget.copy_funds(delay, delay) == Funds::Now {
+            assert!(budget.spend());
+            at_delay += 1;
+        }
+        assert_eq!(at_delay, MAX_TOKENS - RESERVE_TOKENS);
+        assert_eq!(budget.copy_funds(delay, delay), Funds::LateFor(late));
+        // A call still late after four hedge delays spends the reserve.
+        for _ in 0..RESERVE_TOKENS {
+            assert_eq!(budget.copy_funds(late, delay), Funds::Now);
+            assert!(budget.spend());
+        }
+        assert_eq!(budget.copy_funds(late, delay), Funds::None);
+        // Ten calls earn one token back, for a call that stays late.
+        for _ in 0..10 {
+            budget.earn();
+        }
+        assert_eq!(budget.copy_funds(delay, delay), Funds::LateFor(late));
+        assert_eq!(budget.copy_funds(late * 2, delay), Funds::Now);
     }
 
     #[test]
