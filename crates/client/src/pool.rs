@@ -1557,10 +1557,11 @@ impl ServerPool {
 
     /// A late call on `server`, sent at `sent`, that a shared stall, the
     /// server's queue or the budget's reserve held back, at the time
-    /// [`Self::late`] gave: the
-    /// copy's server if one goes now (paying a token, as a try of the stall
-    /// or because the stall has ended), or when to ask again (another call
-    /// took this try meanwhile, or the server said since that it queues).
+    /// [`Self::late`] gave: the copy's server if one goes now (paying a
+    /// token, as a try of the stall, because the stall has ended or
+    /// because the call stays late enough to spend the reserve), or when
+    /// to ask again (another call took this try meanwhile, the server said
+    /// since that it queues, or the reserve is not the call's yet).
     fn held_copy(
         &self,
         server: &Server,
