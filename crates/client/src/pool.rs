@@ -495,6 +495,15 @@ impl State {
         (now < excused).then_some(excused)
     }
 
+    /// What the budget says of the copy of a call sent to `address` at
+    /// `sent`, late now ([`Budget::copy_funds`], with its server's hedge
+    /// delay).
+    fn copy_funds(&self, address: &str, sent: Instant, now: Instant) -> Funds {
+        let hedge_delay = self.timing(address).hedge_delay();
+        self.budget
+            .copy_funds(now.saturating_duration_since(sent), hedge_delay)
+    }
+
     /// Whether a late call held back by a shared stall may try a copy now
     /// (see `decide::stall_trial_due`).
     fn stall_trial(&self, now: Instant) -> bool {
@@ -1493,10 +1502,7 @@ impl ServerPool {
         let trial = state.stall_trial(now);
         let held = state.shared_stall && !trial;
         let busy = state.busy(&server.address, sent, now);
-        let funds = state.budget.copy_funds(
-            now.saturating_duration_since(sent),
-            state.timing(&server.address).hedge_delay(),
-        );
+        let funds = state.copy_funds(&server.address, sent, now);
         let step = when_late(LateNow {
             suspicion: state.suspects.get(&server.address).map(|s| s.suspicion),
             // A server that queues calls for the database is late for
@@ -1578,10 +1584,7 @@ impl ServerPool {
         if let Some(excused) = state.busy(&server.address, sent, now) {
             return (None, Some(excused));
         }
-        let funds = state.budget.copy_funds(
-            now.saturating_duration_since(sent),
-            state.timing(&server.address).hedge_delay(),
-        );
+        let funds = state.copy_funds(&server.address, sent, now);
         if let Funds::LateFor(late) = funds
             && target.is_some()
         {
