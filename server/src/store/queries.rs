@@ -433,31 +433,45 @@ pub const WRITE_CALLS: &str = concat!(
 );
 
 /// [`WRITE_CALLS`] for the hot path: a commit of Acts only that does not
-/// finish the game. The same compare-and-set (`cas_game!`, the same
-/// sessions guard), the same game update (the writers' seats marked active)
-/// and action-log rows, the same read again after a lost race; none of a
-/// leave's parts (sessions, seats, names) nor the rankings, which for such
-/// a commit would write nothing anyway, but which the database still plans
-/// and runs as empty data-modifying CTEs on every call. Parameters as
-/// [`WRITE_CALLS`], bound the same way (see `play::write_statement`). It
-/// checks that it was given such a commit: with a session leaving, a winner,
-/// a draw or a finishing commit, `w` loses rows, the sessions guard counts
-/// fewer than `$11`, and nothing is written (a write that missed), so a
-/// leave or a game's end can never be committed without its parts.
+/// finish the game. The same compare-and-set (`cas_game!`'s conditions,
+/// the same sessions locked), the same game update (the writers' seats
+/// marked active) and action-log rows; none of a leave's parts (sessions,
+/// seats, names) nor the rankings, which for such a commit would write
+/// nothing anyway. Parameters as [`WRITE_CALLS`], bound the same way (see
+/// `play::write_statement`). It checks that it was given such a commit:
+/// with a session leaving, a winner, a draw or a finishing commit, the
+/// sessions guard finds no session and nothing is written, so a leave or a
+/// game's end can never be committed without its parts.
+///
+/// Its shape is what the database runs on every commit of a game in play,
+/// so it holds as few plan nodes as the write allows: PostgreSQL builds
+/// every node of a statement's plan each time it runs it (cached plan or
+/// not), and for [`WRITE_CALLS`]'s shape that set-up took about as long as
+/// running it. So the writers' seats are matched by array position instead
+/// of a table of them, their seats marked active by an `ARRAY[…]` of four
+/// expressions instead of a subquery per seat, and a write that missed
+/// returns no row at all instead of the callers' read again (`read_again!`):
+/// the caller reads again itself, one round trip more on the rare commit
+/// that lost a race. `$20` (the callers' tokens, for that read again in
+/// [`WRITE_CALLS`]) is only typed here. Returns the new version, the game's
+/// creation and the database clock at columns 0, 2 and 15, as
+/// [`WRITE_CALLS`] does.
 pub const WRITE_ACTS: &str = concat!(
-    "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
-                                     $14::boolean[]) AS w(session, seat, leaving, freed) \
-                WHERE NOT (w.leaving OR w.freed) AND $8::smallint < 0 AND NOT $9::boolean \
-                  AND NOT $10::boolean), ",
-    sessions_guard!("$3"),
-    ", ",
+    "WITH sl AS MATERIALIZED (SELECT s.id FROM sessions s WHERE s.id = ANY($11::bigint[]) \
+       AND s.seat = ($12::smallint[])[array_position($11::bigint[], s.id)] \
+       AND s.game_id = $3::bigint AND s.in_game \
+       AND NOT (true = ANY($13::boolean[] || $14::boolean[])) \
+       AND $8::smallint < 0 AND NOT $9::boolean AND NOT $10::boolean \
+       ORDER BY s.id FOR NO KEY UPDATE), ",
     cas_game!(
         "$1",
         "$2",
         "$3",
-        ", active_at = ARRAY(SELECT CASE \
-             WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1) THEN now() \
-             ELSE active_at[i] END FROM generate_series(1, 4) i ORDER BY i)",
+        ", active_at = ARRAY[\
+             CASE WHEN 0::smallint = ANY($12::smallint[]) THEN now() ELSE active_at[1] END, \
+             CASE WHEN 1::smallint = ANY($12::smallint[]) THEN now() ELSE active_at[2] END, \
+             CASE WHEN 2::smallint = ANY($12::smallint[]) THEN now() ELSE active_at[3] END, \
+             CASE WHEN 3::smallint = ANY($12::smallint[]) THEN now() ELSE active_at[4] END]",
         "$4",
         "$5",
         "$6",
@@ -467,8 +481,12 @@ pub const WRITE_ACTS: &str = concat!(
     ),
     ", ",
     log_actions!(),
-    " ",
-    read_again!("$20", "$21")
+    " SELECT version, NULL::bytea, (extract(epoch FROM created_at) * 1000000)::bigint, \
+             NULL::smallint, NULL::boolean, NULL::bigint, NULL::smallint, NULL::smallint, \
+             NULL::integer, NULL::bigint, NULL::bytea, NULL::bigint, NULL::bigint, \
+             NULL::text[], NULL::boolean[], ",
+    clock_us!(),
+    " FROM g WHERE $20::bytea[] IS NOT NULL"
 );
 
 /// Writes a state advanced by the clock alone (a game that just ended),
