@@ -571,9 +571,12 @@ async fn floor_statements(mut tx: sqlx::Transaction<'_, sqlx::Postgres>) {
 }
 
 async fn seat_four(store: &Store, prefix: &str) -> Vec<Seat> {
+    // Tokens as the servers issue them (signed with the cluster's session
+    // key): a server refuses any other as a session it did not issue.
+    let key = store.session_key().await.unwrap();
     let mut seats = Vec::new();
     for i in 0..4 {
-        let token = token::draw();
+        let token = key.issue(&token::draw());
         let hash = token::hash(&token);
         let joined = store
             .join(
