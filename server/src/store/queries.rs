@@ -167,10 +167,11 @@ macro_rules! cas_game {
     };
 }
 
-/// The sessions a commit writes for (`w`: `$11` with their seats) still
-/// seated there in `$game` and in it (found by `= ANY`, so through the
-/// primary key's index whatever a generic plan guesses of the arrays'
-/// length): locked for the statement only,
+/// The sessions a commit writes for (`$11`, each at its seat in `$12`:
+/// matched by array position, the sessions being distinct) still seated
+/// there in `$game` and in it (found by `= ANY`, so through the primary
+/// key's index whatever a generic plan guesses of the arrays' length),
+/// where `$cond` holds: locked for the statement only,
 /// in id order (two commits sharing sessions lock them in one order), so a
 /// join moving a session elsewhere (it locks the session across its
 /// transaction) either finished before, and this finds fewer rows, or
@@ -179,13 +180,15 @@ macro_rules! cas_game {
 /// shared while each waits for the other's game update. No lock outlives
 /// the statement.
 macro_rules! sessions_guard {
-    ($game:literal) => {
+    ($game:literal, $cond:literal) => {
         concat!(
             "sl AS MATERIALIZED (SELECT s.id FROM sessions s WHERE s.id = ANY($11::bigint[]) \
-               AND EXISTS (SELECT 1 FROM w WHERE w.session = s.id AND w.seat = s.seat) \
+               AND s.seat = ($12::smallint[])[array_position($11::bigint[], s.id)] \
                AND s.game_id = ",
             $game,
-            "::bigint AND s.in_game ORDER BY s.id FOR NO KEY UPDATE)"
+            "::bigint AND s.in_game AND ",
+            $cond,
+            " ORDER BY s.id FOR NO KEY UPDATE)"
         )
     };
 }
@@ -349,14 +352,12 @@ pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game
      FROM sessions s JOIN games g ON g.id = s.game_id \
      WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
 
-/// The end of a compare-and-set write: its new version in the first
-/// column, the game's creation and the database clock (both µs since the
-/// epoch) in the third and last, the rest NULL; or, if it wrote nothing, NULL then the callers'
-/// read done again ([`LOAD_CALLERS`]'s columns, one row per token, from
-/// `game_call_read`, which sees the commit the write lost to). `$tokens`
-/// token hashes, `$tick` tick length.
-macro_rules! read_again {
-    ($tokens:literal, $tick:literal) => {
+/// A compare-and-set write's row when it matched: its new version in the
+/// first column, the game's creation and the database clock (both µs
+/// since the epoch) in the third and last, the rest NULL (the columns of
+/// a read again, see `read_again!`).
+macro_rules! written_row {
+    () => {
         concat!(
             " SELECT version, NULL::bytea, \
                      (extract(epoch FROM created_at) * 1000000)::bigint, NULL::smallint, \
@@ -364,8 +365,21 @@ macro_rules! read_again {
                      NULL::bigint, NULL::bytea, NULL::bigint, NULL::bigint, NULL::text[], \
                      NULL::boolean[], ",
             clock_us!(),
-            " FROM g \
-              UNION ALL \
+            " FROM g"
+        )
+    };
+}
+
+/// The end of a compare-and-set write: its row if it matched
+/// (`written_row!`); or, if it wrote nothing, NULL then the callers'
+/// read done again ([`LOAD_CALLERS`]'s columns, one row per token, from
+/// `game_call_read`, which sees the commit the write lost to). `$tokens`
+/// token hashes, `$tick` tick length.
+macro_rules! read_again {
+    ($tokens:literal, $tick:literal) => {
+        concat!(
+            written_row!(),
+            " UNION ALL \
               SELECT NULL::bigint, t.h, r.* FROM unnest(",
             $tokens,
             "::bytea[]) t(h), game_call_read(t.h, ",
@@ -399,7 +413,7 @@ macro_rules! read_again {
 pub const WRITE_CALLS: &str = concat!(
     "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
                                      $14::boolean[]) AS w(session, seat, leaving, freed)), ",
-    sessions_guard!("$3"),
+    sessions_guard!("$3", "true"),
     ", ",
     cas_game!(
         "$1",
@@ -447,9 +461,11 @@ pub const WRITE_CALLS: &str = concat!(
 /// so it holds as few plan nodes as the write allows: PostgreSQL builds
 /// every node of a statement's plan each time it runs it (cached plan or
 /// not), and for [`WRITE_CALLS`]'s shape that set-up took about as long as
-/// running it. So the writers' seats are matched by array position instead
-/// of a table of them, their seats marked active by an `ARRAY[…]` of four
-/// expressions instead of a subquery per seat, and a write that missed
+/// running it. So its sessions guard (`sessions_guard!`, matching the
+/// writers' seats by array position) takes the acts-only checks as its
+/// condition instead of a table of the writers, their seats are marked
+/// active by an `ARRAY[…]` of four expressions instead of a subquery per
+/// seat, and a write that missed
 /// returns no row at all instead of the callers' read again (`read_again!`):
 /// the caller reads again itself, one round trip more on the rare commit
 /// that lost a race. `$20` (the callers' tokens, for that read again in
@@ -457,12 +473,13 @@ pub const WRITE_CALLS: &str = concat!(
 /// creation and the database clock at columns 0, 2 and 15, as
 /// [`WRITE_CALLS`] does.
 pub const WRITE_ACTS: &str = concat!(
-    "WITH sl AS MATERIALIZED (SELECT s.id FROM sessions s WHERE s.id = ANY($11::bigint[]) \
-       AND s.seat = ($12::smallint[])[array_position($11::bigint[], s.id)] \
-       AND s.game_id = $3::bigint AND s.in_game \
-       AND NOT (true = ANY($13::boolean[] || $14::boolean[])) \
-       AND $8::smallint < 0 AND NOT $9::boolean AND NOT $10::boolean \
-       ORDER BY s.id FOR NO KEY UPDATE), ",
+    "WITH ",
+    sessions_guard!(
+        "$3",
+        "NOT (true = ANY($13::boolean[] || $14::boolean[])) \
+         AND $8::smallint < 0 AND NOT $9::boolean AND NOT $10::boolean"
+    ),
+    ", ",
     cas_game!(
         "$1",
         "$2",
@@ -481,12 +498,8 @@ pub const WRITE_ACTS: &str = concat!(
     ),
     ", ",
     log_actions!(),
-    " SELECT version, NULL::bytea, (extract(epoch FROM created_at) * 1000000)::bigint, \
-             NULL::smallint, NULL::boolean, NULL::bigint, NULL::smallint, NULL::smallint, \
-             NULL::integer, NULL::bigint, NULL::bytea, NULL::bigint, NULL::bigint, \
-             NULL::text[], NULL::boolean[], ",
-    clock_us!(),
-    " FROM g WHERE $20::bytea[] IS NOT NULL"
+    written_row!(),
+    " WHERE $20::bytea[] IS NOT NULL"
 );
 
 /// Writes a state advanced by the clock alone (a game that just ended),
