@@ -491,7 +491,7 @@ impl State {
         if now >= *until {
             return None;
         }
-        let excused = busy_excused_until(sent, self.timing(address).hedge_delay(), *queued);
+        let excused = busy_excused_until(sent, self.hedge_delay(address), *queued);
         (now < excused).then_some(excused)
     }
 
@@ -499,7 +499,7 @@ impl State {
     /// `sent`, late now ([`Budget::copy_funds`], with its server's hedge
     /// delay).
     fn copy_funds(&self, address: &str, sent: Instant, now: Instant) -> Funds {
-        let hedge_delay = self.timing(address).hedge_delay();
+        let hedge_delay = self.hedge_delay(address);
         self.budget
             .copy_funds(now.saturating_duration_since(sent), hedge_delay)
     }
@@ -526,6 +526,15 @@ impl State {
     fn stall(&mut self) {
         self.shared_stall = true;
         self.stall_seen = Some(Instant::now());
+    }
+
+    /// A server's hedge delay, as [`Self::timing`] gives it, without a copy
+    /// of its timing when it knows its own p95.
+    fn hedge_delay(&self, address: &str) -> Duration {
+        match self.timing.get(address) {
+            Some(timing) if timing.knows_its_p95() => timing.hedge_delay(),
+            _ => self.timing(address).hedge_delay(),
+        }
     }
 
     /// A server's timing; one with too few answers of its own borrows the
@@ -980,7 +989,7 @@ impl ServerPool {
                 let copied_after = now.saturating_duration_since(started);
                 attempt.hedges += 1;
                 attempt.hedge_sent = Some(copied_after);
-                copy_delay = self.timing(&second.address).hedge_delay();
+                copy_delay = self.hedge_delay(&second.address);
                 copy_late_at = Some(now + copy_late_after(copy_delay, copied_after));
                 let future = {
                     let _copying = SendingCopy::new();
@@ -1398,9 +1407,10 @@ impl ServerPool {
         }
     }
 
-    /// A server's timing (the default when nothing is known yet).
-    fn timing(&self, address: &str) -> ServerTiming {
-        self.shared.state.lock().unwrap().timing(address)
+    /// A server's hedge delay (the default timing's when nothing is known
+    /// yet).
+    fn hedge_delay(&self, address: &str) -> Duration {
+        self.shared.state.lock().unwrap().hedge_delay(address)
     }
 
     /// An attempt on `address` sent at `sent` was answered now; `on_time`:
