@@ -884,6 +884,7 @@ pub async fn run_measured(
         command: std::env::args().collect::<Vec<_>>().join(" "),
         git_head: git_head(),
         started_at_unix_s,
+        run_started_unix_ms,
         load_average_1m: [load_before, load_average()],
         table_rows,
         ..Summary::default()

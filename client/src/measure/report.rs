@@ -425,6 +425,12 @@ pub struct Summary {
     pub git_head: Option<String>,
     /// Unix time the run started.
     pub started_at_unix_s: u64,
+    /// Unix time, ms, of the measured run's clock's zero: every `at` of a
+    /// stall window, a fault or `invocations.csv`'s `start_us` counts from
+    /// it, so a trace taken beside the run (`perf record -k mono`, a
+    /// database's log) can be set against them.
+    #[serde(default)]
+    pub run_started_unix_ms: i64,
     /// The machine's 1-minute load average before and after the run.
     pub load_average_1m: [f64; 2],
     /// Rows of every table at the start, every minute of the run and at
