@@ -496,6 +496,16 @@ fn io_stalls(run: &[&Reading]) -> Vec<u64> {
     stalls
 }
 
+/// The stretches (from, to: µs since the start of the run) in which the
+/// machine stood still ([`stood_still_us`]), in time order.
+pub fn stood_still_stretches(readings: &[Reading]) -> Vec<(u64, u64)> {
+    readings
+        .windows(2)
+        .filter(|w| stood_still_us(&w[0], &w[1], cores()) > 0)
+        .map(|w| (w[0].at_us, w[1].at_us))
+        .collect()
+}
+
 /// The readings as CSV, for `OUT/logs/machine.csv`: time since the start of
 /// the run and the five counters (empty where the kernel has none).
 pub fn csv(readings: &[Reading]) -> String {
@@ -677,6 +687,11 @@ mod tests {
         );
         // Without /proc/stat nothing is said.
         assert_eq!(stood_still_us(&at(0, None), &at(40_000, None), 2.0), 0);
+    }
+
+    #[test]
+    fn the_stretches_the_machine_stood_still_are_listed() {
+        assert_eq!(stood_still_stretches(&run()), vec![(490_000, 560_000)]);
     }
 
     #[test]

@@ -416,6 +416,14 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         summary.tail.fraction_over_floor_p999 * 100.0,
         summary.tail.floor_p999_us,
     );
+    if summary.tail.stood_still_stretches > 0 {
+        println!(
+            "tail outside the machine's stops: RTT max {} µs in the calls in flight during none              of the {} stretches the machine stood still ({} calls were)",
+            summary.tail.rtt_max_outside_stood_still_us,
+            summary.tail.stood_still_stretches,
+            summary.tail.calls_in_stood_still,
+        );
+    }
     if summary.split_games.windows > 0 {
         println!(
             "games split over servers (a game's acts answered by two in one 100 ms window): \
@@ -952,6 +960,9 @@ pub async fn run_measured(
         &summary.floor_db_txn_us,
     );
     summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    summary
+        .tail
+        .outside(&records, &machine::stood_still_stretches(&readings));
     summary.fault_tail = faults::FaultTail::new(&faults, &records);
     summary.split_games = SplitGames::new(&records);
     let threshold_us =

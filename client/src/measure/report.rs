@@ -165,6 +165,14 @@ pub struct Tail {
     /// Successful calls slower than `floor_p999_us`, and their share.
     pub calls_over_floor_p999: u64,
     pub fraction_over_floor_p999: f64,
+    /// Stretches of the measured run in which the machine stood still
+    /// (`machine::stood_still_stretches`: the host stopped it), the
+    /// successful calls in flight during one, and the slowest successful
+    /// call in flight during none: the tail the machine's stops do not
+    /// explain.
+    pub stood_still_stretches: u64,
+    pub calls_in_stood_still: u64,
+    pub rtt_max_outside_stood_still_us: u64,
 }
 
 impl Tail {
@@ -189,7 +197,29 @@ impl Tail {
                 0 => 0.0,
                 n => (over as f64 / n as f64 * 1e5).round() / 1e5,
             },
+            ..Tail::default()
         }
+    }
+
+    /// Sets the tail outside the `stretches` (from, to: µs since the start
+    /// of the run) in which the machine stood still.
+    pub fn outside(&mut self, records: &[Invocation], stretches: &[(u64, u64)]) {
+        let measured: Vec<&Invocation> =
+            records.iter().filter(|r| !r.warmup && r.is_ok()).collect();
+        let first = measured.iter().map(|r| r.start_us).min().unwrap_or(0);
+        let in_stretch = |r: &Invocation| {
+            stretches
+                .iter()
+                .any(|&(from, to)| r.start_us < to && r.end_us() > from)
+        };
+        self.stood_still_stretches = stretches.iter().filter(|&&(_, to)| to > first).count() as u64;
+        self.calls_in_stood_still = measured.iter().filter(|r| in_stretch(r)).count() as u64;
+        self.rtt_max_outside_stood_still_us = measured
+            .iter()
+            .filter(|r| !in_stretch(r))
+            .map(|r| effective_rtt_us(r))
+            .max()
+            .unwrap_or(0);
     }
 }
 
@@ -937,6 +967,20 @@ mod tests {
         // Without a floor nothing is counted as over it.
         let none = Tail::new(&records, &FloorStats::default(), &FloorStats::default());
         assert_eq!(none.calls_over_floor_p999, 0);
+
+        // The 5 ms call was in flight while the machine stood still: the
+        // tail outside the stops is the next slowest.
+        let mut tail = tail;
+        tail.outside(&records, &[(199_000, 203_000)]);
+        assert_eq!(tail.rtt_max_outside_stood_still_us, 1500);
+        assert_eq!(
+            (tail.stood_still_stretches, tail.calls_in_stood_still),
+            (1, 1)
+        );
+        assert_eq!(tail.rtt_max_us, 5000, "the whole tail is kept");
+        tail.outside(&records, &[]);
+        assert_eq!(tail.rtt_max_outside_stood_still_us, 5000);
+        assert_eq!(tail.calls_in_stood_still, 0);
     }
 
     #[test]
