@@ -418,7 +418,8 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     );
     if summary.tail.stood_still_stretches > 0 {
         println!(
-            "tail outside the machine's stops: RTT max {} µs in the calls in flight during none              of the {} stretches the machine stood still ({} calls were)",
+            "tail outside the machine's stops: RTT max {} µs in the calls in flight during none \
+             of the {} stretches the machine stood still ({} calls were)",
             summary.tail.rtt_max_outside_stood_still_us,
             summary.tail.stood_still_stretches,
             summary.tail.calls_in_stood_still,
