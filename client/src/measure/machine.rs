@@ -19,7 +19,7 @@
 //! - **host**: the hypervisor ran something else on this machine's cores
 //!   (`/proc/stat`'s steal time): every process here waited at once, the
 //!   bare floor probes as much as the game, and nothing inside the machine
-//!   shows why. Some hypervisors also stop the whole machine for 10–30 ms
+//!   shows why. Some hypervisors also stop the whole machine for 20–50 ms
 //!   without counting it as steal: the sampler wakes late while the cores,
 //!   by `/proc/stat`, were mostly idle ("stood still"). Shown on this
 //!   project's machines by `perf record -a -F 999 -k mono` beside a run:
@@ -583,7 +583,7 @@ mod tests {
         (0..=60u64)
             .map(|i| {
                 let at_us = i * 10_000;
-                // A fifth of one core busy, but while the machine stood still.
+                // A fifth of a core busy, and none while the machine stood still.
                 if i != 50 {
                     busy += 2_000;
                 }
