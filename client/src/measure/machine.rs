@@ -262,8 +262,9 @@ impl MachineInWindow {
             io_full_ms: round1(delta(|r| r.io_full_us)),
             steal_ms: round1(delta(|r| r.steal_us)),
             stood_still_ms: round1(
-                span.windows(2)
-                    .map(|w| stood_still_us(&w[0], &w[1], cores()))
+                stood_still_stretches(span)
+                    .iter()
+                    .map(|(from, to)| to - from)
                     .sum::<u64>() as f64
                     / 1000.0,
             ),
@@ -399,10 +400,10 @@ impl MachineView {
             }
         };
         let stalls = io_stalls(&run);
-        let still: Vec<u64> = run
-            .windows(2)
-            .map(|w| stood_still_us(w[0], w[1], cores()))
-            .filter(|us| *us > 0)
+        let still: Vec<u64> = stood_still_stretches(readings)
+            .iter()
+            .filter(|(from, _)| *from >= from_us)
+            .map(|(from, to)| to - from)
             .collect();
         MachineView {
             psi,
