@@ -1,0 +1,95 @@
+//! Reading a caller's game, and committing the end of a game the clock
+//! alone finished.
+
+use sqlx::Row;
+use sqlx::postgres::PgConnection;
+
+use super::*;
+use crate::error::Error;
+use crate::store::Store;
+use crate::store::queries::*;
+use crate::token::TokenHash;
+use borbaman_game::{Ending, Phase, TICK_MS, Tick};
+
+/// Advances `snapshot` (as read) to the clock's `now_tick`. Returns the
+/// phase it had if the clock alone changed it (the game just ended), which
+/// is for [`commit_clock`] to record.
+pub(in crate::store) fn advance_to(snapshot: &mut Snapshot, now_tick: Tick) -> Option<Phase> {
+    let state = &mut snapshot.state;
+    let before = state.phase();
+    state.advance(state.tick().max(now_tick));
+    (state.phase() != before).then_some(before)
+}
+
+/// Commits a game the clock alone moved on from phase `before` (see
+/// [`advance_to`]), compare-and-set on the version read, so the rankings
+/// are recorded once. `false`: another call wrote the game since the read;
+/// nothing was written.
+pub(super) async fn commit_clock(
+    conn: &mut PgConnection,
+    snapshot: &mut Snapshot,
+    before: Phase,
+) -> Result<bool, Error> {
+    let state = &snapshot.state;
+    let ending = finishing(before, state);
+    let row = sqlx::query(WRITE_ADVANCE)
+        .bind(Packed(state))
+        .bind(state.phase().code())
+        .bind(to_db_id(snapshot.game_id)?)
+        .bind(winner_code(ending))
+        .bind(ending == Some(Ending::Draw))
+        .bind(ending.is_some())
+        .bind(to_db_id(snapshot.version)?)
+        .fetch_optional(conn)
+        .await?;
+    let Some(row) = row else {
+        return Ok(false);
+    };
+    snapshot.version = row.try_get::<i64, _>(0)? as u64;
+    Ok(true)
+}
+
+impl Store {
+    /// The caller's game advanced to the current tick. A plain read; only
+    /// when the clock alone finished the game is that committed (once,
+    /// through the write path) so the rankings are recorded.
+    pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
+        self.retrying(|| self.cas(|| self.state_once(token_hash, game_id)))
+            .await
+    }
+
+    /// One read, and a compare-and-set write only when the clock alone
+    /// finished the game. `None`: another call wrote the game first.
+    pub(super) async fn state_once(
+        &self,
+        token_hash: &TokenHash,
+        game_id: u64,
+    ) -> Result<Option<Snapshot>, Error> {
+        // On an acquired connection rather than `&self.pool`: same query,
+        // but the pool's executor boxes a much larger future per call.
+        let mut conn = self.pool.acquire().await?;
+        let row = sqlx::query(READ_STATE)
+            .bind(&token_hash[..])
+            .bind(i64::from(TICK_MS))
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or_else(unknown_token)?;
+        let (now_tick, mut snapshot) = game_row(&row, 0)?;
+        if row.try_get::<i16, _>(6)? < 0 {
+            return Err(seat_freed(snapshot.game_id as i64));
+        }
+        if snapshot.game_id != game_id {
+            return Err(Error::PermissionDenied(format!(
+                "game {game_id} is not your game (yours is {})",
+                snapshot.game_id
+            )));
+        }
+        if let Some(before) = advance_to(&mut snapshot, now_tick) {
+            let mut conn = self.pool.acquire().await?;
+            if !commit_clock(&mut conn, &mut snapshot, before).await? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(snapshot))
+    }
+}
