@@ -33,6 +33,7 @@
 //! database work a wait for it saves is not short while nobody waits in
 //! admission's line (see [`QUICK_RETURN`]).
 
+use crate::store::tuning::*;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -203,19 +204,6 @@ impl<J, R> Drop for Waiting<'_, J, R> {
     }
 }
 
-/// How long a caller counts as one of its game's callers after its last
-/// call: a closed loop calls every few milliseconds, a paced player (20
-/// Hz) every 50.
-const SEEN_FOR: Duration = Duration::from_millis(100);
-
-/// The most callers [`Arrivals`] remembers per game (four players, their
-/// copies share a caller; more means callers that left).
-const SEEN_MAX: usize = 8;
-
-/// How many games' [`Arrivals`] are kept before those not heard from
-/// lately are forgotten.
-const ARRIVALS_KEPT: usize = 256;
-
 /// A game's recent callers at its gate, and when each is due to call
 /// again: the pure part of the gate's wait for more calls (see the module
 /// doc).
@@ -239,22 +227,6 @@ struct Seen {
     gaps: Gaps,
 }
 
-/// The longest typical gap of a caller still waited for: one that calls
-/// again this soon after its answer is in a closed loop, or near one.
-///
-/// A paced player (every 50 ms at 20 Hz) is not waited for even when it
-/// is due: its return is known only to within its timer's and the
-/// network's jitter, about the wait itself, so a wait for it brings it
-/// about half the time and otherwise holds the call the whole linger
-/// (and a timer tick more). Measured fault-free at 20 Hz (`bench
-/// --duration-s 20`): 2–3 % of commits waited so, 1.4 % fewer commits
-/// for it, and those waits were the runs' act p99 (2–3.5 ms of a 4 ms
-/// p99, against 60 µs for the rest of a call's handler). The database
-/// work a paced game's wait saves matters only when the database is
-/// short of it, and then the calls queue behind the gate by themselves,
-/// or wait in admission's line, which turns the wait off.
-const QUICK_RETURN: Duration = Duration::from_millis(10);
-
 impl Seen {
     /// Whether it is due to queue a job by `until`, when it has no job
     /// queued: answered and expected back by then, calling again quickly
@@ -269,10 +241,6 @@ impl Seen {
         }
     }
 }
-
-/// How many of a caller's last gaps (between an answer and its next
-/// call) [`Gaps`] keeps.
-const GAPS_KEPT: usize = 5;
 
 /// A caller's last gaps between an answer and its next call, and the
 /// typical one: their median. A closed loop's gaps are short with a tail

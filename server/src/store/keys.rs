@@ -24,10 +24,11 @@ impl Store {
     pub async fn session_key(&self) -> Result<SessionKey, Error> {
         let key: Vec<u8> = self
             .retrying(|| async {
-                let mut conn = self.pool.acquire().await?;
-                Ok(sqlx::query_scalar(SESSION_KEY)
-                    .fetch_one(&mut *conn)
-                    .await?)
+                let mut lease = self.lease().await?;
+                let key = sqlx::query_scalar(SESSION_KEY)
+                    .fetch_one(lease.conn())
+                    .await;
+                lease.settle(key.map_err(Error::from))
             })
             .await?;
         SessionKey::new(&key)

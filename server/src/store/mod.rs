@@ -52,6 +52,7 @@ pub mod retention;
 pub mod servers;
 pub mod spectate;
 pub mod standing;
+mod tuning;
 
 use std::future::Future;
 use std::str::FromStr;
@@ -71,6 +72,7 @@ use borbaman_game::{ROUND_TICKS, TICK_MS};
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use follow::{Follower, Shared};
+use tuning::*;
 
 pub use census::Census;
 pub use follow::{FollowOptions, LearnedFrom, Primary};
@@ -78,22 +80,10 @@ pub use play::{
     ActCall, Acted, Identity, Input, Joined, LeaveCall, Left, Ranking, Roster, Snapshot,
 };
 pub use servers::LiveServer;
+pub use tuning::{DEFAULT_NAME_HOLD, DEFAULT_WARM_UP_PACE};
 
 /// Schema migrations, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
-
-/// Most attempts of one call (first try included).
-const MAX_ATTEMPTS: u32 = 8;
-/// Backoff before the second attempt; doubles per attempt up to the cap.
-const FIRST_BACKOFF: Duration = Duration::from_millis(1);
-const MAX_BACKOFF: Duration = Duration::from_millis(25);
-/// Most reads and writes of one compare-and-set call (first try included)
-/// before it counts as a transient failure, which [`Store::retrying`] then
-/// retries with its longer backoff. Each miss means another call committed,
-/// so the game as a whole always moves on.
-const MAX_CAS_ATTEMPTS: u32 = 16;
-/// Cap of the random pause before a compare-and-set retry.
-const MAX_CAS_PAUSE: Duration = Duration::from_millis(2);
 
 /// How the store talks to the database.
 #[derive(Clone, Debug)]
@@ -161,11 +151,6 @@ impl Default for StoreOptions {
     }
 }
 
-/// Default of [`StoreOptions::warm_up_pace`]: 8 standing connections are
-/// open and planned within about 0.2 s, using a few per cent of a core
-/// rather than most of one for ~70 ms.
-pub const DEFAULT_WARM_UP_PACE: Duration = Duration::from_millis(25);
-
 /// How long start-up waits before opening the standing connection
 /// numbered `opened` (0 for the first): nothing for the first, `pace`
 /// before each other, so their start-up work in PostgreSQL is spread out
@@ -173,11 +158,6 @@ pub const DEFAULT_WARM_UP_PACE: Duration = Duration::from_millis(25);
 pub fn warm_up_pause(opened: u32, pace: Duration) -> Duration {
     if opened == 0 { Duration::ZERO } else { pace }
 }
-
-/// How long a released name stays its owner's: a day, so a player who
-/// renamed by mistake takes it back, and no one passes for the old owner
-/// in the rankings the moment a name is let go.
-pub const DEFAULT_NAME_HOLD: Duration = Duration::from_secs(24 * 3600);
 
 /// A round length in whole ticks, as a game stores it.
 fn round_ticks(round: Duration) -> Result<u16, Error> {
@@ -190,8 +170,81 @@ fn round_ticks(round: Duration) -> Result<u16, Error> {
         ))
     })
 }
-/// How long [`Store::migrate`] waits for Patroni to name the primary.
-const PRIMARY_WAIT: Duration = Duration::from_secs(1);
+
+/// What one compare-and-set attempt came to (see [`Store::cas`]).
+pub(crate) enum Cas<T, R> {
+    /// Written, or nothing to write.
+    Done(T),
+    /// Nothing written: another call wrote first. With the caller's read
+    /// done again after that commit, when the write returned it.
+    Missed(Option<R>),
+    /// Nothing written, and nothing lost: the attempt was decided on what
+    /// this server knew of the game and would write nothing; read the game
+    /// and decide again.
+    ReadFirst,
+}
+
+/// The one compare-and-set loop: which read each attempt (a read, then a
+/// write that matches only if nothing changed since the read) starts
+/// from, and what a lost write costs. A caller runs
+///
+/// ```text
+/// let mut cas = CasLoop::new(known);
+/// loop {
+///     let read = cas.start().unwrap_or(/* read */);
+///     if let Some(done) = cas.after(store, /* write on `read` */).await? {
+///         break done;
+///     }
+/// }
+/// ```
+///
+/// The first attempt starts from `first` (what the server knows of the
+/// game, if anything); after a lost write, from the read that write
+/// returned, unless the pause after the loss was a sleep (see
+/// [`Store::lost`]), after which a fresh read is worth more; otherwise it
+/// reads. Runs inside [`Store::retrying`], whose deadline bounds it too.
+/// (A loop in the caller rather than a function taking the attempt as a
+/// closure: an async closure that borrows the attempt's connection makes
+/// the call's future not `Send`.)
+pub(crate) struct CasLoop<R> {
+    next: Option<R>,
+    retries: u32,
+}
+
+impl<R> CasLoop<R> {
+    pub(crate) fn new(first: Option<R>) -> CasLoop<R> {
+        CasLoop {
+            next: first,
+            retries: 0,
+        }
+    }
+
+    /// The read the next attempt starts from; `None`: it reads.
+    pub(crate) fn start(&mut self) -> Option<R> {
+        self.next.take()
+    }
+
+    /// What an attempt came to: `Some` when it wrote, `None` to attempt
+    /// again. A lost write is counted, and fails the call (as a transient
+    /// failure) after [`MAX_CAS_ATTEMPTS`].
+    pub(crate) async fn after<T>(
+        &mut self,
+        store: &Store,
+        attempt: Cas<T, R>,
+    ) -> Result<Option<T>, Error> {
+        match attempt {
+            Cas::Done(done) => Ok(Some(done)),
+            Cas::ReadFirst => Ok(None),
+            Cas::Missed(again) => {
+                self.retries += 1;
+                if !store.lost(self.retries).await? {
+                    self.next = again;
+                }
+                Ok(None)
+            }
+        }
+    }
+}
 
 /// Handle on the database; clones share the pool.
 #[derive(Clone, Debug)]
@@ -305,7 +358,7 @@ impl Store {
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
             topping_up: Arc::default(),
-            gates: Arc::new(play::CallGates::default().lingering(play::LINGER)),
+            gates: Arc::new(play::CallGates::default().lingering(LINGER)),
             known: Arc::default(),
             metrics: Metrics::new(),
         })
@@ -314,7 +367,7 @@ impl Store {
     /// Counts this store's database latency, CAS retries, gate waits and
     /// retention deletes in `metrics`. Call before cloning the store.
     pub fn with_metrics(mut self, metrics: Metrics) -> Store {
-        self.gates = Arc::new(play::CallGates::observed(metrics.clone()).lingering(play::LINGER));
+        self.gates = Arc::new(play::CallGates::observed(metrics.clone()).lingering(LINGER));
         self.metrics = metrics;
         self
     }
@@ -404,25 +457,6 @@ impl Store {
     /// written the game (or the session) since their read.
     pub fn cas_retries(&self) -> u64 {
         self.cas_retries.load(Ordering::Relaxed)
-    }
-
-    /// Runs `attempt` (a read, then a compare-and-set write) until it
-    /// writes or fails: `Ok(None)` is a write that matched nothing because
-    /// another call committed first, retried (see [`Store::lost`]). Runs
-    /// inside [`Store::retrying`], whose deadline bounds it too.
-    async fn cas<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Option<T>, Error>>,
-    {
-        let mut retries = 0;
-        loop {
-            if let Some(done) = attempt().await? {
-                return Ok(done);
-            }
-            retries += 1;
-            self.lost(retries).await?;
-        }
     }
 
     /// A compare-and-set write lost to another call, for the `retry`-th
@@ -529,6 +563,15 @@ impl Store {
 /// stuck in a statement, or the connection is broken. Dropping closes the
 /// socket; nothing is sent, neither a ping nor a cancel request (see the
 /// module docs), and the pool opens a replacement.
+///
+/// The one way a call gets a connection. Closing it is also what ends a
+/// transaction cut anywhere: sqlx's `begin` dropped while its `BEGIN` is
+/// in flight leaves the connection in a transaction sqlx does not know
+/// of; back in the pool, the autocommitted statements of later calls on
+/// it (an Act's compare-and-set write) would run inside that transaction,
+/// answered but never committed. (Two jobs hold connections otherwise:
+/// retention keeps one detached for its advisory lock, and the standing
+/// connections are opened, not lent.)
 struct Lease {
     conn: Option<PoolConnection<Postgres>>,
     acquired_at: Instant,
@@ -708,47 +751,87 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
     }
 
+    /// Runs `attempt` (given the read it starts from, the attempt number
+    /// from 1) in a [`CasLoop`] from `first`.
+    async fn run_cas<T>(
+        store: &Store,
+        first: Option<&'static str>,
+        mut attempt: impl FnMut(Option<&'static str>, u32) -> Result<Cas<T, &'static str>, Error>,
+    ) -> Result<T, Error> {
+        let mut cas = CasLoop::new(first);
+        let mut n = 0;
+        loop {
+            n += 1;
+            let outcome = attempt(cas.start(), n)?;
+            if let Some(done) = cas.after(store, outcome).await? {
+                return Ok(done);
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_lost_compare_and_set_is_retried_counted_and_bounded() {
         let store = lazy_store(2000);
-        let calls = AtomicU32::new(0);
-        let got = store
-            .cas(|| async {
-                if calls.fetch_add(1, Ordering::SeqCst) < 3 {
-                    Ok(None)
-                } else {
-                    Ok(Some(7))
-                }
+        let got = run_cas(&store, None, |_, n| {
+            Ok(if n <= 3 {
+                Cas::Missed(None)
+            } else {
+                Cas::Done(7)
             })
-            .await
-            .unwrap();
+        })
+        .await
+        .unwrap();
         assert_eq!(got, 7);
         assert_eq!(store.cas_retries(), 3);
 
         // A write that never matches gives up, as a transient failure.
-        calls.store(0, Ordering::SeqCst);
-        let err = store
-            .cas(|| async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Ok::<Option<()>, Error>(None)
-            })
-            .await
-            .unwrap_err();
+        let mut attempts = 0;
+        let err = run_cas(&store, None, |_, n| {
+            attempts = n;
+            Ok::<Cas<(), _>, Error>(Cas::Missed(None))
+        })
+        .await
+        .unwrap_err();
         assert!(err.is_transient(), "{err:?}");
-        assert_eq!(calls.load(Ordering::SeqCst), MAX_CAS_ATTEMPTS);
+        assert_eq!(attempts, MAX_CAS_ATTEMPTS);
         assert_eq!(store.cas_retries(), 3 + u64::from(MAX_CAS_ATTEMPTS));
 
         // Errors are not the compare-and-set's to retry.
-        calls.store(0, Ordering::SeqCst);
-        let err = store
-            .cas(|| async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err::<Option<()>, _>(Error::PermissionDenied("no".into()))
-            })
-            .await
-            .unwrap_err();
+        let mut attempts = 0;
+        let err = run_cas(&store, None, |_, n| {
+            attempts = n;
+            Err::<Cas<(), _>, _>(Error::PermissionDenied("no".into()))
+        })
+        .await
+        .unwrap_err();
         assert!(matches!(err, Error::PermissionDenied(_)));
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(attempts, 1);
+    }
+
+    /// Each attempt starts from the read it is handed: the first from
+    /// what the server knew, the next from the read the lost write
+    /// returned; after a `ReadFirst` it reads, and that is no loss.
+    #[tokio::test]
+    async fn a_compare_and_set_hands_each_attempt_the_read_to_start_from() {
+        let store = lazy_store(2000);
+        let mut given = Vec::new();
+        let got = run_cas(&store, Some("known"), |read, n| {
+            given.push(read);
+            Ok(match n {
+                1 => Cas::ReadFirst,
+                2 => Cas::Missed(Some("returned by the lost write")),
+                _ => Cas::Done(n),
+            })
+        })
+        .await
+        .unwrap();
+        assert_eq!(got, 3);
+        assert_eq!(
+            given,
+            [Some("known"), None, Some("returned by the lost write")],
+            "the first retry only yields, so the returned read is still fresh"
+        );
+        assert_eq!(store.cas_retries(), 1, "a read-first is not a lost write");
     }
 
     #[tokio::test]

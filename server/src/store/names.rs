@@ -17,6 +17,7 @@
 
 use borbaman_game::names;
 use sqlx::Connection;
+use sqlx::postgres::PgConnection;
 
 use super::Store;
 use super::play::Identity;
@@ -109,7 +110,8 @@ impl Store {
     pub(super) async fn check_name(&self, identity: &Identity, name: &str) -> Result<(), Error> {
         let key = names::owner_key(name);
         let hold_ms = self.name_hold_ms;
-        let mut conn = self.pool.acquire().await?;
+        let mut lease = self.lease().await?;
+        let conn = lease.conn();
         let free = if identity.claims_names {
             sqlx::query_scalar::<_, bool>(CLAIM_NAME)
                 .bind(&key)
@@ -117,15 +119,17 @@ impl Store {
                 .bind(name)
                 .bind(KEY_VERSION)
                 .bind(hold_ms)
-                .fetch_one(&mut *conn)
-                .await?
+                .fetch_one(conn)
+                .await
         } else {
-            !sqlx::query_scalar::<_, bool>(NAME_HELD)
+            sqlx::query_scalar::<_, bool>(NAME_HELD)
                 .bind(&key)
                 .bind(hold_ms)
-                .fetch_one(&mut *conn)
-                .await?
+                .fetch_one(conn)
+                .await
+                .map(|held| !held)
         };
+        let free = lease.settle(free.map_err(Error::from))?;
         if free {
             Ok(())
         } else {
@@ -142,45 +146,51 @@ impl Store {
     /// other is dropped (its identity may claim another name). Returns the
     /// names rekeyed and dropped.
     pub async fn rekey_names(&self) -> Result<(u64, u64), Error> {
-        let mut conn = self.pool.acquire().await?;
-        let mut tx = conn.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(REKEY_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        let old: Vec<OldName> = sqlx::query_as(OLD_KEYS)
-            .bind(KEY_VERSION)
-            .fetch_all(&mut *tx)
-            .await?;
-        if old.is_empty() {
-            return Ok((0, 0));
-        }
-        sqlx::query("DELETE FROM names WHERE key_version < $1::smallint")
-            .bind(KEY_VERSION)
-            .execute(&mut *tx)
-            .await?;
-        let (mut kept, mut dropped) = (0, 0);
-        for (identity, name, claimed, used, released) in old {
-            let inserted = sqlx::query(REKEYED)
-                .bind(names::owner_key(&name))
-                .bind(identity)
-                .bind(&name)
-                .bind(claimed)
-                .bind(used)
-                .bind(released)
-                .bind(KEY_VERSION)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if inserted == 1 {
-                kept += 1;
-            } else {
-                dropped += 1;
-            }
-        }
-        tx.commit().await?;
-        Ok((kept, dropped))
+        let mut lease = self.lease().await?;
+        let rekeyed = rekey(lease.conn()).await;
+        lease.settle(rekeyed)
     }
+}
+
+/// [`Store::rekey_names`], in one transaction on `conn`.
+async fn rekey(conn: &mut PgConnection) -> Result<(u64, u64), Error> {
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(REKEY_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let old: Vec<OldName> = sqlx::query_as(OLD_KEYS)
+        .bind(KEY_VERSION)
+        .fetch_all(&mut *tx)
+        .await?;
+    if old.is_empty() {
+        return Ok((0, 0));
+    }
+    sqlx::query("DELETE FROM names WHERE key_version < $1::smallint")
+        .bind(KEY_VERSION)
+        .execute(&mut *tx)
+        .await?;
+    let (mut kept, mut dropped) = (0, 0);
+    for (identity, name, claimed, used, released) in old {
+        let inserted = sqlx::query(REKEYED)
+            .bind(names::owner_key(&name))
+            .bind(identity)
+            .bind(&name)
+            .bind(claimed)
+            .bind(used)
+            .bind(released)
+            .bind(KEY_VERSION)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if inserted == 1 {
+            kept += 1;
+        } else {
+            dropped += 1;
+        }
+    }
+    tx.commit().await?;
+    Ok((kept, dropped))
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@
 //! batch of rows and skips rows a call has locked, with a short pause
 //! between batches, so no call waits behind the job.
 
+use crate::store::tuning::*;
 use std::time::Duration;
 
 use borbaman_shutdown::Shutdown;
@@ -36,13 +37,6 @@ pub const LOCK_KEY: i64 = 0x626f_7262_616d_616e; // "borbaman"
 /// A waiting game is abandoned when no seated player has been heard from
 /// for this many lobby seat TTLs.
 pub const ABANDONED_TTLS: i64 = 10;
-
-/// Games deleted by one statement (each has a few seats and sessions).
-const GAMES_PER_BATCH: i64 = 50;
-/// Log rows or sessions deleted by one statement.
-const ROWS_PER_BATCH: i64 = 500;
-/// Pause between two batches.
-const BATCH_PAUSE: Duration = Duration::from_millis(20);
 
 /// What the job deletes and how often it looks.
 #[derive(Clone, Debug)]

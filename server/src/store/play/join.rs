@@ -1,7 +1,6 @@
 //! Joins: back into a running game (a read), else a seat in a waiting or
 //! new game (one short transaction under the lobby's lock).
 
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnection;
 use sqlx::{Postgres, Row, Transaction};
 use tokio::time::Instant;
@@ -14,28 +13,6 @@ use crate::store::Store;
 use crate::store::queries::*;
 use crate::token::TokenHash;
 use borbaman_game::{Arena, GameState, Phase, SEATS, TICK_MS};
-
-/// A pooled connection that holds a transaction: closed, instead of
-/// returned to the pool, if the call is dropped (its client went away, or
-/// the store's deadline passed) before the transaction ended. sqlx's
-/// `begin` dropped while its `BEGIN` is in flight leaves the connection in
-/// a transaction sqlx does not know of; back in the pool, the autocommitted
-/// statements of later calls on it (an Act's compare-and-set write) would
-/// run inside that transaction, answered but never committed. Closing the
-/// connection ends the transaction.
-pub(super) struct TxConnection {
-    pub(super) conn: PoolConnection<Postgres>,
-    /// The transaction was committed or rolled back (or never began).
-    pub(super) ended: bool,
-}
-
-impl Drop for TxConnection {
-    fn drop(&mut self) {
-        if !self.ended {
-            self.conn.close_on_drop();
-        }
-    }
-}
 
 /// Frees the seats of the locked waiting game `snapshot` whose players were
 /// silent for the lobby seat TTL (`silent`, per seat), in the database and
@@ -133,15 +110,13 @@ impl Store {
             return Err(no_room());
         }
         self.check_name(identity, name).await?;
-        let mut conn = TxConnection {
-            conn: self.pool.acquire().await?,
-            ended: false,
-        };
+        // Leased: a join cut anywhere in its transaction closes the
+        // connection instead of pooling it (see [`Lease`]).
+        let mut lease = self.lease().await?;
         let joined = self
-            .seat(&mut conn.conn, token_hash, identity, name, arena, seats)
+            .seat(lease.conn(), token_hash, identity, name, arena, seats)
             .await;
-        conn.ended = true;
-        joined
+        lease.settle(joined)
     }
 
     /// Seats the token's player, in one transaction on `conn`: under the
@@ -285,13 +260,13 @@ impl Store {
     /// to it: one read, no lock. `None`: there is no such session, and the
     /// join seats the player.
     pub(super) async fn rejoin(&self, token_hash: &TokenHash) -> Result<Option<Joined>, Error> {
-        let mut conn = self.pool.acquire().await?;
+        let mut lease = self.lease().await?;
         let row = sqlx::query(READ_JOINER)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
-            .fetch_optional(&mut *conn)
-            .await?;
-        drop(conn);
+            .fetch_optional(lease.conn())
+            .await;
+        let row = lease.settle(row.map_err(Error::from))?;
         let Some(row) = row else {
             return Ok(None);
         };

@@ -1,6 +1,7 @@
 //! The per-game cache: what this server knows of a game right after its
 //! own commit of it, so the next commit through it skips the read.
 
+use crate::store::tuning::*;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -39,16 +40,6 @@ pub(super) struct Known {
     /// When the roster was last read from the database.
     pub(super) roster_read_at: Instant,
 }
-
-/// How long what a server knows of a game stands in for reading it, after
-/// the game's roster was last read: its "connected" flags of players
-/// other than the writers go stale (the database derives them from its
-/// clock), so they are read again within a tenth of the connected window.
-pub(super) const KNOWN_FOR: Duration = Duration::from_millis(300);
-
-/// How many games a server keeps [`Known`]; past that it forgets them all
-/// (each game's next commit reads it, and is known again).
-pub(super) const KNOWN_GAMES: usize = 1024;
 
 /// The database clock `since` after a reading of `clock_us` (µs since the
 /// epoch), and the tick of a game created at `created_us` at that clock,

@@ -109,7 +109,7 @@ mod state;
 mod tests;
 mod write;
 
-use std::time::Duration;
+use crate::store::tuning::*;
 
 use crate::error::Error;
 use crate::store::Store;
@@ -129,19 +129,6 @@ pub(in crate::store) use self::decode::game_row;
 pub(crate) use self::known::KnownGames;
 pub use self::snapshot::{Roster, Snapshot};
 pub(in crate::store) use self::state::advance_to;
-
-/// The most calls one commit writes. The four players of a game, each
-/// with a copy or two in flight (a hedge, a retry), fit; a game's queue
-/// longer than that is a backlog, and its next calls go in the next commit.
-const MAX_BATCH: usize = 16;
-
-/// The longest the call holding a game's gate waits for the game's other
-/// players due back (see [`gates`](super::gates)): about what a player's
-/// next call takes to come back in a closed loop on one machine (the
-/// network both ways and the client's turn, 1–3 ms on a busy machine: a
-/// closed loop's commits held 2.2 calls with 1 ms, 2.6–3.1 with 2 ms), and
-/// a twenty-fifth of a 20 Hz player's interval.
-pub(crate) const LINGER: Duration = Duration::from_millis(2);
 
 impl Store {
     /// Applies one action at the current tick, exactly once per sequence

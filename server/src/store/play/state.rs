@@ -6,8 +6,8 @@ use sqlx::postgres::PgConnection;
 
 use super::*;
 use crate::error::Error;
-use crate::store::Store;
 use crate::store::queries::*;
+use crate::store::{Cas, CasLoop, Store};
 use crate::token::TokenHash;
 use borbaman_game::{Ending, Phase, TICK_MS, Tick};
 
@@ -54,20 +54,33 @@ impl Store {
     /// when the clock alone finished the game is that committed (once,
     /// through the write path) so the rankings are recorded.
     pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
-        self.retrying(|| self.cas(|| self.state_once(token_hash, game_id)))
-            .await
+        self.retrying(|| async {
+            let mut lease = self.lease().await?;
+            let result = async {
+                let conn = lease.conn();
+                let mut cas = CasLoop::new(None);
+                loop {
+                    let _: Option<()> = cas.start();
+                    let read = self.state_once(conn, token_hash, game_id).await?;
+                    if let Some(snapshot) = cas.after(self, read).await? {
+                        break Ok(snapshot);
+                    }
+                }
+            }
+            .await;
+            lease.settle(result)
+        })
+        .await
     }
 
     /// One read, and a compare-and-set write only when the clock alone
-    /// finished the game. `None`: another call wrote the game first.
+    /// finished the game. `Missed`: another call wrote the game first.
     pub(super) async fn state_once(
         &self,
+        conn: &mut PgConnection,
         token_hash: &TokenHash,
         game_id: u64,
-    ) -> Result<Option<Snapshot>, Error> {
-        // On an acquired connection rather than `&self.pool`: same query,
-        // but the pool's executor boxes a much larger future per call.
-        let mut conn = self.pool.acquire().await?;
+    ) -> Result<Cas<Snapshot, ()>, Error> {
         let row = sqlx::query(READ_STATE)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
@@ -84,12 +97,11 @@ impl Store {
                 snapshot.game_id
             )));
         }
-        if let Some(before) = advance_to(&mut snapshot, now_tick) {
-            let mut conn = self.pool.acquire().await?;
-            if !commit_clock(&mut conn, &mut snapshot, before).await? {
-                return Ok(None);
-            }
+        if let Some(before) = advance_to(&mut snapshot, now_tick)
+            && !commit_clock(conn, &mut snapshot, before).await?
+        {
+            return Ok(Cas::Missed(None));
         }
-        Ok(Some(snapshot))
+        Ok(Cas::Done(snapshot))
     }
 }

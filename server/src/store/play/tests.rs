@@ -14,6 +14,7 @@ use super::snapshot::*;
 use super::write::*;
 use crate::error::Error;
 use crate::store::queries::*;
+use crate::store::tuning::*;
 use crate::token::TokenHash;
 use borbaman_game::{Action, Ending, GameState, Outcome, Phase, SEATS, TICK_MS};
 

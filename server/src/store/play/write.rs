@@ -8,21 +8,14 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::error::Error;
-use crate::store::Store;
 use crate::store::queries::*;
+use crate::store::{Cas, CasLoop, Store};
 use borbaman_game::{Ending, Phase, TICK_MS};
 
-/// A compare-and-set attempt: done, or nothing written because another
-/// call wrote first, with the caller's read done again if the write
-/// returned it.
-pub(super) enum Written<T> {
-    Done(T),
-    /// Boxed: a read holds a whole game state, and misses are the rare case.
-    Missed(Option<Box<Reads>>),
-    /// Nothing written: the calls were decided on what this server knew of
-    /// the game, and would write nothing; read the game and decide again.
-    ReadFirst,
-}
+/// What a compare-and-set write of Acts and Leaves returned: the callers'
+/// read done again comes back boxed (it holds a whole game state, and
+/// misses are the rare case).
+pub(super) type Written<T> = Cas<T, Box<Reads>>;
 
 /// A commit written: each call's answer, and what is then known of the
 /// game (see [`Known`]), with the version the commit had read.
@@ -61,10 +54,10 @@ pub(super) struct WriteDone {
 /// read done again after the commit it lost to.
 pub(super) fn written(rows: Vec<PgRow>) -> Result<Written<WriteDone>, Error> {
     let Some(first) = rows.first() else {
-        return Ok(Written::Missed(None));
+        return Ok(Cas::Missed(None));
     };
     if let Some(version) = first.try_get::<Option<i64>, _>(0)? {
-        return Ok(Written::Done(WriteDone {
+        return Ok(Cas::Done(WriteDone {
             version,
             created_us: first.try_get(2)?,
             clock_us: first.try_get(15)?,
@@ -74,7 +67,7 @@ pub(super) fn written(rows: Vec<PgRow>) -> Result<Written<WriteDone>, Error> {
         .iter()
         .map(|row| caller_row(row, 1))
         .collect::<Result<Reads, Error>>()?;
-    Ok(Written::Missed(Some(Box::new(again))))
+    Ok(Cas::Missed(Some(Box::new(again))))
 }
 
 /// The statement that writes `commit` (`ending`: it finishes the game):
@@ -116,43 +109,29 @@ impl Store {
         let mut lease = self.lease().await?;
         let result = async {
             let conn = lease.conn();
-            let mut next = before
+            let known = before
                 .as_ref()
                 .and_then(|known| known.read_for(&tokens, Instant::now()));
-            let mut retries = 0;
-            loop {
-                let read = match next.take() {
+            let mut cas = CasLoop::new(known);
+            let committed = loop {
+                let read = match cas.start() {
                     Some(read) => read,
-                    None => match split_reads(load_callers(conn, &tokens).await?, game_id) {
-                        Some(read) => read,
-                        // One statement reads one snapshot.
-                        None => return Err(Error::Internal("one read saw two versions".into())),
-                    },
+                    // One statement reads one snapshot.
+                    None => split_reads(load_callers(conn, &tokens).await?, game_id)
+                        .ok_or_else(|| Error::Internal("one read saw two versions".into()))?,
                 };
-                match self
+                let written = self
                     .write_calls(conn, game_id, calls, &tokens, read)
-                    .await?
-                {
-                    Written::Done(committed) => {
-                        if let Some((known, read_version)) = committed.known {
-                            let known = Known::after(known, game_id, read_version, before);
-                            self.known.put(game_id, known);
-                        }
-                        return Ok(committed.answers);
-                    }
-                    Written::ReadFirst => next = None,
-                    Written::Missed(again) => {
-                        retries += 1;
-                        let slept = self.lost(retries).await?;
-                        // Two snapshots (a read again reads each caller
-                        // apart): read anew.
-                        next = match again {
-                            Some(read) if !slept => split_reads(*read, game_id),
-                            _ => None,
-                        };
-                    }
+                    .await?;
+                if let Some(committed) = cas.after(self, written).await? {
+                    break committed;
                 }
+            };
+            if let Some((known, read_version)) = committed.known {
+                let known = Known::after(known, game_id, read_version, before);
+                self.known.put(game_id, known);
             }
+            Ok(committed.answers)
         }
         .await;
         lease.settle_commit(self, result)
@@ -161,7 +140,9 @@ impl Store {
     /// Applies `calls` on `read` (see [`apply_calls`]) and writes what they
     /// applied in one compare-and-set write; when none applied anything,
     /// only a game the clock ended is written. `Missed`: another call
-    /// changed the game or a session since `read`, and nothing was written.
+    /// changed the game or a session since `read`, and nothing was written;
+    /// with the callers' read done again, if the write returned it in one
+    /// snapshot (a read again reads each caller apart).
     pub(super) async fn write_calls(
         &self,
         conn: &mut PgConnection,
@@ -169,7 +150,7 @@ impl Store {
         calls: &[Call],
         tokens: &[&[u8]],
         read: CallersRead,
-    ) -> Result<Written<Committed>, Error> {
+    ) -> Result<Cas<Committed, CallersRead>, Error> {
         let CallersRead {
             mut game,
             mut sessions,
@@ -182,7 +163,7 @@ impl Store {
                 .iter()
                 .map(|call| Err(refusal_without_game(call, &sessions)))
                 .collect();
-            return Ok(Written::Done(Committed {
+            return Ok(Cas::Done(Committed {
                 answers,
                 known: None,
             }));
@@ -201,12 +182,12 @@ impl Store {
                 // Refusals and repeats decided on what this server knew,
                 // which nothing confirms without a write: the game may
                 // have moved on through another server.
-                return Ok(Written::ReadFirst);
+                return Ok(Cas::ReadFirst);
             }
             if let Some(before) = advance_to(&mut snapshot, game.now_tick)
                 && !commit_clock(conn, &mut snapshot, before).await?
             {
-                return Ok(Written::Missed(None));
+                return Ok(Cas::Missed(None));
             }
         } else {
             let commit = &applied.commit;
@@ -244,9 +225,11 @@ impl Store {
                 .await?;
             let clock_at = Instant::now();
             let done = match written(rows)? {
-                Written::Done(done) => done,
-                Written::Missed(again) => return Ok(Written::Missed(again)),
-                Written::ReadFirst => return Ok(Written::ReadFirst),
+                Cas::Done(done) => done,
+                Cas::Missed(again) => {
+                    return Ok(Cas::Missed(again.and_then(|r| split_reads(*r, game_id))));
+                }
+                Cas::ReadFirst => return Ok(Cas::ReadFirst),
             };
             snapshot.version = done.version as u64;
             for writer in &commit.writers {
@@ -277,6 +260,6 @@ impl Store {
             .into_iter()
             .map(|answer| answer.map(|a| a.into_reply(&snapshot)))
             .collect();
-        Ok(Written::Done(Committed { answers, known }))
+        Ok(Cas::Done(Committed { answers, known }))
     }
 }
