@@ -89,6 +89,44 @@ pub struct DbArg {
     pub db: DbKind,
 }
 
+/// `--db-cpu-quota` and `--server-cpu-quota`: CPU quotas for a local
+/// cluster (bench and chaos).
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct CpuQuotaArgs {
+    /// Cap the local cluster's PostgreSQL at CORES of CPU (e.g. 0.5): the
+    /// postmaster starts in a control group of its own with that quota,
+    /// and every backend it forks inherits it (with `--db ha`, the three
+    /// Patroni members and their PostgreSQL share it). cgroup v1's `cpu`
+    /// controller (/sys/fs/cgroup/cpu) or cgroup v2's `cpu.max`; needs
+    /// root. The group's CPU time and throttling are reported at the end.
+    #[arg(long, value_name = "CORES")]
+    pub db_cpu_quota: Option<f64>,
+    /// Cap the local cluster's game servers, all of them together, at
+    /// CORES of CPU, so that the load generator's own CPU is out of the
+    /// picture.
+    #[arg(long, value_name = "CORES")]
+    pub server_cpu_quota: Option<f64>,
+}
+
+impl CpuQuotaArgs {
+    pub fn quotas(&self) -> borbaman_cluster::CpuQuotas {
+        borbaman_cluster::CpuQuotas {
+            database: self.db_cpu_quota,
+            servers: self.server_cpu_quota,
+        }
+    }
+
+    /// Refuses the quotas where no local cluster is started.
+    pub fn ensure_local(&self, local: bool) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            local || (self.db_cpu_quota.is_none() && self.server_cpu_quota.is_none()),
+            "--db-cpu-quota and --server-cpu-quota cap a local cluster's processes; with \
+             --servers the cluster is not ours to cap"
+        );
+        Ok(())
+    }
+}
+
 /// A `--wan` value: `DELAY[,JITTER][,stall=P]`.
 pub fn wan_spec(text: &str) -> Result<WanSpec, String> {
     WanSpec::parse(text).map_err(|e| e.to_string())

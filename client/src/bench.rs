@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use std::sync::{Arc, Mutex};
 
-use crate::args::{DbArg, DbKind, DistanceArgs, ServersArg};
+use crate::args::{CpuQuotaArgs, DbArg, DbKind, DistanceArgs, ServersArg};
 use crate::measure::interrupt::Interrupt;
 use crate::measure::plot::{self, SweepPoint};
 use crate::measure::{self, RunPlan, Target};
@@ -53,6 +53,8 @@ pub struct BenchArgs {
     pub db: DbArg,
     #[command(flatten)]
     pub distance: DistanceArgs,
+    #[command(flatten)]
+    pub cpu: CpuQuotaArgs,
     /// A capacity sweep: one measured run per number of games (4 clients
     /// each, at --interval-ms), e.g. `1,2,4,8,16,32`, each written to
     /// `<out>/games-<n>/`; then `sweep.csv`, `sweep.json` and `sweep.svg`
@@ -88,6 +90,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let interrupt = Interrupt::watch(&runtime)?;
     let local = args.servers.servers.is_empty();
     args.distance.ensure_local(local)?;
+    args.cpu.ensure_local(local)?;
     if !local {
         anyhow::ensure!(
             args.db.db == DbKind::Single,
@@ -98,8 +101,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let cluster = match local {
         true => Some(Arc::new(Mutex::new(measure::start_cluster(
             args.local_servers,
-            args.db.db,
-            !args.no_fsync,
+            measure::LocalSetup {
+                db: args.db.db,
+                fsync: !args.no_fsync,
+                cpu: args.cpu.quotas(),
+            },
             &args.server_args,
             false,
             args.distance.links(),

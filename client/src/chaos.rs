@@ -61,7 +61,7 @@ use crate::shutdown::Shutdown;
 use borbaman_cluster::HaError;
 use borbaman_cluster::local::{ClusterError, LocalCluster};
 
-use crate::args::{DbArg, DbKind, DistanceArgs};
+use crate::args::{CpuQuotaArgs, DbArg, DbKind, DistanceArgs};
 
 /// Flags of `borbaman chaos`.
 #[derive(Clone, Debug, clap::Args)]
@@ -140,6 +140,8 @@ pub struct ChaosArgs {
     pub no_fsync: bool,
     #[command(flatten)]
     pub db: DbArg,
+    #[command(flatten)]
+    pub cpu: CpuQuotaArgs,
     #[command(flatten)]
     pub distance: DistanceArgs,
     /// Longest wait for a new primary after a database fault (`--db ha`).
@@ -260,8 +262,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let interrupt = Interrupt::watch(&runtime)?;
     let cluster = measure::start_cluster(
         args.servers,
-        args.db.db,
-        !args.no_fsync,
+        measure::LocalSetup {
+            db: args.db.db,
+            fsync: !args.no_fsync,
+            cpu: args.cpu.quotas(),
+        },
         &server_args,
         database_proxy,
         args.distance.links(),

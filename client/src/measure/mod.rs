@@ -41,6 +41,7 @@ pub mod invariants;
 pub mod machine;
 pub mod pgview;
 pub mod plot;
+pub mod quota;
 pub mod record;
 pub mod report;
 pub mod workload;
@@ -60,8 +61,8 @@ use tokio::task::JoinHandle;
 
 use crate::shutdown::{self, Shutdown};
 use borbaman_client::pool::{PoolConfig, ServerPool};
-use borbaman_cluster::WanSpec;
 use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
+use borbaman_cluster::{CpuQuotas, WanSpec};
 
 use crate::args::DbKind;
 use attribution::{Attribution, StallWindows};
@@ -74,9 +75,18 @@ use record::{Recorder, RunClock};
 use report::{FloorRatios, SplitGames, Summary, Tail, floor_stats, measure};
 use workload::{Progress, WorkloadConfig};
 
+/// What a local cluster's database is: one PostgreSQL or the replicated
+/// one, with or without fsync, and the CPU quotas of the database and the
+/// servers.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalSetup {
+    pub db: DbKind,
+    pub fsync: bool,
+    pub cpu: CpuQuotas,
+}
+
 /// Starts a local cluster of `servers` servers of this binary on a
-/// throwaway database of its own (one PostgreSQL, or the replicated one),
-/// saying what it does. `server_args` are passed to every server. With
+/// throwaway database of its own (as `setup` says), saying what it does. `server_args` are passed to every server. With
 /// `database_proxy` each server reaches the database through a proxy of its
 /// own, which a fault can cut ([`LocalCluster::partition_database`]).
 /// The servers' logs (and the replicated database's) are kept in
@@ -85,20 +95,20 @@ use workload::{Progress, WorkloadConfig};
 /// (`ClusterConfig::wan`).
 pub fn start_cluster(
     servers: usize,
-    db: DbKind,
-    fsync: bool,
+    setup: LocalSetup,
     server_args: &[String],
     database_proxy: bool,
     wan: Vec<WanSpec>,
     log_dir: &Path,
 ) -> anyhow::Result<LocalCluster> {
     let config = ClusterConfig {
-        fsync,
+        fsync: setup.fsync,
+        cpu: setup.cpu,
         wan,
         log_dir: Some(log_dir.to_path_buf()),
         server_args: server_args.to_vec(),
         database_proxy,
-        database: match db {
+        database: match setup.db {
             DbKind::Single => Database::Temporary,
             DbKind::Ha => Database::Replicated,
         },
@@ -197,6 +207,9 @@ pub struct Target {
     /// The files the database logs to, when it runs on this machine
     /// (copied into `OUT/logs/` and read for the stall windows).
     pub database_logs: Option<Arc<dyn Fn() -> Vec<PathBuf> + Send + Sync>>,
+    /// The local cluster's CPU quotas' counters, when it has any
+    /// (`--db-cpu-quota`, `--server-cpu-quota`).
+    pub cpu_groups: Option<Arc<dyn Fn() -> Vec<quota::GroupReading> + Send + Sync>>,
     /// How the clients reach the servers (TLS or not).
     pub pool: PoolConfig,
     /// The emulated distances (empty: none); client `c` is at
@@ -221,6 +234,7 @@ impl Target {
             final_database_url: None,
             database_pids: None,
             database_logs: None,
+            cpu_groups: None,
             pool: PoolConfig::default(),
             wan: Vec::new(),
         }
@@ -242,6 +256,7 @@ impl Target {
         let current = cluster.clone();
         let processes = cluster.clone();
         let logs = cluster.clone();
+        let groups = cluster.clone();
         Target {
             servers: c.addresses(),
             database_url: Some(c.database_url()),
@@ -261,6 +276,14 @@ impl Target {
                 logs.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .database_logs()
+            })),
+            cpu_groups: Some(Arc::new(move || {
+                let cluster = groups.lock().unwrap_or_else(|e| e.into_inner());
+                cluster
+                    .cpu_groups()
+                    .into_iter()
+                    .map(|(name, group)| quota::GroupReading::of(name, group))
+                    .collect()
             })),
             pool: PoolConfig::default(),
             wan: c
@@ -501,6 +524,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
         ),
         (Some(all), None) => println!("bench and servers per call: {all} µs of CPU"),
         _ => {}
+    }
+    for line in quota::describe(&summary.cpu_quotas) {
+        println!("{line}");
     }
     if summary.faults > 0 {
         println!(
@@ -782,10 +808,13 @@ pub async fn run_measured(
     let census = cost_db
         .clone()
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
+    let groups = || target.cpu_groups.as_ref().map(|g| g()).unwrap_or_default();
+    let groups_run = groups();
     let cpu_run = cpu_now();
     let bench_cpu_run = dbcost::cpu_of_process(std::process::id());
     let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
     let cpu_ran = cpu_now();
+    let cpu_quotas = quota::between(&groups_run, &groups(), clock.started().elapsed());
     let bench_cpu = match (bench_cpu_run, dbcost::cpu_of_process(std::process::id())) {
         (Some(from), Some(to)) => Some(to.saturating_sub(from)),
         _ => None,
@@ -1071,6 +1100,7 @@ pub async fn run_measured(
         summary.bench_and_servers_cpu_us_per_call = run_cpu.map(per_call);
         summary.bench_cpu_us_per_call = bench_cpu.map(per_call);
     }
+    summary.cpu_quotas = cpu_quotas;
     if let Some(report) = invariants {
         summary.lost_actions = report.actions.lost;
         summary.duplicate_actions = report.actions.duplicated;

@@ -407,6 +407,10 @@ pub struct Summary {
     /// Of that, this process's own (the bench: its clients' pools, the
     /// recording), without the servers it started.
     pub bench_cpu_us_per_call: Option<f64>,
+    /// The local cluster's CPU quotas and what the capped processes used
+    /// of them over the workload (warm-up included).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cpu_quotas: Vec<super::quota::QuotaUse>,
     /// The same floors on the idle cluster, before the workload started.
     pub floor_idle_ping_us: FloorStats,
     pub floor_idle_db_txn_us: FloorStats,

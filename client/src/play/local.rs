@@ -45,6 +45,7 @@ pub(super) async fn start(
         log_dir: Some(setup.log_dir.clone()),
         database_proxy: false,
         wan: setup.wan.into_iter().collect(),
+        cpu: Default::default(),
     };
     let steps = view.clone();
     let slot = slot.clone();

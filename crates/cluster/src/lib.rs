@@ -22,6 +22,7 @@
 //! Nothing here links the server or the database driver: servers are
 //! processes, and the database is reached by its binaries.
 
+pub mod cgroup;
 pub mod ha;
 pub mod local;
 mod ports;
@@ -33,6 +34,7 @@ mod scratch;
 pub mod wait;
 pub mod wan;
 
+pub use cgroup::{CgroupError, CpuGroup, CpuQuotas};
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{
     ClusterConfig, ClusterError, Database, LocalCluster, no_warm_up_pace_unless_set,

@@ -44,9 +44,10 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use crate::cgroup::{CgroupError, CpuGroup, CpuQuotas};
 use crate::ha::{HaError, HaOptions, LocalHa};
 use crate::postgres::{LocalPostgres, PgError, PgOptions};
 use crate::process::{Spawner, signal, wait_or_kill, wait_stopped};
@@ -117,6 +118,9 @@ pub struct ClusterConfig {
     /// first link's proxy addresses. Empty (the default): clients reach
     /// the servers directly.
     pub wan: Vec<WanSpec>,
+    /// CPU quotas for the database and the servers (see [`crate::cgroup`]);
+    /// uncapped by default.
+    pub cpu: CpuQuotas,
 }
 
 impl ClusterConfig {
@@ -133,6 +137,7 @@ impl ClusterConfig {
             log_dir: None,
             database_proxy: false,
             wan: Vec::new(),
+            cpu: CpuQuotas::default(),
         }
     }
 
@@ -179,6 +184,10 @@ pub enum ClusterError {
     NoProxy(usize),
     #[error("cannot put a proxy in front of the database: {0}")]
     Proxy(String),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error("a CPU quota for the database needs a database of ours, not {0}")]
+    QuotaOnExternalDatabase(String),
 }
 
 /// One server process.
@@ -212,6 +221,12 @@ pub struct LocalCluster {
     _temp_logs: Option<tempfile::TempDir>,
     started_servers: usize,
     spawner: Spawner,
+    /// Every server runs in this group when the servers have a CPU quota.
+    /// Last: removed after the servers and the database have stopped.
+    server_group: Option<CpuGroup>,
+    /// The database's group, when it has a CPU quota (the database holds
+    /// it too, and stops before it is removed).
+    db_group: Option<Arc<CpuGroup>>,
 }
 
 impl LocalCluster {
@@ -245,17 +260,31 @@ impl LocalCluster {
             port: None,
         };
         let mut server_args = config.server_args;
+        let db_group = match config.cpu.database {
+            None => None,
+            Some(_) if matches!(config.database, Database::Url(_)) => {
+                return Err(ClusterError::QuotaOnExternalDatabase(
+                    "an existing database (DATABASE_URL)".into(),
+                ));
+            }
+            Some(cores) => Some(Arc::new(CpuGroup::create("db0", cores)?)),
+        };
+        let db_group_kept = db_group.clone();
+        let server_group = match config.cpu.servers {
+            Some(cores) => Some(CpuGroup::create("servers", cores)?),
+            None => None,
+        };
         let (postgres, ha, database_url) = match &config.database {
             Database::Url(url) => (None, None, url.clone()),
             Database::Persistent(dir) => {
                 progress("starting database…");
-                let pg = LocalPostgres::start_in(dir, opts)?;
+                let pg = LocalPostgres::start_in_group(dir, opts, db_group)?;
                 let url = pg.url();
                 (Some(pg), None, url)
             }
             Database::Temporary => {
                 progress("starting database…");
-                let pg = LocalPostgres::start_temp(opts)?;
+                let pg = LocalPostgres::start_temp_in(opts, db_group)?;
                 let url = pg.url();
                 (Some(pg), None, url)
             }
@@ -264,6 +293,7 @@ impl LocalCluster {
                 let ha = LocalHa::start(HaOptions {
                     fsync: config.fsync,
                     log_dir: Some(log_dir.join("ha")),
+                    cpu_group: db_group,
                     ..HaOptions::default()
                 })?;
                 let url = ha.database_url();
@@ -331,6 +361,8 @@ impl LocalCluster {
                 context: "starting the server spawner thread".into(),
                 source,
             })?,
+            server_group,
+            db_group: db_group_kept,
         };
         progress(&format!("starting {} servers…", config.servers));
         // Start them all, then wait for each: migrations run once, the
@@ -344,6 +376,14 @@ impl LocalCluster {
             cluster.follow(slot)?;
         }
         Ok(cluster)
+    }
+
+    /// The control groups with a CPU quota, by what they hold (`database`,
+    /// `servers`), for a run's report.
+    pub fn cpu_groups(&self) -> Vec<(&'static str, &CpuGroup)> {
+        let db = self.db_group.as_deref().map(|g| ("database", g));
+        let servers = self.server_group.as_ref().map(|g| ("servers", g));
+        db.into_iter().chain(servers).collect()
     }
 
     /// Stops server `i` (SIGKILL if still running) and starts a new one in
@@ -753,6 +793,9 @@ impl LocalCluster {
             .stderr(Stdio::from(log_file));
         if std::env::var_os("RUST_LOG").is_none() {
             command.env("RUST_LOG", "info");
+        }
+        if let Some(group) = &self.server_group {
+            group.confine(&mut command);
         }
         let mut child = self
             .spawner

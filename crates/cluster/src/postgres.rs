@@ -22,6 +22,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use std::sync::Arc;
+
+use crate::cgroup::CpuGroup;
 use crate::ports::free_port;
 
 /// Name of the database created in every cluster.
@@ -134,6 +137,9 @@ pub struct LocalPostgres {
     running: bool,
     /// Held for throwaway clusters; removing it deletes the cluster.
     temp: Option<tempfile::TempDir>,
+    /// The postmaster (and so every backend) runs in this group, with its
+    /// CPU quota; dropped after the server stopped.
+    cpu_group: Option<Arc<CpuGroup>>,
 }
 
 impl LocalPostgres {
@@ -142,6 +148,15 @@ impl LocalPostgres {
     /// off and it has room, else under /tmp. Dropping the handle stops it
     /// at once and deletes the directory.
     pub fn start_temp(opts: PgOptions) -> Result<LocalPostgres, PgError> {
+        Self::start_temp_in(opts, None)
+    }
+
+    /// [`LocalPostgres::start_temp`], its postmaster started in
+    /// `cpu_group` when given (see [`crate::cgroup`]).
+    pub fn start_temp_in(
+        opts: PgOptions,
+        cpu_group: Option<Arc<CpuGroup>>,
+    ) -> Result<LocalPostgres, PgError> {
         let temp = crate::scratch::throwaway_dir("borbaman-pg-", opts.fsync)
             .map_err(io_err("creating a temporary directory"))?;
         // The postgres user must be able to enter the directory.
@@ -152,6 +167,7 @@ impl LocalPostgres {
         let log_file = data_dir.join("postgres.log");
         let mut pg = Self::prepare(data_dir, log_file, opts, Init::FromTemplate)?;
         pg.temp = Some(temp);
+        pg.cpu_group = cpu_group;
         pg.start()?;
         Ok(pg)
     }
@@ -160,9 +176,20 @@ impl LocalPostgres {
     /// directory is missing or empty, reuses the cluster otherwise. A server
     /// left running there by an earlier crash is stopped first.
     pub fn start_in(dir: &Path, opts: PgOptions) -> Result<LocalPostgres, PgError> {
+        Self::start_in_group(dir, opts, None)
+    }
+
+    /// [`LocalPostgres::start_in`], its postmaster started in `cpu_group`
+    /// when given (see [`crate::cgroup`]).
+    pub fn start_in_group(
+        dir: &Path,
+        opts: PgOptions,
+        cpu_group: Option<Arc<CpuGroup>>,
+    ) -> Result<LocalPostgres, PgError> {
         let data_dir = absolute(dir)?;
         let log_file = data_dir.join("postgres.log");
         let mut pg = Self::prepare(data_dir, log_file, opts, Init::Initdb)?;
+        pg.cpu_group = cpu_group;
         if pg
             .pg_ctl(&["status"])
             .map(|o| o.status.success())
@@ -201,6 +228,7 @@ impl LocalPostgres {
             run_as,
             running: false,
             temp: None,
+            cpu_group: None,
         };
         pg.init_if_empty(init)?;
         Ok(pg)
@@ -416,7 +444,22 @@ impl LocalPostgres {
             options.push_str(&format!(" -c {name}={value}"));
         }
         let log = self.log_file.to_string_lossy().into_owned();
-        let out = self.pg_ctl(&["start", "-w", "-t", "30", "-l", &log, "-o", &options])?;
+        let data = self.data_dir.to_string_lossy().into_owned();
+        let mut pg_ctl = self.command("pg_ctl");
+        pg_ctl
+            .args([
+                "-D", &data, "start", "-w", "-t", "30", "-l", &log, "-o", &options,
+            ])
+            .stdin(std::process::Stdio::null());
+        // pg_ctl starts the postmaster as its child: in the group from the
+        // first instruction, and every backend it forks with it.
+        if let Some(group) = &self.cpu_group {
+            group.confine(&mut pg_ctl);
+        }
+        let out = pg_ctl.output().map_err(io_err(format!(
+            "running {}",
+            self.bin_dir.join("pg_ctl").display()
+        )))?;
         if !out.status.success() {
             let tail = fs::read_to_string(&self.log_file)
                 .map(|s| last_lines(&s, 10))

@@ -99,10 +99,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
+
+use crate::cgroup::CpuGroup;
 
 use crate::ports::free_ports;
 use crate::postgres::{
@@ -170,6 +172,9 @@ pub struct HaOptions {
     pub start_timeout: Duration,
     /// How long [`LocalHa::restore`] may take until the cluster is healthy.
     pub heal_timeout: Duration,
+    /// A CPU quota for the whole replicated cluster: every Patroni member
+    /// (and the PostgreSQL it runs) starts in this group. etcd stays out.
+    pub cpu_group: Option<Arc<CpuGroup>>,
 }
 
 impl Default for HaOptions {
@@ -180,6 +185,7 @@ impl Default for HaOptions {
             log_dir: None,
             start_timeout: Duration::from_secs(120),
             heal_timeout: Duration::from_secs(90),
+            cpu_group: None,
         }
     }
 }
@@ -695,6 +701,9 @@ impl LocalHa {
             None => self.daemon(&self.patroni_bin, &m.log, &m.dir)?,
         };
         cmd.arg(&m.config);
+        if let Some(group) = &self.opts.cpu_group {
+            group.confine(&mut cmd);
+        }
         let child = self.spawner.spawn(cmd).map_err(|source| HaError::Spawn {
             what: format!("Patroni of {} ({})", m.name, self.patroni_bin.display()),
             source,
