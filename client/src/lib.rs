@@ -6,7 +6,7 @@
 //! and `borbaman-server` (embedded as `borbaman server`).
 //!
 //! - [`brain`]: the bot AI, a pure function of the game state (it lives in
-//!   `borbaman-client`, where the server's benchmarks can use it too).
+//!   `crates/brain`, crate `borbaman-brain`, re-exported by `borbaman-client`).
 //! - [`driver`]: what a headless player does next, for bots and bench.
 //! - [`shutdown`]: one way to tell tasks to stop, and the signals that do.
 //! - [`args`]: command-line pieces shared by several subcommands.
