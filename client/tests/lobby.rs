@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token, seat_lost};
+use borbaman_client::spectator::live_games;
+use borbaman_cluster::wait;
 use borbaman_cluster::local::LocalCluster;
 use borbaman_proto::pb::{Action, Phase};
 use tokio::sync::mpsc;
@@ -80,11 +82,23 @@ async fn a_bot_waiting_for_players_keeps_its_seat() {
     )
     .await
     .unwrap();
-    tokio::time::sleep(TTL * 2).await;
-
     let pool = ServerPool::connect(&servers, PoolConfig::default())
         .await
         .unwrap();
+    // Seated first (on a busy machine the bot's join may come late) ...
+    let what = "the bot seated in a game waiting for players";
+    wait::until(what, Duration::from_secs(30), || async {
+        let games = live_games(&pool, 0).await.ok()?;
+        games
+            .iter()
+            .any(|g| g.phase == Phase::Waiting as i32 && g.names.iter().any(|n| n == "bot-1"))
+            .then_some(())
+    })
+    .await;
+    // ... then alone for twice the TTL: long enough to lose the seat, had
+    // it not kept it.
+    tokio::time::sleep(TTL * 2).await;
+
     let mut player = join(&pool, "player").await;
     assert_eq!(player.seat(), 1, "the bot kept seat 0");
     let (state, _) = player.state().await.unwrap();
