@@ -11,8 +11,8 @@ use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token, seat_lost};
 use borbaman_client::spectator::live_games;
-use borbaman_cluster::wait;
 use borbaman_cluster::local::LocalCluster;
+use borbaman_cluster::wait;
 use borbaman_proto::pb::{Action, Phase};
 use tokio::sync::mpsc;
 

@@ -17,27 +17,15 @@ fn identity() -> Vec<u8> {
     token()
 }
 
-/// Joins as `identity` with a fresh token.
-async fn join_as(
+/// Joins as `identity` with a fresh nonce: the player, or the refusal.
+async fn join_identified(
     client: &mut GameClient<Channel>,
     identity: &[u8],
     name: &str,
 ) -> Result<Player, tonic::Status> {
-    let reply = client
-        .join(pb::JoinRequest {
-            name: name.into(),
-            token: token(),
-            identity: identity.to_vec(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    Ok(Player {
-        token: reply.token,
-        game_id: reply.game_id,
-        seat: reply.seat,
-        next_seq: reply.last_seq + 1,
-    })
+    join_as(client, identity, name, token())
+        .await
+        .map(|(player, _)| player)
 }
 
 async fn sessions(pool: &PgPool) -> i64 {
@@ -57,21 +45,21 @@ async fn one_identity_never_sits_twice_in_one_game() {
     let server = ServerProcess::start_with(&pg.url(), &["--lobby-seat-ttl-ms", "60000"]);
     let mut client = server.game().await;
     let me = identity();
-    let first = join_as(&mut client, &me, "solo").await.unwrap();
+    let first = join_identified(&mut client, &me, "solo").await.unwrap();
     // The same identity with another token (a second terminal, or a client
     // trying to play against itself) is seated, but never in that game.
-    let second = join_as(&mut client, &me, "solo").await.unwrap();
+    let second = join_identified(&mut client, &me, "solo").await.unwrap();
     assert_ne!(second.game_id, first.game_id);
     // Three more tokens of it: each in a game of its own.
     let mut games = vec![first.game_id, second.game_id];
     for _ in 0..3 {
-        let p = join_as(&mut client, &me, "solo").await.unwrap();
+        let p = join_identified(&mut client, &me, "solo").await.unwrap();
         assert!(!games.contains(&p.game_id), "seated twice in {}", p.game_id);
         games.push(p.game_id);
     }
     // Other identities fill the first game as usual.
     for i in 0..3 {
-        let p = join_as(&mut client, &identity(), &format!("other{i}"))
+        let p = join_identified(&mut client, &identity(), &format!("other{i}"))
             .await
             .unwrap();
         assert_eq!(p.game_id, first.game_id);
@@ -94,12 +82,14 @@ async fn a_name_and_its_look_alikes_belong_to_the_identity_that_claimed_it() {
     let db = sql(&pg.url()).await;
     let mut client = server.game().await;
     let (owner, other) = (identity(), identity());
-    join_as(&mut client, &owner, "Ana").await.unwrap();
+    join_identified(&mut client, &owner, "Ana").await.unwrap();
     let before = sessions(&db).await;
     // Case, a Cyrillic А (U+0410) and a fullwidth Ａ look the same to a
     // person: all refused to another identity, and to a client without one.
     for name in ["Ana", "ANA", "\u{0410}na", "\u{FF21}na"] {
-        let err = join_as(&mut client, &other, name).await.unwrap_err();
+        let err = join_identified(&mut client, &other, name)
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Code::AlreadyExists, "{name:?}");
         assert_eq!(Reason::of(&err), Some(Reason::NameTaken), "{name:?}");
         assert!(
@@ -124,16 +114,18 @@ async fn a_name_and_its_look_alikes_belong_to_the_identity_that_claimed_it() {
     );
     // The owner may spell it any of those ways.
     for name in ["ANA", "\u{0410}na"] {
-        join_as(&mut client, &owner, name).await.unwrap();
+        join_identified(&mut client, &owner, name).await.unwrap();
     }
     // The other identity can take a name that only resembles it loosely.
-    join_as(&mut client, &other, "Anna").await.unwrap();
+    join_identified(&mut client, &other, "Anna").await.unwrap();
     // Clients without an identity claim nothing: two of them share a name.
     join(&mut client, "guest").await;
     join(&mut client, "guest").await;
     // The first identity to use it claims it from then on.
-    join_as(&mut client, &other, "guest").await.unwrap();
-    let err = join_as(&mut client, &owner, "GUEST").await.unwrap_err();
+    join_identified(&mut client, &other, "guest").await.unwrap();
+    let err = join_identified(&mut client, &owner, "GUEST")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists);
 }
 
@@ -151,7 +143,7 @@ async fn rankings_count_per_identity_under_its_latest_name() {
             } else {
                 format!("p{i}")
             };
-            players.push(join_as(&mut client, id, &name).await.unwrap());
+            players.push(join_identified(&mut client, id, &name).await.unwrap());
         }
         let game_id = players[0].game_id;
         assert!(players.iter().all(|p| p.game_id == game_id));
