@@ -356,6 +356,31 @@ fn floor_phases(floor: &capacity::CapacityFloor) -> String {
 /// Prints the headline figures and fails, naming them, if invariants broke
 /// or a closed loop had too many errors.
 pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
+    print_throughput(summary);
+    print_calls(summary);
+    print_where_the_time_went(summary);
+    print_costs(summary);
+    print_faults_and_distances(summary);
+    println!("report written to {}", out.display());
+    for note in &summary.notes {
+        println!("note: {note}");
+    }
+    if let Some(invariants) = &summary.invariants {
+        for check in &invariants.checks {
+            let verdict = if check.ok { "ok  " } else { "FAIL" };
+            println!("{verdict} {}: {}", check.name, check.detail);
+        }
+        let failed = invariants.failed();
+        anyhow::ensure!(failed.is_empty(), "invariant failed: {}", failed.join("; "));
+    }
+    if let Some(why) = too_many_errors(summary) {
+        anyhow::bail!(why);
+    }
+    Ok(())
+}
+
+/// Goodput, and a closed loop's beside its same-run floor.
+fn print_throughput(summary: &Summary) {
     println!(
         "goodput {:.1} answered calls/s of {:.1} calls/s sent; {} refused ({}), {} errors ({})",
         summary.goodput_per_s,
@@ -389,6 +414,11 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
             summary.goodput_per_s, summary.floor_txn_throughput_per_s, summary.throughput_to_floor
         );
     }
+}
+
+/// The calls: RTT, jitter, floors, failovers and invariants' counts, the
+/// inputs, the tail, and games split over servers.
+fn print_calls(summary: &Summary) {
     println!(
         "{} invocations, {} errors; RTT p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs; \
          jitter max {} µs; floors p50: ping {} µs, transaction {} µs (act p50 {}× floor, p99 {}×); \
@@ -470,6 +500,10 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
             },
         );
     }
+}
+
+/// The slow calls by part, the stall windows, PostgreSQL and the machine.
+fn print_where_the_time_went(summary: &Summary) {
     let a = &summary.attribution;
     println!(
         "slow calls (over {} µs): {} of {}; their time by part: {} (by main part: {}); \
@@ -505,6 +539,10 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     if let Some(machine) = &summary.machine {
         println!("{}", machine.line());
     }
+}
+
+/// What a call cost the database and the processes, and the CPU quotas.
+fn print_costs(summary: &Summary) {
     if let Some(cost) = &summary.database_cost {
         println!(
             "database per call: {} B of WAL, {} writing transactions, {} of postgres CPU",
@@ -528,6 +566,10 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     for line in quota::describe(&summary.cpu_quotas) {
         println!("{line}");
     }
+}
+
+/// Recovery after faults, the tail by fault, and each distance.
+fn print_faults_and_distances(summary: &Summary) {
     if summary.faults > 0 {
         println!(
             "recovery (every client's first good act after a fault): p50 {} ms, p99 {} ms, \
@@ -554,22 +596,6 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     for distance in &summary.distances {
         println!("{}", distance.line());
     }
-    println!("report written to {}", out.display());
-    for note in &summary.notes {
-        println!("note: {note}");
-    }
-    if let Some(invariants) = &summary.invariants {
-        for check in &invariants.checks {
-            let verdict = if check.ok { "ok  " } else { "FAIL" };
-            println!("{verdict} {}: {}", check.name, check.detail);
-        }
-        let failed = invariants.failed();
-        anyhow::ensure!(failed.is_empty(), "invariant failed: {}", failed.join("; "));
-    }
-    if let Some(why) = too_many_errors(summary) {
-        anyhow::bail!(why);
-    }
-    Ok(())
 }
 
 /// Stall windows printed (the longest); `summary.json` lists more.
