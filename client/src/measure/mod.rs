@@ -648,24 +648,12 @@ fn counts(by: &std::collections::BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
-/// One measured run against `target`: floors on the idle cluster, then the
-/// clients (and the injector, if any) beside a floor prober, then the
-/// invariant checks; writes every output to `plan.out`.
-pub async fn run_measured(
+/// One pool for the floors at each distance (through the same proxies as
+/// the clients there), and one per client as every player has.
+async fn connect_pools(
     plan: &RunPlan,
     target: &Target,
-    injector: Option<Injector>,
-) -> anyhow::Result<Summary> {
-    std::fs::create_dir_all(&plan.out)
-        .with_context(|| format!("cannot create {}", plan.out.display()))?;
-    let started_at_unix_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let mut notes = Vec::new();
-    let load_before = load_average();
-    // One pool for the floors at each distance (through the same proxies
-    // as the clients there), and one per client as every player has.
+) -> anyhow::Result<(Vec<ServerPool>, Vec<ServerPool>)> {
     let links: Vec<Option<usize>> = match target.wan.len() {
         0 => vec![None],
         n => (0..n).map(Some).collect(),
@@ -697,6 +685,18 @@ pub async fn run_measured(
         pools.push(pool);
     }
 
+    Ok((floor_pools, pools))
+}
+
+/// The transaction floor's connection, and both floors measured on the
+/// idle cluster at each distance (the transaction floor once, with the
+/// first distance's pings).
+async fn idle_floors(
+    plan: &RunPlan,
+    target: &Target,
+    floor_pools: &[ServerPool],
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(Option<DbFloor>, Vec<floors::FloorSamples>)> {
     let mut db_floor = match &target.database_url {
         Some(url) => Some(
             DbFloor::open(url)
@@ -722,6 +722,144 @@ pub async fn run_measured(
                 .context("measuring the floors")?,
         );
     }
+
+    Ok((db_floor, idle))
+}
+
+/// The inputs sent and applied, the predictions, the faults by kind and
+/// the clients' recovery after them.
+fn fill_inputs_and_recovery(
+    summary: &mut Summary,
+    plan: &RunPlan,
+    logs: &[workload::ClientLog],
+    faults: &[FaultEvent],
+) {
+    let sessions = || logs.iter().flat_map(|l| &l.sessions);
+    summary.inputs_sent = sessions().map(|s| s.inputs_sent).sum();
+    summary.inputs_applied = sessions().map(|s| s.inputs_applied).sum();
+    summary.predicted = plan.workload.predict;
+    summary.reconciliations = sessions().map(|s| s.reconciled).sum();
+    summary.mispredictions = sessions().map(|s| s.mispredicted).sum();
+    summary.input_to_apply_us = floor_stats(
+        logs.iter()
+            .flat_map(|l| l.input_to_apply_us.iter().copied()),
+    );
+    for fault in faults {
+        *summary
+            .faults_by_kind
+            .entry(fault.kind.to_string())
+            .or_default() += 1;
+    }
+    summary.recovery_ms = report::ms_stats(faults.iter().filter_map(|f| f.recovered_ms));
+    summary.recovery_after_promotion_ms = report::ms_stats(
+        faults
+            .iter()
+            .filter_map(|f| Some(f.recovered_ms? - f.promoted_ms?)),
+    );
+    summary.recovery_after_commit_ms = report::ms_stats(
+        faults
+            .iter()
+            .filter_map(|f| Some((f.recovered_ms? - f.committing_ms?).max(0.0))),
+    );
+}
+
+/// Each distance's calls beside its own floor.
+fn distances(
+    plan: &RunPlan,
+    target: &Target,
+    probed: &[floors::FloorSamples],
+    records: &[record::Invocation],
+    summary: &Summary,
+) -> Vec<DistanceReport> {
+    target
+        .wan
+        .iter()
+        .zip(probed)
+        .enumerate()
+        .map(|(i, (distance, samples))| {
+            let clients: Vec<u32> = (0..plan.workload.clients)
+                .filter(|&c| link_of_client(c, target.wan.len()) == Some(i))
+                .collect();
+            DistanceReport::new(
+                &distance.link,
+                &clients,
+                records,
+                &samples.ping_us,
+                &summary.floor_db_txn_us,
+            )
+        })
+        .collect()
+}
+
+/// When the workload ran: its clock, how long (warm-up included) and the
+/// warm-up's end.
+#[derive(Clone, Copy)]
+struct RunWindow {
+    clock: RunClock,
+    ran: Duration,
+    warmup_us: u64,
+}
+
+/// One phase of the closed loop's floor: its rate, when it ran, and how
+/// many cores other processes took meanwhile.
+type FloorPhase = (capacity::PhaseRate, Instant, Instant, Option<f64>);
+
+/// A closed loop's goodput beside the same-run bare-transaction floor,
+/// measured before and after the workload.
+fn fill_capacity(
+    summary: &mut Summary,
+    before: FloorPhase,
+    after: FloorPhase,
+    run_others_cores: Option<f64>,
+    records: &[record::Invocation],
+    run: RunWindow,
+) {
+    let phase = |(mut rate, from, to, others): FloorPhase| {
+        rate.start_us = run.clock.offset_us(from);
+        rate.end_us = run.clock.offset_us(to);
+        rate.others_cores = others;
+        rate
+    };
+    let mut floor = capacity::CapacityFloor::new(phase(before), phase(after));
+    floor.run_others_cores = run_others_cores;
+    summary.floor_txn_throughput_per_s = floor.floor_per_s;
+    // Capacity is what was answered: refusals and errors are not.
+    let to_floor =
+        |rate: f64| (rate / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
+    summary.throughput_to_floor = to_floor(summary.goodput_per_s);
+    let answered = records
+        .iter()
+        .filter(|r| !r.warmup && r.is_ok())
+        .map(|r| r.end_us());
+    let seconds = capacity::PhaseRate::from_slices(&capacity::slices_of(
+        answered,
+        run.warmup_us,
+        run.clock.us(run.clock.started() + run.ran),
+    ));
+    summary.goodput_median_second_to_floor = to_floor(seconds.median_per_s);
+    summary.goodput_seconds = Some(seconds);
+    summary.floor_txn_throughput = Some(floor);
+}
+
+/// One measured run against `target`: floors on the idle cluster, then the
+/// clients (and the injector, if any) beside a floor prober, then the
+/// invariant checks; writes every output to `plan.out`.
+pub async fn run_measured(
+    plan: &RunPlan,
+    target: &Target,
+    injector: Option<Injector>,
+) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(&plan.out)
+        .with_context(|| format!("cannot create {}", plan.out.display()))?;
+    let started_at_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut notes = Vec::new();
+    let load_before = load_average();
+    let (floor_pools, pools) = connect_pools(plan, target).await?;
+
+    let (db_floor, idle) = idle_floors(plan, target, &floor_pools, &mut notes).await?;
 
     // A closed loop's capacity floor, first phase: on the idle cluster
     // (see `capacity` for why it is short).
@@ -954,60 +1092,10 @@ pub async fn run_measured(
         ..Summary::default()
     }
     .with_measurements(measure(&records));
-    let sessions = || logs.iter().flat_map(|l| &l.sessions);
-    summary.inputs_sent = sessions().map(|s| s.inputs_sent).sum();
-    summary.inputs_applied = sessions().map(|s| s.inputs_applied).sum();
-    summary.predicted = plan.workload.predict;
-    summary.reconciliations = sessions().map(|s| s.reconciled).sum();
-    summary.mispredictions = sessions().map(|s| s.mispredicted).sum();
-    summary.input_to_apply_us = floor_stats(
-        logs.iter()
-            .flat_map(|l| l.input_to_apply_us.iter().copied()),
-    );
-    for fault in &faults {
-        *summary
-            .faults_by_kind
-            .entry(fault.kind.to_string())
-            .or_default() += 1;
-    }
-    summary.recovery_ms = report::ms_stats(faults.iter().filter_map(|f| f.recovered_ms));
-    summary.recovery_after_promotion_ms = report::ms_stats(
-        faults
-            .iter()
-            .filter_map(|f| Some(f.recovered_ms? - f.promoted_ms?)),
-    );
-    summary.recovery_after_commit_ms = report::ms_stats(
-        faults
-            .iter()
-            .filter_map(|f| Some((f.recovered_ms? - f.committing_ms?).max(0.0))),
-    );
+    fill_inputs_and_recovery(&mut summary, plan, &logs, &faults);
     if let (Some(before), Some(after)) = (floor_before, floor_after) {
-        type Phase = (capacity::PhaseRate, Instant, Instant, Option<f64>);
-        let phase = |(mut rate, from, to, others): Phase| {
-            rate.start_us = clock.offset_us(from);
-            rate.end_us = clock.offset_us(to);
-            rate.others_cores = others;
-            rate
-        };
-        let mut floor = capacity::CapacityFloor::new(phase(before), phase(after));
-        floor.run_others_cores = run_others_cores;
-        summary.floor_txn_throughput_per_s = floor.floor_per_s;
-        // Capacity is what was answered: refusals and errors are not.
-        let to_floor =
-            |rate: f64| (rate / floor.floor_per_s.max(f64::MIN_POSITIVE) * 1000.0).round() / 1000.0;
-        summary.throughput_to_floor = to_floor(summary.goodput_per_s);
-        let answered = records
-            .iter()
-            .filter(|r| !r.warmup && r.is_ok())
-            .map(|r| r.end_us());
-        let seconds = capacity::PhaseRate::from_slices(&capacity::slices_of(
-            answered,
-            warmup_us,
-            clock.us(clock.started() + ran),
-        ));
-        summary.goodput_median_second_to_floor = to_floor(seconds.median_per_s);
-        summary.goodput_seconds = Some(seconds);
-        summary.floor_txn_throughput = Some(floor);
+        let run = RunWindow { clock, ran, warmup_us };
+        fill_capacity(&mut summary, before, after, run_others_cores, &records, run);
     }
     summary.ratios = FloorRatios::new(
         &summary.rtt_us,
@@ -1093,24 +1181,7 @@ pub async fn run_measured(
             .filter(|r| !r.warmup && r.is_error() && r.rtt_us > threshold_us)
             .count() as u64;
     summary.stall_windows = StallWindows::new(windows, slow_calls);
-    summary.distances = target
-        .wan
-        .iter()
-        .zip(&probed)
-        .enumerate()
-        .map(|(i, (distance, samples))| {
-            let clients: Vec<u32> = (0..plan.workload.clients)
-                .filter(|&c| link_of_client(c, target.wan.len()) == Some(i))
-                .collect();
-            DistanceReport::new(
-                &distance.link,
-                &clients,
-                &records,
-                &samples.ping_us,
-                &summary.floor_db_txn_us,
-            )
-        })
-        .collect();
+    summary.distances = distances(plan, target, &probed, &records, &summary);
     if let (Some(before), Some(after)) = (cost_before, cost_after) {
         // Warm-up calls included: the readings bracket the whole workload.
         summary.database_cost = Some(dbcost::DatabaseCost::between(
