@@ -841,6 +841,107 @@ fn fill_capacity(
     summary.floor_txn_throughput = Some(floor);
 }
 
+/// What a run's slow calls are read against: the calls, the floor
+/// probers' samples, the machine's readings, PostgreSQL's statistics, and
+/// when the run started and ended.
+struct RunEvidence<'a> {
+    records: &'a [record::Invocation],
+    probed: &'a [floors::FloorSamples],
+    readings: &'a [machine::Reading],
+    stats_before: Option<&'a pgview::Snapshot>,
+    stats_after: Option<&'a pgview::Snapshot>,
+    run_started_unix_ms: i64,
+    warmup_us: u64,
+    run_end_us: u64,
+}
+
+/// The slow calls by part and the stall windows, each with the floors,
+/// PostgreSQL's log and the machine beside it; keeps the database's logs,
+/// the machine's readings and PostgreSQL's statistics in `OUT/logs/`.
+fn attribute_stalls(
+    summary: &mut Summary,
+    plan: &RunPlan,
+    target: &Target,
+    ev: &RunEvidence,
+) -> anyhow::Result<()> {
+    let threshold_us =
+        attribution::slow_threshold_us(summary.ratios.floor_p50_us, summary.ratios.floor_p99_us);
+    let network_us = summary.floor_ping_us.p50;
+    summary.attribution = Attribution::new(ev.records, threshold_us, network_us);
+    let mut windows = attribution::stall_windows(
+        ev.records,
+        threshold_us,
+        network_us,
+        &ev.probed.iter().flat_map(|s| s.pings()).collect::<Vec<_>>(),
+        &ev.probed
+            .iter()
+            .flat_map(|s| s.db_txns())
+            .collect::<Vec<_>>(),
+    );
+    let log_dir = plan.out.join("logs");
+    let database_logs = target.database_logs.as_ref().map(|logs| logs());
+    let log = database_logs
+        .filter(|f| !f.is_empty())
+        .map(|files| keep_database_logs(&files, &log_dir, ev.run_started_unix_ms));
+    if let Some((_, events)) = &log {
+        if let Some(floor) = summary.floor_txn_throughput.as_mut() {
+            for phase in [&mut floor.before, &mut floor.after] {
+                phase.postgres = Some(pgview::LogCounts::within(
+                    events,
+                    phase.start_us,
+                    phase.end_us,
+                ));
+            }
+        }
+        for window in &mut windows {
+            window.postgres = Some(pgview::LogCounts::within(
+                events,
+                window.start_us as i64 - pgview::LEAD_US,
+                window.end_us() as i64,
+            ));
+        }
+    }
+    for window in &mut windows {
+        window.machine = Some(machine::MachineInWindow::within(
+            ev.readings,
+            window.start_us,
+            window.end_us(),
+        ));
+    }
+    summary.machine = Some(machine::MachineView::new(ev.readings, ev.warmup_us));
+    std::fs::create_dir_all(&log_dir).ok();
+    let machine_csv = log_dir.join("machine.csv");
+    std::fs::write(&machine_csv, machine::csv(ev.readings))
+        .with_context(|| format!("cannot write {}", machine_csv.display()))?;
+    if let (Some(before), Some(after)) = (ev.stats_before, ev.stats_after) {
+        let mut view = PostgresView::between(before, after);
+        if let Some((copied, events)) = log {
+            view.log = Some(pgview::LogCounts::within(
+                &events,
+                ev.warmup_us as i64,
+                ev.run_end_us as i64,
+            ));
+            view.log_files = copied;
+        }
+        summary.postgres = Some(view);
+    }
+    for (name, stats) in [("before", ev.stats_before), ("after", ev.stats_after)] {
+        if let Some(stats) = stats {
+            std::fs::create_dir_all(&log_dir).ok();
+            let path = log_dir.join(format!("pg_stat_{name}.json"));
+            std::fs::write(&path, serde_json::to_string_pretty(stats)? + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    let slow_calls = summary.attribution.slow.calls
+        + ev.records
+            .iter()
+            .filter(|r| !r.warmup && r.is_error() && r.rtt_us > threshold_us)
+            .count() as u64;
+    summary.stall_windows = StallWindows::new(windows, slow_calls);
+    Ok(())
+}
+
 /// One measured run against `target`: floors on the idle cluster, then the
 /// clients (and the injector, if any) beside a floor prober, then the
 /// invariant checks; writes every output to `plan.out`.
@@ -1094,7 +1195,11 @@ pub async fn run_measured(
     .with_measurements(measure(&records));
     fill_inputs_and_recovery(&mut summary, plan, &logs, &faults);
     if let (Some(before), Some(after)) = (floor_before, floor_after) {
-        let run = RunWindow { clock, ran, warmup_us };
+        let run = RunWindow {
+            clock,
+            ran,
+            warmup_us,
+        };
         fill_capacity(&mut summary, before, after, run_others_cores, &records, run);
     }
     summary.ratios = FloorRatios::new(
@@ -1109,78 +1214,17 @@ pub async fn run_measured(
         .outside(&records, &machine::stood_still_stretches(&readings));
     summary.fault_tail = faults::FaultTail::new(&faults, &records);
     summary.split_games = SplitGames::new(&records);
-    let threshold_us =
-        attribution::slow_threshold_us(summary.ratios.floor_p50_us, summary.ratios.floor_p99_us);
-    let network_us = summary.floor_ping_us.p50;
-    summary.attribution = Attribution::new(&records, threshold_us, network_us);
-    let mut windows = attribution::stall_windows(
-        &records,
-        threshold_us,
-        network_us,
-        &probed.iter().flat_map(|s| s.pings()).collect::<Vec<_>>(),
-        &probed.iter().flat_map(|s| s.db_txns()).collect::<Vec<_>>(),
-    );
-    let log_dir = plan.out.join("logs");
-    let database_logs = target.database_logs.as_ref().map(|logs| logs());
-    let log = database_logs
-        .filter(|f| !f.is_empty())
-        .map(|files| keep_database_logs(&files, &log_dir, run_started_unix_ms));
-    if let Some((_, events)) = &log {
-        if let Some(floor) = summary.floor_txn_throughput.as_mut() {
-            for phase in [&mut floor.before, &mut floor.after] {
-                phase.postgres = Some(pgview::LogCounts::within(
-                    events,
-                    phase.start_us,
-                    phase.end_us,
-                ));
-            }
-        }
-        for window in &mut windows {
-            window.postgres = Some(pgview::LogCounts::within(
-                events,
-                window.start_us as i64 - pgview::LEAD_US,
-                window.end_us() as i64,
-            ));
-        }
-    }
-    for window in &mut windows {
-        window.machine = Some(machine::MachineInWindow::within(
-            &readings,
-            window.start_us,
-            window.end_us(),
-        ));
-    }
-    summary.machine = Some(machine::MachineView::new(&readings, warmup_us));
-    std::fs::create_dir_all(&log_dir).ok();
-    let machine_csv = log_dir.join("machine.csv");
-    std::fs::write(&machine_csv, machine::csv(&readings))
-        .with_context(|| format!("cannot write {}", machine_csv.display()))?;
-    if let (Some(before), Some(after)) = (&stats_before, &stats_after) {
-        let mut view = PostgresView::between(before, after);
-        if let Some((copied, events)) = log {
-            view.log = Some(pgview::LogCounts::within(
-                &events,
-                warmup_us as i64,
-                run_end_us as i64,
-            ));
-            view.log_files = copied;
-        }
-        summary.postgres = Some(view);
-    }
-    for (name, stats) in [("before", &stats_before), ("after", &stats_after)] {
-        if let Some(stats) = stats {
-            std::fs::create_dir_all(&log_dir).ok();
-            let path = log_dir.join(format!("pg_stat_{name}.json"));
-            std::fs::write(&path, serde_json::to_string_pretty(stats)? + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-    }
-    let slow_calls = summary.attribution.slow.calls
-        + records
-            .iter()
-            .filter(|r| !r.warmup && r.is_error() && r.rtt_us > threshold_us)
-            .count() as u64;
-    summary.stall_windows = StallWindows::new(windows, slow_calls);
+    let evidence = RunEvidence {
+        records: &records,
+        probed: &probed,
+        readings: &readings,
+        stats_before: stats_before.as_ref(),
+        stats_after: stats_after.as_ref(),
+        run_started_unix_ms,
+        warmup_us,
+        run_end_us,
+    };
+    attribute_stalls(&mut summary, plan, target, &evidence)?;
     summary.distances = distances(plan, target, &probed, &records, &summary);
     if let (Some(before), Some(after)) = (cost_before, cost_after) {
         // Warm-up calls included: the readings bracket the whole workload.
