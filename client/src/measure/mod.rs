@@ -942,61 +942,141 @@ fn attribute_stalls(
     Ok(())
 }
 
-/// One measured run against `target`: floors on the idle cluster, then the
-/// clients (and the injector, if any) beside a floor prober, then the
-/// invariant checks; writes every output to `plan.out`.
-pub async fn run_measured(
+/// The invariant checks, on the database's primary as the run ends (a
+/// replicated database's primary may have moved); `None` without a
+/// database.
+async fn check_invariants(
+    target: &Target,
+    logs: &[workload::ClientLog],
+) -> anyhow::Result<Option<invariants::InvariantReport>> {
+    let final_url = match &target.final_database_url {
+        Some(current) => {
+            let current = current.clone();
+            Some(tokio::task::spawn_blocking(move || current()).await?)
+        }
+        None => target.database_url.clone(),
+    };
+    Ok(match &final_url {
+        Some(url) => {
+            let db = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await
+                .context("connecting to the database to check invariants")?;
+            let report = invariants::check(&db, logs)
+                .await
+                .context("checking invariants")?;
+            db.close().await;
+            Some(report)
+        }
+        None => None,
+    })
+}
+
+/// Lost, duplicated and regressed actions: from the invariant checks, or,
+/// without a database, the regressions the clients saw.
+fn fill_invariants(
+    summary: &mut Summary,
+    invariants: Option<invariants::InvariantReport>,
+    logs: &[workload::ClientLog],
+) {
+    if let Some(report) = invariants {
+        summary.lost_actions = report.actions.lost;
+        summary.duplicate_actions = report.actions.duplicated;
+        summary.state_regressions = report.state_regressions;
+        summary.invariants_ok = report.failed().is_empty();
+        summary.games_played = report.games;
+        summary.invariants = Some(report);
+    } else {
+        summary.state_regressions = logs
+            .iter()
+            .flat_map(|l| &l.sessions)
+            .map(|s| s.regressions)
+            .sum();
+    }
+}
+
+/// A running fault injector: its faults once the run ends.
+type InjectorRun = JoinHandle<Result<Vec<FaultEvent>, tokio::task::JoinError>>;
+
+/// Starts the fault injector, if any. With one, the run ends a calm after
+/// its last fault is over (and no sooner than planned), not at a fixed
+/// time: a fault that ran late still has its recovery measured, and a run
+/// need not leave room for the slowest fault after each one. Returns its
+/// task and when the clients stop.
+fn start_injector(
+    plan: &RunPlan,
+    injector: Option<Injector>,
+    clock: RunClock,
+    stop: &Shutdown,
+) -> (Option<InjectorRun>, Shutdown) {
+    match injector {
+        Some(start) => {
+            let faults = start(clock, stop.clone());
+            let planned_end = clock.started() + plan.workload.total;
+            let tail = plan.tail_after_faults;
+            let (ender, end) = shutdown::channel();
+            let task = tokio::spawn(async move {
+                let faults = faults.await;
+                let end = run_end(planned_end, Instant::now(), tail);
+                tokio::time::sleep_until(end.into()).await;
+                ender.stop();
+                faults
+            });
+            (Some(task), end)
+        }
+        // Without faults the clients stop at the planned end. (Not on a
+        // stopper of their own: dropping it would stop them at once.)
+        None => (None, stop.clone()),
+    }
+}
+
+/// CPU readings around each phase and the workload: how many cores other
+/// processes took meanwhile, the usual reason a floor moves.
+fn cpu_now(target: &Target) -> machine::CpuReading {
+    let database = target
+        .database_pids
+        .as_ref()
+        .and_then(|pids| dbcost::cpu_of(&pids()));
+    let ours = dbcost::cpu_of(&[std::process::id()]);
+    machine::CpuReading::now(ours, database)
+}
+
+/// What the workload phase of a run leaves: its clock, the clients' logs
+/// and calls, the faults, the floor probers' samples, the machine's
+/// readings, and the database's cost and statistics around it.
+struct Ran {
+    clock: RunClock,
+    run_started_unix_ms: i64,
+    logs: Vec<workload::ClientLog>,
+    records: Vec<record::Invocation>,
+    faults: Vec<FaultEvent>,
+    probed: Vec<floors::FloorSamples>,
+    readings: Vec<machine::Reading>,
+    run_end_us: u64,
+    /// What the clients ran for, warm-up included.
+    ran: Duration,
+    table_rows: Vec<report::TableRows>,
+    costs: (Option<dbcost::Reading>, Option<dbcost::Reading>),
+    stats: (Option<pgview::Snapshot>, Option<pgview::Snapshot>),
+    cpu_quotas: Vec<quota::QuotaUse>,
+    bench_cpu: Option<Duration>,
+    run_others_cores: Option<f64>,
+    run_cpu: Option<Duration>,
+}
+
+/// The workload: the clients (and the injector, if any) beside a floor
+/// prober per distance, the machine's sampler and the database's readings
+/// around it.
+async fn run_workload(
     plan: &RunPlan,
     target: &Target,
+    floor_pools: &[ServerPool],
+    pools: Vec<ServerPool>,
+    db_floor: Option<DbFloor>,
     injector: Option<Injector>,
-) -> anyhow::Result<Summary> {
-    std::fs::create_dir_all(&plan.out)
-        .with_context(|| format!("cannot create {}", plan.out.display()))?;
-    let started_at_unix_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let mut notes = Vec::new();
-    let load_before = load_average();
-    let (floor_pools, pools) = connect_pools(plan, target).await?;
-
-    let (db_floor, idle) = idle_floors(plan, target, &floor_pools, &mut notes).await?;
-
-    // A closed loop's capacity floor, first phase: on the idle cluster
-    // (see `capacity` for why it is short).
-    let closed_loop_url = match (&target.database_url, plan.workload.interval.is_zero()) {
-        (Some(url), true) => Some(url.clone()),
-        _ => None,
-    };
-    let before_for = (plan.workload.total - plan.workload.warmup).min(capacity::BEFORE);
-    // CPU readings around each phase and the workload: how many cores
-    // other processes took meanwhile, the usual reason a floor moves.
-    let cpu_now = || {
-        let database = target
-            .database_pids
-            .as_ref()
-            .and_then(|pids| dbcost::cpu_of(&pids()));
-        let ours = dbcost::cpu_of(&[std::process::id()]);
-        machine::CpuReading::now(ours, database)
-    };
-    // One phase of the floor: its rate, when it ran, and how many cores
-    // other processes took meanwhile.
-    let floor_phase = |url: String, duration: Duration, when: &'static str| {
-        let cpu_now = &cpu_now;
-        let (clients, games) = (plan.workload.clients, plan.games);
-        async move {
-            let (from, cpu) = (Instant::now(), cpu_now());
-            let rate = floors::txn_throughput(&url, clients, games, duration)
-                .await
-                .with_context(|| format!("measuring the bare-transaction throughput {when}"))?;
-            anyhow::Ok((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
-        }
-    };
-    let floor_before = match &closed_loop_url {
-        Some(url) => Some(floor_phase(url.clone(), before_for, "before the run").await?),
-        None => None,
-    };
-
+) -> anyhow::Result<Ran> {
     let clock = RunClock::start();
     let sampler = machine::MachineSampler::start(clock.started());
     let run_started_unix_ms = SystemTime::now()
@@ -1023,33 +1103,11 @@ pub async fn run_measured(
             ))
         })
         .collect();
-    // With an injector the run ends a calm after its last fault is over
-    // (and no sooner than planned), not at a fixed time: a fault that ran
-    // late still has its recovery measured, and a run need not leave room
-    // for the slowest fault after each one.
     let workload_config = WorkloadConfig {
         until_stopped: injector.is_some(),
         ..plan.workload.clone()
     };
-    let (injector, end) = match injector {
-        Some(start) => {
-            let faults = start(clock, stop.clone());
-            let planned_end = clock.started() + plan.workload.total;
-            let tail = plan.tail_after_faults;
-            let (ender, end) = shutdown::channel();
-            let task = tokio::spawn(async move {
-                let faults = faults.await;
-                let end = run_end(planned_end, Instant::now(), tail);
-                tokio::time::sleep_until(end.into()).await;
-                ender.stop();
-                faults
-            });
-            (Some(task), end)
-        }
-        // Without faults the clients stop at the planned end. (Not on a
-        // stopper of their own: dropping it would stop them at once.)
-        None => (None, stop.clone()),
-    };
+    let (injector, end) = start_injector(plan, injector, clock, &stop);
     let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
     let cost_db = match &target.database_url {
@@ -1075,10 +1133,10 @@ pub async fn run_measured(
         .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
     let groups = || target.cpu_groups.as_ref().map(|g| g()).unwrap_or_default();
     let groups_run = groups();
-    let cpu_run = cpu_now();
+    let cpu_run = cpu_now(target);
     let bench_cpu_run = dbcost::cpu_of_process(std::process::id());
     let logs = workload::run(&workload_config, pools, clock, &recorder, &progress, end).await;
-    let cpu_ran = cpu_now();
+    let cpu_ran = cpu_now(target);
     let cpu_quotas = quota::between(&groups_run, &groups(), clock.started().elapsed());
     let bench_cpu = match (bench_cpu_run, dbcost::cpu_of_process(std::process::id())) {
         (Some(from), Some(to)) => Some(to.saturating_sub(from)),
@@ -1126,6 +1184,140 @@ pub async fn run_measured(
 
     let records = recorder.snapshot();
     faults::fill_recovery(&mut faults, &records);
+    Ok(Ran {
+        clock,
+        run_started_unix_ms,
+        logs,
+        records,
+        faults,
+        probed,
+        readings,
+        run_end_us,
+        ran,
+        table_rows,
+        costs: (cost_before, cost_after),
+        stats: (stats_before, stats_after),
+        cpu_quotas,
+        bench_cpu,
+        run_others_cores,
+        run_cpu,
+    })
+}
+
+/// The RTT's ratios to the floors, the tail (outside the machine's stops
+/// too), the tail by fault, and games split over servers.
+fn fill_tail(
+    summary: &mut Summary,
+    records: &[record::Invocation],
+    readings: &[machine::Reading],
+    faults: &[FaultEvent],
+) {
+    summary.ratios = FloorRatios::new(
+        &summary.rtt_us,
+        &summary.act_rtt_us,
+        &summary.floor_ping_us,
+        &summary.floor_db_txn_us,
+    );
+    summary.tail = Tail::new(records, &summary.floor_ping_us, &summary.floor_db_txn_us);
+    summary
+        .tail
+        .outside(records, &machine::stood_still_stretches(readings));
+    summary.fault_tail = faults::FaultTail::new(faults, records);
+    summary.split_games = SplitGames::new(records);
+}
+
+/// What a call cost the database (WAL, writing transactions, its CPU),
+/// and the bench's and its servers' CPU per call; warm-up calls included,
+/// as the readings bracket the whole workload.
+fn fill_costs(
+    summary: &mut Summary,
+    records: &[record::Invocation],
+    (cost_before, cost_after): (Option<dbcost::Reading>, Option<dbcost::Reading>),
+    (run_cpu, bench_cpu): (Option<Duration>, Option<Duration>),
+) {
+    if let (Some(before), Some(after)) = (cost_before, cost_after) {
+        // Warm-up calls included: the readings bracket the whole workload.
+        summary.database_cost = Some(dbcost::DatabaseCost::between(
+            &before,
+            &after,
+            records.len() as u64,
+        ));
+    }
+    // Warm-up calls included, as the readings bracket the workload.
+    let per_call =
+        |cpu: Duration| (cpu.as_micros() as f64 / records.len() as f64 * 10.0).round() / 10.0;
+    if !records.is_empty() {
+        summary.bench_and_servers_cpu_us_per_call = run_cpu.map(per_call);
+        summary.bench_cpu_us_per_call = bench_cpu.map(per_call);
+    }
+}
+
+/// One measured run against `target`: floors on the idle cluster, then the
+/// clients (and the injector, if any) beside a floor prober, then the
+/// invariant checks; writes every output to `plan.out`.
+pub async fn run_measured(
+    plan: &RunPlan,
+    target: &Target,
+    injector: Option<Injector>,
+) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(&plan.out)
+        .with_context(|| format!("cannot create {}", plan.out.display()))?;
+    let started_at_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut notes = Vec::new();
+    let load_before = load_average();
+    let (floor_pools, pools) = connect_pools(plan, target).await?;
+
+    let (db_floor, idle) = idle_floors(plan, target, &floor_pools, &mut notes).await?;
+
+    // A closed loop's capacity floor, first phase: on the idle cluster
+    // (see `capacity` for why it is short).
+    let closed_loop_url = match (&target.database_url, plan.workload.interval.is_zero()) {
+        (Some(url), true) => Some(url.clone()),
+        _ => None,
+    };
+    let before_for = (plan.workload.total - plan.workload.warmup).min(capacity::BEFORE);
+    // CPU readings around each phase and the workload: how many cores
+    // other processes took meanwhile, the usual reason a floor moves.
+    let cpu_now = || cpu_now(target);
+    // One phase of the floor: its rate, when it ran, and how many cores
+    // other processes took meanwhile.
+    let floor_phase = |url: String, duration: Duration, when: &'static str| {
+        let cpu_now = &cpu_now;
+        let (clients, games) = (plan.workload.clients, plan.games);
+        async move {
+            let (from, cpu) = (Instant::now(), cpu_now());
+            let rate = floors::txn_throughput(&url, clients, games, duration)
+                .await
+                .with_context(|| format!("measuring the bare-transaction throughput {when}"))?;
+            anyhow::Ok((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
+        }
+    };
+    let floor_before = match &closed_loop_url {
+        Some(url) => Some(floor_phase(url.clone(), before_for, "before the run").await?),
+        None => None,
+    };
+
+    let Ran {
+        clock,
+        run_started_unix_ms,
+        logs,
+        records,
+        faults,
+        probed,
+        readings,
+        run_end_us,
+        ran,
+        table_rows,
+        costs: (cost_before, cost_after),
+        stats: (stats_before, stats_after),
+        cpu_quotas,
+        bench_cpu,
+        run_others_cores,
+        run_cpu,
+    } = run_workload(plan, target, &floor_pools, pools, db_floor, injector).await?;
     // The second phase, right after the workload, for as long as it ran.
     let floor_after = match &closed_loop_url {
         Some(url) => {
@@ -1134,29 +1326,7 @@ pub async fn run_measured(
         None => None,
     };
     let warmup_us = record::duration_us(plan.workload.warmup);
-    let final_url = match &target.final_database_url {
-        Some(current) => {
-            let current = current.clone();
-            Some(tokio::task::spawn_blocking(move || current()).await?)
-        }
-        None => target.database_url.clone(),
-    };
-    let invariants = match &final_url {
-        Some(url) => {
-            let db = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect(url)
-                .await
-                .context("connecting to the database to check invariants")?;
-            let report = invariants::check(&db, &logs)
-                .await
-                .context("checking invariants")?;
-            db.close().await;
-            Some(report)
-        }
-        None => None,
-    };
+    let invariants = check_invariants(target, &logs).await?;
 
     // With several distances, the floors pool every distance's pings (the
     // clients are spread over them evenly); each distance has its own below.
@@ -1202,18 +1372,7 @@ pub async fn run_measured(
         };
         fill_capacity(&mut summary, before, after, run_others_cores, &records, run);
     }
-    summary.ratios = FloorRatios::new(
-        &summary.rtt_us,
-        &summary.act_rtt_us,
-        &summary.floor_ping_us,
-        &summary.floor_db_txn_us,
-    );
-    summary.tail = Tail::new(&records, &summary.floor_ping_us, &summary.floor_db_txn_us);
-    summary
-        .tail
-        .outside(&records, &machine::stood_still_stretches(&readings));
-    summary.fault_tail = faults::FaultTail::new(&faults, &records);
-    summary.split_games = SplitGames::new(&records);
+    fill_tail(&mut summary, &records, &readings, &faults);
     let evidence = RunEvidence {
         records: &records,
         probed: &probed,
@@ -1226,36 +1385,14 @@ pub async fn run_measured(
     };
     attribute_stalls(&mut summary, plan, target, &evidence)?;
     summary.distances = distances(plan, target, &probed, &records, &summary);
-    if let (Some(before), Some(after)) = (cost_before, cost_after) {
-        // Warm-up calls included: the readings bracket the whole workload.
-        summary.database_cost = Some(dbcost::DatabaseCost::between(
-            &before,
-            &after,
-            records.len() as u64,
-        ));
-    }
-    // Warm-up calls included, as the readings bracket the workload.
-    let per_call =
-        |cpu: Duration| (cpu.as_micros() as f64 / records.len() as f64 * 10.0).round() / 10.0;
-    if !records.is_empty() {
-        summary.bench_and_servers_cpu_us_per_call = run_cpu.map(per_call);
-        summary.bench_cpu_us_per_call = bench_cpu.map(per_call);
-    }
+    fill_costs(
+        &mut summary,
+        &records,
+        (cost_before, cost_after),
+        (run_cpu, bench_cpu),
+    );
     summary.cpu_quotas = cpu_quotas;
-    if let Some(report) = invariants {
-        summary.lost_actions = report.actions.lost;
-        summary.duplicate_actions = report.actions.duplicated;
-        summary.state_regressions = report.state_regressions;
-        summary.invariants_ok = report.failed().is_empty();
-        summary.games_played = report.games;
-        summary.invariants = Some(report);
-    } else {
-        summary.state_regressions = logs
-            .iter()
-            .flat_map(|l| &l.sessions)
-            .map(|s| s.regressions)
-            .sum();
-    }
+    fill_invariants(&mut summary, invariants, &logs);
     notes.push(format!(
         "warm-up: calls started in the first {} s ({} calls) are in invocations.csv \
          (warmup=true) but in no figure",
