@@ -2,8 +2,10 @@
 //! processes and a real PostgreSQL: names that pass for another player's,
 //! seats taken by guessing a token, made-up tokens that cost the database,
 //! unlimited reads, connections held open by saying nothing, names held
-//! forever, wins farmed against throwaway players, and undecodable
-//! requests answered as internal errors.
+//! forever, wins farmed against throwaway players, undecodable requests
+//! answered as internal errors, thousands of streams on one connection, a
+//! client that makes the server write and never reads, and the server's
+//! status told to strangers.
 
 mod common;
 
@@ -680,4 +682,341 @@ async fn messages_larger_than_a_calls_first_buffer_arrive_whole() {
             "a ping of {len} bytes came back changed"
         );
     }
+}
+
+// 7. Streams held by the thousand, writes no one reads, Status.
+
+/// One HTTP/2 frame as read: type, flags, stream id, payload.
+async fn read_frame<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> io::Result<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).await?;
+    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await?;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    Ok((head[3], head[4], id, payload))
+}
+
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
+const ACK: u8 = 0x1;
+const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+const REFUSED_STREAM: u32 = 0x7;
+
+/// The server's resident memory, from /proc.
+fn rss_bytes(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kib * 1024
+}
+
+/// The memory one connection at its stream limit may cost the server, as
+/// `docs/security.md` states it: 16 KiB per held stream, and the
+/// connection's 1 MiB HTTP/2 receive window.
+const STREAM_BUDGET_BYTES: u64 = 16 * 1024;
+const CONNECTION_WINDOW_BYTES: u64 = 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
+    const STREAMS: u32 = 1000;
+    let limit: u32 = borbaman_server::incoming::DEFAULT_MAX_STREAMS;
+    let pg = start_db();
+    // Default limits (a test server's connection caps are off, but not
+    // the stream limit).
+    let server = ServerProcess::start(&pg.url());
+    let addr: SocketAddr = server.addr.parse().unwrap();
+
+    // A fair client on an address of its own pings all through the flood.
+    let mut fair = client_from(&server, IpAddr::from([127, 0, 0, 3])).await;
+    fair.ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("a fair client");
+    // Each ping's wait, until no one listens.
+    let (waits_tx, mut waits) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let sent = Instant::now();
+            let answered = fair.ping(pb::PingRequest { payload: vec![7] }).await;
+            if waits_tx.send(answered.map(|_| sent.elapsed())).is_err() {
+                return;
+            }
+        }
+    });
+
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(IpAddr::from([127, 0, 0, 2]), 0))
+        .unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
+    stream.write_all(&hello).await.unwrap();
+    // The server announces its limit in its SETTINGS.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let settings = loop {
+        let (kind, flags, _, payload) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
+            .await
+            .expect("the server's SETTINGS")
+            .unwrap();
+        if kind == SETTINGS && flags & ACK == 0 {
+            break payload;
+        }
+    };
+    let announced = settings.chunks(6).find_map(|s| {
+        (u16::from_be_bytes([s[0], s[1]]) == SETTINGS_MAX_CONCURRENT_STREAMS)
+            .then(|| u32::from_be_bytes([s[2], s[3], s[4], s[5]]))
+    });
+    assert_eq!(
+        announced,
+        Some(limit),
+        "the server's SETTINGS announce no MAX_CONCURRENT_STREAMS of {limit}"
+    );
+
+    let rss_before = rss_bytes(server.pid());
+    // A thousand calls opened at once, none of which ends its request,
+    // then a PING: its answer comes once every HEADERS before it was read.
+    let mut flood = h2_frame(SETTINGS, ACK, 0, &[]);
+    const END_HEADERS: u8 = 0x4;
+    for n in 0..STREAMS {
+        flood.extend(h2_frame(0x1, END_HEADERS, 2 * n + 1, &ping_headers()));
+    }
+    flood.extend(h2_frame(PING, 0, 0, b"flooded!"));
+    stream.write_all(&flood).await.unwrap();
+    let mut refused = 0u32;
+    loop {
+        let (kind, flags, id, payload) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
+            .await
+            .expect("the PING after the flood was never answered")
+            .expect("the server closed the flooding connection");
+        assert_ne!(kind, GOAWAY, "GOAWAY: {payload:?}");
+        if kind == RST_STREAM
+            && u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                == REFUSED_STREAM
+        {
+            assert!(id > 2 * limit, "stream {id}, within the limit, was refused");
+            refused += 1;
+        }
+        if kind == PING && flags & ACK != 0 {
+            break;
+        }
+    }
+    // The fair client goes on while the allowed streams are held (until
+    // the call timeout): 50 more pings.
+    let mut slowest = Duration::ZERO;
+    let mut pings = 0;
+    while let Ok(wait) = waits.try_recv() {
+        let wait = wait.expect("the fair client is answered");
+        slowest = slowest.max(wait);
+        pings += 1;
+    }
+    for _ in 0..50 {
+        let wait = tokio::time::timeout_at(deadline, waits.recv())
+            .await
+            .expect("the fair client is stuck")
+            .unwrap()
+            .expect("the fair client is answered");
+        slowest = slowest.max(wait);
+        pings += 1;
+    }
+    drop(waits);
+    let grown = rss_bytes(server.pid()).saturating_sub(rss_before);
+    let budget = u64::from(limit) * STREAM_BUDGET_BYTES + CONNECTION_WINDOW_BYTES;
+    eprintln!(
+        "{refused} of {STREAMS} streams refused; RSS grew {} KiB (budget {} KiB); \
+         the fair client's slowest of {pings} pings: {slowest:?}",
+        grown / 1024,
+        budget / 1024
+    );
+    assert_eq!(refused, STREAMS - limit, "streams past the limit refused");
+    assert!(
+        grown < budget,
+        "RSS grew {} KiB, over the budget of {} KiB",
+        grown / 1024,
+        budget / 1024
+    );
+    assert!(
+        slowest < Duration::from_millis(100),
+        "the fair client waited {slowest:?} for a ping"
+    );
+}
+
+/// Sends PINGs on `stream` as fast as it takes them and never reads; the
+/// time until the server cuts the connection (a write fails), or `None`
+/// if it is still open after `within`.
+async fn ping_flood_until_cut<S: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    within: Duration,
+) -> Option<Duration> {
+    let mut pings = Vec::new();
+    for n in 0..64u64 {
+        pings.extend(h2_frame(PING, 0, 0, &n.to_be_bytes()));
+    }
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.write_all(&pings)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Some(started.elapsed()),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A socket whose receive buffer is small, so the server's answers fill it
+/// (and the server's send buffer) soon.
+fn small_receive_buffer() -> TcpSocket {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket
+}
+
+/// Only the write-stall timeout may close the flooding connection: no
+/// idle timeout, no keepalive PINGs, no call timeout.
+const ONLY_THE_WRITE_STALL: [&str; 8] = [
+    "--write-stall-timeout-ms",
+    "2000",
+    "--idle-connection-timeout-ms",
+    "0",
+    "--keepalive-interval-ms",
+    "0",
+    "--call-timeout-ms",
+    "0",
+];
+
+#[tokio::test]
+async fn a_client_that_floods_pings_and_never_reads_is_cut_off() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &ONLY_THE_WRITE_STALL);
+    let mut stream = small_receive_buffer()
+        .connect(server.addr.parse().unwrap())
+        .await
+        .unwrap();
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
+    stream.write_all(&hello).await.unwrap();
+    let cut = ping_flood_until_cut(&mut stream, Duration::from_secs(10)).await;
+    eprintln!("cut after {cut:?}");
+    let cut = cut.expect("a client that never reads is still connected after 10 s");
+    assert!(
+        cut >= Duration::from_secs(2),
+        "cut after {cut:?}, before the write-stall timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_tls_client_that_floods_pings_and_never_reads_is_cut_off() {
+    use std::sync::Arc;
+    use tokio_rustls::TlsConnector;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+
+    let (dir, _pg, server) = tls_server(&ONLY_THE_WRITE_STALL);
+    let mut roots = RootCertStore::empty();
+    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+    for cert in CertificateDer::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config =
+        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = small_receive_buffer()
+        .connect(server.addr.parse().unwrap())
+        .await
+        .unwrap();
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the TLS handshake");
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
+    tls.write_all(&hello).await.unwrap();
+    let cut = ping_flood_until_cut(&mut tls, Duration::from_secs(10)).await;
+    eprintln!("cut after {cut:?}");
+    let cut = cut.expect("a TLS client that never reads is still connected after 10 s");
+    assert!(
+        cut >= Duration::from_secs(2),
+        "cut after {cut:?}, before the write-stall timeout"
+    );
+}
+
+/// A `Status` call with `authorization`, if given, to `server`.
+async fn status_with(
+    server: &ServerProcess,
+    authorization: Option<&str>,
+) -> Result<pb::StatusReply, tonic::Status> {
+    let mut client = pb::status_client::StatusClient::connect(server.url())
+        .await
+        .expect("connect");
+    let mut request = tonic::Request::new(pb::StatusRequest {});
+    if let Some(value) = authorization {
+        request
+            .metadata_mut()
+            .insert("authorization", value.parse().unwrap());
+    }
+    client.get_status(request).await.map(|r| r.into_inner())
+}
+
+#[tokio::test]
+async fn status_answers_only_the_operators_token() {
+    const TOKEN: &str = "hardening-operator-0123456789";
+    let pg = start_db();
+    // No token set: Status answers no one, and players are served.
+    let closed = ServerProcess::start(&pg.url());
+    for authorization in [None, Some("Bearer hardening-operator-0123456789")] {
+        let err = status_with(&closed, authorization)
+            .await
+            .expect_err("a stranger read the status");
+        assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+        assert!(err.message().contains("--operator-token"), "{err:?}");
+    }
+    let mut game = closed.game().await;
+    game.ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("the game stays open");
+    let servers = closed
+        .registry()
+        .await
+        .list_servers(pb::ListServersRequest {})
+        .await
+        .expect("the server list stays open")
+        .into_inner()
+        .servers;
+    assert!(!servers.is_empty());
+
+    // With a token: only a call that carries it is answered.
+    let token_flag = format!("--operator-token={TOKEN}");
+    let open = ServerProcess::start_with(&pg.url(), &[&token_flag]);
+    for authorization in [
+        None,
+        Some(TOKEN),
+        Some("Bearer hardening-operator-012345678"),
+        Some("Bearer not-the-operator-0123456789"),
+    ] {
+        let err = status_with(&open, authorization)
+            .await
+            .expect_err("a wrong token read the status");
+        assert_eq!(
+            err.code(),
+            Code::PermissionDenied,
+            "{authorization:?}: {err:?}"
+        );
+    }
+    let reply = status_with(&open, Some(&format!("Bearer {TOKEN}")))
+        .await
+        .expect("the operator reads the status");
+    assert_eq!(reply.server_id, open.id);
 }
