@@ -725,6 +725,51 @@ fn rss_bytes(pid: i32) -> u64 {
 const STREAM_BUDGET_BYTES: u64 = 16 * 1024;
 const CONNECTION_WINDOW_BYTES: u64 = 1024 * 1024;
 
+/// A raw HTTP/2 connection from `source` that opens `streams` calls at
+/// once, none of which ends its request, then sends a PING. Once the
+/// PING's answer came (so every HEADERS before it was read): the
+/// connection (its calls held open), the server's SETTINGS, and the
+/// streams the server refused.
+async fn open_streams(
+    server: SocketAddr,
+    source: IpAddr,
+    streams: u32,
+) -> (TcpStream, Vec<u8>, Vec<u32>) {
+    const END_HEADERS: u8 = 0x4;
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let mut stream = socket.connect(server).await.unwrap();
+    let mut flood = H2_PREFACE.to_vec();
+    flood.extend(h2_frame(SETTINGS, 0, 0, &[]));
+    for n in 0..streams {
+        flood.extend(h2_frame(0x1, END_HEADERS, 2 * n + 1, &ping_headers()));
+    }
+    flood.extend(h2_frame(PING, 0, 0, b"flooded!"));
+    stream.write_all(&flood).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (mut settings, mut refused) = (None, Vec::new());
+    loop {
+        let (kind, flags, id, payload) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
+            .await
+            .expect("the PING after the streams was never answered")
+            .expect("the server closed the connection");
+        assert_ne!(kind, GOAWAY, "GOAWAY: {payload:?}");
+        match kind {
+            SETTINGS if flags & ACK == 0 => {
+                settings = Some(payload);
+                stream
+                    .write_all(&h2_frame(SETTINGS, ACK, 0, &[]))
+                    .await
+                    .unwrap();
+            }
+            RST_STREAM if payload[..4] == REFUSED_STREAM.to_be_bytes() => refused.push(id),
+            PING if flags & ACK != 0 => break,
+            _ => {}
+        }
+    }
+    (stream, settings.expect("the server's SETTINGS"), refused)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
     const STREAMS: u32 = 1000;
@@ -752,25 +797,18 @@ async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
         }
     });
 
-    let socket = TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::new(IpAddr::from([127, 0, 0, 2]), 0))
-        .unwrap();
-    let mut stream = socket.connect(addr).await.unwrap();
-    let mut hello = H2_PREFACE.to_vec();
-    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
-    stream.write_all(&hello).await.unwrap();
-    // The server announces its limit in its SETTINGS.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let settings = loop {
-        let (kind, flags, _, payload) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
+    // Before the baseline, the server has served the fair client and a
+    // connection at its stream limit (so the allocator's pages for them
+    // are counted already).
+    for _ in 0..20 {
+        let wait = tokio::time::timeout(Duration::from_secs(10), waits.recv())
             .await
-            .expect("the server's SETTINGS")
+            .expect("the fair client is stuck")
             .unwrap();
-        if kind == SETTINGS && flags & ACK == 0 {
-            break payload;
-        }
-    };
+        wait.expect("the fair client is answered");
+    }
+    let (_at_limit, settings, refused) =
+        open_streams(addr, IpAddr::from([127, 0, 0, 4]), limit).await;
     let announced = settings.chunks(6).find_map(|s| {
         (u16::from_be_bytes([s[0], s[1]]) == SETTINGS_MAX_CONCURRENT_STREAMS)
             .then(|| u32::from_be_bytes([s[2], s[3], s[4], s[5]]))
@@ -780,35 +818,17 @@ async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
         Some(limit),
         "the server's SETTINGS announce no MAX_CONCURRENT_STREAMS of {limit}"
     );
+    assert!(refused.is_empty(), "streams within the limit were refused");
 
     let rss_before = rss_bytes(server.pid());
-    // A thousand calls opened at once, none of which ends its request,
-    // then a PING: its answer comes once every HEADERS before it was read.
-    let mut flood = h2_frame(SETTINGS, ACK, 0, &[]);
-    const END_HEADERS: u8 = 0x4;
-    for n in 0..STREAMS {
-        flood.extend(h2_frame(0x1, END_HEADERS, 2 * n + 1, &ping_headers()));
-    }
-    flood.extend(h2_frame(PING, 0, 0, b"flooded!"));
-    stream.write_all(&flood).await.unwrap();
-    let mut refused = 0u32;
-    loop {
-        let (kind, flags, id, payload) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
-            .await
-            .expect("the PING after the flood was never answered")
-            .expect("the server closed the flooding connection");
-        assert_ne!(kind, GOAWAY, "GOAWAY: {payload:?}");
-        if kind == RST_STREAM
-            && u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
-                == REFUSED_STREAM
-        {
-            assert!(id > 2 * limit, "stream {id}, within the limit, was refused");
-            refused += 1;
-        }
-        if kind == PING && flags & ACK != 0 {
-            break;
-        }
-    }
+    let (_flooding, _, refused) = open_streams(addr, IpAddr::from([127, 0, 0, 2]), STREAMS).await;
+    let first_refused = refused.iter().min().copied();
+    let refused = refused.len() as u32;
+    assert!(
+        first_refused.is_none_or(|id| id > 2 * limit),
+        "stream {first_refused:?}, within the limit, was refused"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     // The fair client goes on while the allowed streams are held (until
     // the call timeout): 50 more pings.
     let mut slowest = Duration::ZERO;
