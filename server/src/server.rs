@@ -91,6 +91,14 @@ pub struct ServerConfig {
 /// GOAWAY: hyper's default, which tonic turns off.
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
+/// HTTP/2 receive windows: how much of a call's request, and of all the
+/// connection's requests together, a client may send before the server has
+/// read it. A request is at most [`MAX_REQUEST_BYTES`] (4 KiB), so 64 KiB
+/// never slows a call; hyper's default, 1 MiB each, would let every
+/// connection park a megabyte in the server.
+pub const STREAM_WINDOW_BYTES: u32 = 64 * 1024;
+pub const CONNECTION_WINDOW_BYTES: u32 = 256 * 1024;
+
 /// PEM files of a server's certificate chain and private key.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
@@ -142,12 +150,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let limits = config.connection_limits;
     // tonic's default (no stream limit, no limit on the streams HTTP/2
     // resets for a client's errors) overrides hyper's own (200 and 1024):
-    // both are set here.
+    // both are set here, and the receive windows, which bound what a
+    // client may send before the server reads it (docs/security.md).
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(limits.keepalive.map(|(every, _)| every))
         .http2_keepalive_timeout(limits.keepalive.map(|(_, wait)| wait))
         .max_concurrent_streams(limits.max_streams)
-        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS));
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
     if let Some(timeout) = limits.call_timeout {
         builder = builder.timeout(timeout);
     }
