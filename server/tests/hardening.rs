@@ -777,6 +777,40 @@ async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
     );
 }
 
+#[tokio::test]
+async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
+    const END_STREAM: u8 = 0x1;
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--call-timeout-ms", "1000", "--keepalive-interval-ms", "0"],
+    );
+    let started = Instant::now();
+    let (mut stream, _, refused) = open_streams(
+        server.addr.parse().unwrap(),
+        IpAddr::from([127, 0, 0, 1]),
+        1,
+    )
+    .await;
+    assert!(refused.is_empty());
+    // The call's end: its status (HEADERS that end the stream) or a reset.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (kind, flags, id, _) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
+            .await
+            .expect("a call whose request never ends is still open after 10 s")
+            .expect("the server closed the connection instead of ending the call");
+        if id == 1 && ((kind == 0x1 && flags & END_STREAM != 0) || kind == RST_STREAM) {
+            break;
+        }
+    }
+    let ended = started.elapsed();
+    assert!(
+        ended >= Duration::from_secs(1),
+        "ended after {ended:?}, before the call timeout"
+    );
+}
+
 /// Sends PINGs on `stream` as fast as it takes them and never reads; the
 /// time until the server cuts the connection (a write fails), or `None`
 /// if it is still open after `within`.
