@@ -366,6 +366,33 @@ async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
         "a preface-only connection",
     )
     .await;
+    // One that sends an HTTP/2 PING every 200 ms (and reads the answers)
+    // but opens no call: PINGs keep nothing open.
+    let mut pinging = silent_connection(&server, IpAddr::from([127, 0, 0, 1]))
+        .await
+        .expect("admitted");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 1024];
+    'open: loop {
+        if pinging
+            .write_all(&h2_frame(PING, 0, 0, b"now&then"))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        let next = tokio::time::Instant::now() + Duration::from_millis(200);
+        loop {
+            match tokio::time::timeout_at(next.min(deadline), pinging.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break 'open,
+                Ok(Ok(_)) => {}
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    panic!("a connection that only PINGs is still open after 10 s")
+                }
+                Err(_) => break,
+            }
+        }
+    }
     // A client that calls now and then is not cut off: a pool's health
     // checks keep its connection in use.
     let mut client = server.game().await;
