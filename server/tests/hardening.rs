@@ -838,6 +838,29 @@ async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
     );
 }
 
+#[tokio::test]
+async fn a_client_that_honours_the_stream_limit_waits_for_a_stream_instead_of_being_refused() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--max-streams-per-connection", "4"]);
+    // tonic's channel, one connection: once the server's SETTINGS came
+    // (before the first answer, on the wire), 100 calls at once go out 4
+    // at a time.
+    let mut client = server.game().await;
+    client
+        .ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("the first call");
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..100u8 {
+        let mut client = client.clone();
+        calls.spawn(async move { client.ping(pb::PingRequest { payload: vec![n] }).await });
+    }
+    while let Some(call) = calls.join_next().await {
+        call.unwrap()
+            .expect("a call queued behind the stream limit is served");
+    }
+}
+
 /// Sends PINGs on `stream` as fast as it takes them and never reads; the
 /// time until the server cuts the connection (a write fails), or `None`
 /// if it is still open after `within`.
