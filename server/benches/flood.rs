@@ -10,8 +10,11 @@
 //! stream limit by default) and a PING, and reads the server's VmRSS once
 //! every PING is answered (every stream the server took is held by then).
 //! (The last address opens one connection less: the client that measured
-//! the server at rest holds one.) `FLOOD_UNLIMITED=1` starts the server with no stream limit, as it was
-//! before it had one (set `FLOOD_STREAMS` to what each connection opens).
+//! the server at rest holds one.)
+//!
+//! `FLOOD_UNLIMITED=1` starts the server with no stream limit, as it was
+//! before it had one (set `FLOOD_STREAMS` to what each connection opens);
+//! `FLOOD_ONE_ADDRESS=1` stops after the first address's connections.
 //!
 //! `cargo bench -p borbaman-server --bench flood`
 
@@ -71,10 +74,18 @@ fn main() {
         println!("RSS at rest: {:.1} MiB", mib(idle));
         let mut held = Vec::new();
         let mut open = 0;
+        let phases = if std::env::var_os("FLOOD_ONE_ADDRESS").is_some() {
+            1
+        } else {
+            2
+        };
         for (label, sources) in [
             ("one address", 2..3u8),
             ("every connection", 3..2 + ADDRESSES),
-        ] {
+        ]
+        .into_iter()
+        .take(phases)
+        {
             let started = Instant::now();
             let mut opening = tokio::task::JoinSet::new();
             for n in sources {
