@@ -5,7 +5,8 @@
 //! refusals), each with a short deadline, so the whole screen comes within
 //! about two deadlines even when some servers are dead: a server the
 //! registry still lists but that does not answer shows as `gone`. Needs no
-//! database access. [`Screen`] holds what was learnt; [`Screen::render`]
+//! database access, but the servers' operator token (`--operator-token`,
+//! or `BORBAMAN_OPERATOR_TOKEN`): `Status` answers no one else. [`Screen`] holds what was learnt; [`Screen::render`]
 //! and `--json` only read it.
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use borbaman_proto::pb;
+use borbaman_server::status::{AUTHORIZATION, OperatorToken};
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -30,6 +32,16 @@ pub struct StatusArgs {
     /// answered by then shows as gone.
     #[arg(long, default_value_t = 400)]
     pub timeout_ms: u64,
+    /// The operator token the servers were started with (their
+    /// --operator-token): `Status` answers no one else. Prefer the
+    /// environment variable: a flag shows in the process list.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "BORBAMAN_OPERATOR_TOKEN",
+        hide_env_values = true
+    )]
+    pub operator_token: Option<OperatorToken>,
 }
 
 /// One server as seen by `borbaman status`.
@@ -204,7 +216,18 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
-    let screen = runtime.block_on(look(&args.servers.servers, tls, timeout));
+    if args.operator_token.is_none() {
+        eprintln!(
+            "borbaman status: no operator token (--operator-token or BORBAMAN_OPERATOR_TOKEN): \
+             the servers will refuse to say their status"
+        );
+    }
+    let screen = runtime.block_on(look(
+        &args.servers.servers,
+        tls,
+        args.operator_token.as_ref(),
+        timeout,
+    ));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&screen)?);
     } else {
@@ -213,9 +236,19 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Asks the seeds' registries, then every server's status, each call
-/// within `timeout`.
-pub async fn look(seeds: &[String], tls: Option<ClientTlsConfig>, timeout: Duration) -> Screen {
+/// Asks the seeds' registries, then every server's status with the
+/// operator's `token`, each call within `timeout`.
+pub async fn look(
+    seeds: &[String],
+    tls: Option<ClientTlsConfig>,
+    token: Option<&OperatorToken>,
+    timeout: Duration,
+) -> Screen {
+    let authorization = token.map(|t| {
+        t.header_value()
+            .parse::<tonic::metadata::MetadataValue<_>>()
+            .expect("an operator token is printable ASCII")
+    });
     let channel = |address: &str| channel(address, tls.clone(), timeout);
     let mut lists = JoinSet::new();
     for seed in seeds {
@@ -245,10 +278,14 @@ pub async fn look(seeds: &[String], tls: Option<ClientTlsConfig>, timeout: Durat
     let mut asks = JoinSet::new();
     for address in addresses {
         let ch = channel(&address);
+        let mut request = tonic::Request::new(pb::StatusRequest {});
+        if let Some(value) = authorization.clone() {
+            request.metadata_mut().insert(AUTHORIZATION, value);
+        }
         asks.spawn(async move {
             let answer = async {
                 let mut client = pb::status_client::StatusClient::new(ch?);
-                match tokio::time::timeout(timeout, client.get_status(pb::StatusRequest {})).await {
+                match tokio::time::timeout(timeout, client.get_status(request)).await {
                     Ok(Ok(reply)) => Ok(reply.into_inner()),
                     Ok(Err(status)) => Err(format!(
                         "{}: {}",

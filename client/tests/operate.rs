@@ -327,20 +327,36 @@ async fn the_game_service_is_not_serving_while_the_database_is_down() {
     assert!(text.contains("borbaman_database_writable 1"));
 }
 
+/// The operator token the status tests' servers are started with.
+const OPERATOR_TOKEN: &str = "operate-test-0123456789";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_three_servers_then_a_killed_one_gone() {
-    let mut cluster = common::cluster(3);
+    let mut cluster = common::cluster_with(3, &[&format!("--operator-token={OPERATOR_TOKEN}")]);
     // As an operator would ask: every server named, so a dead one stays on
     // the screen (as gone) after the registry forgets it.
     let seed = cluster.addresses();
     let timeout = Duration::from_millis(400);
+    let token: borbaman_server::status::OperatorToken = OPERATOR_TOKEN.parse().unwrap();
+    let token = Some(&token);
+    // Without the token, every server refuses to say.
+    let refused = borbaman::status::look(&seed, None, None, timeout).await;
+    assert_eq!(refused.live, 0, "{}", refused.render());
+    assert!(
+        refused.servers.iter().all(|s| s
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("PERMISSION_DENIED"))),
+        "{}",
+        refused.render()
+    );
     // A server may miss the 400 ms on a machine busy starting other
     // tests' clusters: that look says so ("no answer"), the next one sees
     // it again.
     let deadline = Instant::now() + Duration::from_secs(10);
     let screen = loop {
         let started = Instant::now();
-        let screen = borbaman::status::look(&seed, None, timeout).await;
+        let screen = borbaman::status::look(&seed, None, token, timeout).await;
         eprintln!("{} (in {:?})", screen.render(), started.elapsed());
         if screen.live == 3 || Instant::now() > deadline {
             break screen;
@@ -355,7 +371,7 @@ async fn status_shows_three_servers_then_a_killed_one_gone() {
     let killed_at = Instant::now();
     let deadline = killed_at + Duration::from_secs(10);
     loop {
-        let screen = borbaman::status::look(&seed, None, timeout).await;
+        let screen = borbaman::status::look(&seed, None, token, timeout).await;
         let gone = screen
             .servers
             .iter()

@@ -57,7 +57,13 @@ fn wait_metrics(
 async fn losing_an_etcd_member_moves_nothing_and_the_metrics_follow_a_switchover() {
     let config = ClusterConfig {
         database: Database::Replicated,
-        ..common::config(1, &["--metrics-listen=127.0.0.1:0"])
+        ..common::config(
+            1,
+            &[
+                "--metrics-listen=127.0.0.1:0",
+                "--operator-token=operate-ha-test-0123456789",
+            ],
+        )
     };
     let mut cluster = common::blocking(|| LocalCluster::start(config, |_| {})).expect("a cluster");
     let metrics = cluster.metrics_addresses()[0].clone().expect("/metrics");
@@ -137,8 +143,15 @@ async fn losing_an_etcd_member_moves_nothing_and_the_metrics_follow_a_switchover
     );
 
     // borbaman status says the same.
-    let screen =
-        borbaman::status::look(&cluster.addresses(), None, Duration::from_millis(400)).await;
+    let token: borbaman_server::status::OperatorToken =
+        "operate-ha-test-0123456789".parse().unwrap();
+    let screen = borbaman::status::look(
+        &cluster.addresses(),
+        None,
+        Some(&token),
+        Duration::from_millis(400),
+    )
+    .await;
     let row = &screen.servers[0];
     assert_eq!(
         row.database_member.as_deref(),

@@ -237,6 +237,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         tls: None,
         retention: RetentionOptions::new(Duration::from_secs(3 * 86_400)),
         metrics_listen: None,
+        operator_token: None,
     })
     .await
     .unwrap();

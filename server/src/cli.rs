@@ -15,12 +15,15 @@ use tracing_subscriber::EnvFilter;
 
 use crate::admission::AdmissionLimits;
 use crate::etcd::{self, Endpoint};
-use crate::incoming::{self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
+use crate::incoming::{
+    self, ConnectionLimits, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_STREAMS, DEFAULT_WRITE_STALL_TIMEOUT,
+};
 use crate::limits::{CallLimits, DEFAULT_READS_PER_IP_PER_S};
 use crate::patroni::Member;
 use crate::seating::SeatingLimits;
 use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
+use crate::status::OperatorToken;
 use crate::store::retention::RetentionOptions;
 use crate::store::{FollowOptions, StoreOptions};
 
@@ -263,6 +266,19 @@ pub struct ServerArgs {
     /// past it is cancelled. 0: no limit.
     #[arg(long, default_value_t = 10_000)]
     pub call_timeout_ms: u64,
+    /// Calls (HTTP/2 streams) open at once on one connection, announced to
+    /// clients in HTTP/2 SETTINGS; a stream past it is refused
+    /// (REFUSED_STREAM). A player keeps at most 8 calls in flight, so the
+    /// default is never reached by a real client; it bounds the memory one
+    /// connection holds (docs/security.md). 0: no limit.
+    #[arg(long, default_value_t = DEFAULT_MAX_STREAMS)]
+    pub max_streams_per_connection: u32,
+    /// A connection whose writes make no progress for this long is closed:
+    /// a peer that makes the server write (PINGs, calls) and never reads
+    /// holds its connection and what is queued for it no longer. 0: no
+    /// timeout.
+    #[arg(long, default_value_t = DEFAULT_WRITE_STALL_TIMEOUT.as_millis() as u64)]
+    pub write_stall_timeout_ms: u64,
     /// Serve TLS only, with this PEM certificate chain (and --tls-key).
     /// Without it the server speaks plaintext.
     #[arg(
@@ -287,6 +303,19 @@ pub struct ServerArgs {
     /// 127.0.0.1:9464, or an internal network's).
     #[arg(long, value_name = "ADDR", env = "BORBAMAN_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// The token `borbaman status` must give to read this server's
+    /// `Status` (load, build, the database's address), at least 16
+    /// printable characters, e.g. `openssl rand -hex 16`; set the same one
+    /// on every server. Prefer the environment variable: a flag shows in
+    /// the process list. Without it `Status` answers no one
+    /// (PERMISSION_DENIED); the game, health and the server list stay open.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "BORBAMAN_OPERATOR_TOKEN",
+        hide_env_values = true
+    )]
+    pub operator_token: Option<OperatorToken>,
     /// Format of the log on stderr: text for people, or json (one object
     /// per line) for a log collector. Each call logs one event at debug
     /// level (method, game, duration, outcome):
@@ -371,6 +400,9 @@ impl ServerArgs {
                     )
                 }),
                 call_timeout: nonzero(self.call_timeout_ms).map(Duration::from_millis),
+                max_streams: nonzero(self.max_streams_per_connection),
+                write_stall_timeout: nonzero(self.write_stall_timeout_ms)
+                    .map(Duration::from_millis),
             },
             tls: self
                 .tls_cert
@@ -382,6 +414,7 @@ impl ServerArgs {
                 ..RetentionOptions::new(self.retention)
             },
             metrics_listen: self.metrics_listen,
+            operator_token: self.operator_token.clone(),
         }
     }
 }
@@ -571,6 +604,34 @@ mod tests {
             Some("127.0.0.1:9464".parse().unwrap())
         );
         assert_eq!(args.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn streams_and_write_stalls_are_bounded_by_default() {
+        let limits = parse(&[]).unwrap().config().connection_limits;
+        assert_eq!(limits.max_streams, Some(DEFAULT_MAX_STREAMS));
+        assert_eq!(limits.write_stall_timeout, Some(Duration::from_secs(20)));
+        let args = parse(&[
+            "--max-streams-per-connection",
+            "0",
+            "--write-stall-timeout-ms",
+            "0",
+        ])
+        .unwrap();
+        let limits = args.config().connection_limits;
+        assert_eq!(
+            (limits.max_streams, limits.write_stall_timeout),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn status_is_for_no_one_without_an_operator_token() {
+        assert!(parse(&[]).unwrap().config().operator_token.is_none());
+        let args = parse(&["--operator-token", "0123456789abcdef"]).unwrap();
+        assert!(args.config().operator_token.is_some());
+        let err = parse(&["--operator-token", "secret"]).unwrap_err();
+        assert!(err.to_string().contains("at least 16"), "{err}");
     }
 
     #[test]

@@ -24,6 +24,10 @@ pub enum Error {
     /// The token is valid, but the game or seat is not the caller's.
     #[error("{0}")]
     PermissionDenied(String),
+    /// A call only the operator may make (`Status`), without the
+    /// operator's token.
+    #[error("{0}")]
+    OperatorOnly(String),
     /// The session's lobby seat went to another player; joining again with
     /// the same token seats it anew.
     #[error("{0}")]
@@ -183,6 +187,7 @@ impl From<Error> for Status {
             Error::Unauthenticated(_) => (Code::Unauthenticated, Some(Reason::UnknownSession)),
             Error::PermissionDenied(_) => (Code::PermissionDenied, Some(Reason::NotYours)),
             Error::SeatGivenAway(_) => (Code::PermissionDenied, Some(Reason::SeatGivenAway)),
+            Error::OperatorOnly(_) => (Code::PermissionDenied, None),
             Error::FailedPrecondition(_) => (Code::FailedPrecondition, None),
             Error::RateLimited(_) => (Code::ResourceExhausted, Some(Reason::RateLimited)),
             Error::ServerFull { .. } => (Code::ResourceExhausted, Some(Reason::ServerFull)),

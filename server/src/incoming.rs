@@ -24,6 +24,17 @@
 //! a client that goes quiet for longer reconnects on its next call, as
 //! tonic's channels do by themselves. (HTTP/2 keepalive PINGs, which the
 //! server sends to find dead peers, are not calls and keep nothing open.)
+//!
+//! A connection that cannot make write progress for the write-stall
+//! timeout is closed: a write (or flush) that has waited that long for
+//! room in the socket's send buffer fails. The idle timeout cannot see such
+//! a peer: it lives in `poll_read`, and HTTP/2 stops reading once it cannot
+//! flush what it owes (the answers to a PING flood, for instance), so a
+//! client that makes the server write and never reads would otherwise hold
+//! its connection, and the bytes queued for it, forever; HTTP/2's own
+//! keepalive GOAWAY waits for the same flush. The deadline's timer wakes
+//! the connection's task, HTTP/2 tries to flush again and gets the error,
+//! under TLS too (the TLS layer writes through [`Connection`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -62,6 +73,13 @@ pub struct ConnectionLimits {
     /// The longest a call may take, its request's upload included (a
     /// client that sends half a request and stops holds it no longer).
     pub call_timeout: Option<Duration>,
+    /// Calls (HTTP/2 streams) open at once on one connection, announced
+    /// in SETTINGS as MAX_CONCURRENT_STREAMS; more are refused with
+    /// REFUSED_STREAM.
+    pub max_streams: Option<u32>,
+    /// A connection whose writes have made no progress for this long
+    /// (the peer reads nothing) is closed.
+    pub write_stall_timeout: Option<Duration>,
 }
 
 impl ConnectionLimits {
@@ -73,8 +91,21 @@ impl ConnectionLimits {
         idle_timeout: None,
         keepalive: None,
         call_timeout: None,
+        max_streams: None,
+        write_stall_timeout: None,
     };
 }
+
+/// The default stream limit per connection: a player's pool keeps at most
+/// 8 calls in flight (plus a health check and a spectator's few), so no
+/// real client comes near it, while an attacker's connection holds 32
+/// calls' memory at most, not thousands.
+pub const DEFAULT_MAX_STREAMS: u32 = 32;
+
+/// The default write-stall timeout, as long as the idle timeout: a real
+/// client reads all the time; a slow network drains a full send buffer in
+/// far less.
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The default idle timeout: 40 times the 500 ms between a pool's health
 /// checks, so a client's warm connection is never closed, while a silent
@@ -292,6 +323,53 @@ pub struct Connection {
     first_bytes: Option<Pin<Box<Sleep>>>,
     /// The idle timeout and when to look at the connection's calls next.
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// The write-stall deadline, armed while a write waits for room.
+    stall: Option<WriteStall>,
+}
+
+/// The deadline of a write that waits for room in the send buffer.
+#[derive(Debug)]
+struct WriteStall {
+    timeout: Duration,
+    timer: Pin<Box<Sleep>>,
+    /// Whether a write is waiting now (since the timer was last reset).
+    waiting: bool,
+}
+
+impl WriteStall {
+    fn new(timeout: Duration) -> WriteStall {
+        WriteStall {
+            timeout,
+            timer: Box::pin(tokio::time::sleep(timeout)),
+            waiting: false,
+        }
+    }
+
+    /// After a write or flush was polled: progress disarms the deadline; a
+    /// wait arms it (if it was not armed) and is an error once the
+    /// deadline has passed. The timer is polled with the writer's context,
+    /// so the writer is woken to find it out.
+    fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: &Poll<io::Result<T>>,
+    ) -> Option<io::Error> {
+        if polled.is_ready() {
+            self.waiting = false;
+            return None;
+        }
+        if !self.waiting {
+            self.waiting = true;
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            self.timer.as_mut().reset(deadline);
+        }
+        self.timer.as_mut().poll(cx).is_ready().then(|| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing for the write-stall timeout",
+            )
+        })
+    }
 }
 
 impl Connected for Connection {
@@ -375,21 +453,38 @@ impl AsyncRead for Connection {
     }
 }
 
+impl Connection {
+    /// `polled`, or the write-stall error if the write has waited too long.
+    fn unless_stalled<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match self.stall.as_mut().and_then(|s| s.check(cx, &polled)) {
+            Some(err) => Poll::Ready(Err(err)),
+            None => polled,
+        }
+    }
+}
+
 impl AsyncWrite for Connection {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.unless_stalled(cx, polled)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        let polled = Pin::new(&mut self.stream).poll_flush(cx);
+        self.unless_stalled(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        let polled = Pin::new(&mut self.stream).poll_shutdown(cx);
+        self.unless_stalled(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -397,7 +492,8 @@ impl AsyncWrite for Connection {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.unless_stalled(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -523,11 +619,13 @@ fn admit(admission: &Arc<Admission>, stream: TcpStream, peer: SocketAddr) -> Opt
         .limits
         .idle_timeout
         .map(|t| (t, Box::pin(tokio::time::sleep(t))));
+    let stall = admission.limits.write_stall_timeout.map(WriteStall::new);
     Some(Connection {
         stream,
         slot,
         first_bytes,
         idle,
+        stall,
     })
 }
 

@@ -13,6 +13,10 @@
 //! ([`crate::health`]), and every call is counted and timed
 //! ([`crate::metrics`]); `/metrics` is served on its own port when asked.
 //!
+//! `Status` answers only calls that carry the operator's token
+//! ([`crate::status::OperatorToken`]); players need the game, health and
+//! the server list, which stay open.
+//!
 //! Every service, health included, refuses requests larger than
 //! [`MAX_REQUEST_BYTES`]; connections come through [`incoming::accept`],
 //! which applies the connection limits. With a certificate the server
@@ -42,7 +46,7 @@ use crate::registry::{self, Registration, RegistryService};
 use crate::seating::{self, SeatingLimits, Seats};
 use crate::service::GameService;
 use crate::slow::SlowMode;
-use crate::status::{self, CensusCache, StatusService, Window};
+use crate::status::{self, CensusCache, OperatorToken, StatusService, Window};
 use crate::store::retention::RetentionOptions;
 use crate::store::{Store, StoreOptions};
 
@@ -77,7 +81,23 @@ pub struct ServerConfig {
     pub retention: RetentionOptions,
     /// Serve Prometheus' `/metrics` here; `None`: not at all.
     pub metrics_listen: Option<SocketAddr>,
+    /// The token a `Status` call must carry; `None`: `Status` is refused
+    /// to everyone (see [`crate::status`]).
+    pub operator_token: Option<OperatorToken>,
 }
+
+/// Streams HTTP/2 resets on a connection for the client's errors (streams
+/// past the stream limit among them) before it closes the connection with
+/// GOAWAY: hyper's default, which tonic turns off.
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// HTTP/2 receive windows: how much of a call's request, and of all the
+/// connection's requests together, a client may send before the server has
+/// read it. A request is at most [`MAX_REQUEST_BYTES`] (4 KiB), so 64 KiB
+/// never slows a call; hyper's default, 1 MiB each, would let every
+/// connection park a megabyte in the server.
+pub const STREAM_WINDOW_BYTES: u32 = 64 * 1024;
+pub const CONNECTION_WINDOW_BYTES: u32 = 256 * 1024;
 
 /// PEM files of a server's certificate chain and private key.
 #[derive(Clone, Debug)]
@@ -128,9 +148,17 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tls = tls.map(|tls| tls.timeout(timeout));
     }
     let limits = config.connection_limits;
+    // tonic's default (no stream limit, no limit on the streams HTTP/2
+    // resets for a client's errors) overrides hyper's own (200 and 1024):
+    // both are set here, and the receive windows, which bound what a
+    // client may send before the server reads it (docs/security.md).
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(limits.keepalive.map(|(every, _)| every))
-        .http2_keepalive_timeout(limits.keepalive.map(|(_, wait)| wait));
+        .http2_keepalive_timeout(limits.keepalive.map(|(_, wait)| wait))
+        .max_concurrent_streams(limits.max_streams)
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
     if let Some(timeout) = limits.call_timeout {
         builder = builder.timeout(timeout);
     }
@@ -254,6 +282,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             me.address.clone(),
             census,
             window,
+            config.operator_token.clone(),
         ))
         .max_decoding_message_size(MAX_REQUEST_BYTES),
         metrics.clone(),

@@ -6,15 +6,23 @@
 //! taken by [`window_task`]; the counts of games and players come from a
 //! [`CensusCache`], one database read at most once a second however many
 //! scrapes and status calls ask.
+//!
+//! The reply names the database's address, the build and the load, which
+//! strangers need not see, so `Status` answers only a call that carries
+//! the operator's token ([`OperatorToken`], `--operator-token`) in its
+//! `authorization` header (`Bearer TOKEN`); without one set on the server
+//! it answers no one. Either way a refusal is `PERMISSION_DENIED`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use borbaman_proto::pb;
+use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
+use crate::error::Error;
 use crate::metrics::{self, Metrics, TallySnapshot};
 use crate::store::{Census, Store};
 
@@ -156,6 +164,80 @@ impl CensusCache {
     }
 }
 
+/// The metadata key a `Status` call carries the token in.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// The token an operator sets on the servers (`--operator-token`) and
+/// gives `borbaman status`: at least [`OperatorToken::MIN_CHARS`]
+/// printable ASCII characters, no blanks (it travels in a header).
+#[derive(Clone, PartialEq, Eq)]
+pub struct OperatorToken(Arc<str>);
+
+impl OperatorToken {
+    pub const MIN_CHARS: usize = 16;
+
+    /// The header value a call carries: `Bearer TOKEN`.
+    pub fn header_value(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+
+    /// Whether `header` is `Bearer` and this token, compared in a time
+    /// that does not depend on where they differ.
+    fn admits(&self, header: Option<&str>) -> bool {
+        let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+            return false;
+        };
+        let (a, b) = (Sha256::digest(given.trim()), Sha256::digest(&*self.0));
+        a.iter()
+            .zip(b.iter())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
+    }
+}
+
+impl std::str::FromStr for OperatorToken {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if !text.chars().all(|c| c.is_ascii_graphic()) {
+            return Err("the operator token must be printable ASCII without blanks \
+                        (e.g. the output of `openssl rand -hex 16`)"
+                .into());
+        }
+        if text.len() < Self::MIN_CHARS {
+            return Err(format!(
+                "the operator token must be at least {} characters \
+                 (e.g. the output of `openssl rand -hex 16`)",
+                Self::MIN_CHARS
+            ));
+        }
+        Ok(OperatorToken(text.into()))
+    }
+}
+
+impl std::fmt::Debug for OperatorToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OperatorToken(..)")
+    }
+}
+
+/// Whether a call with `header` may read the status, and if not, why.
+pub fn check_operator(token: Option<&OperatorToken>, header: Option<&str>) -> Result<(), Error> {
+    match token {
+        None => Err(Error::OperatorOnly(
+            "Status is for operators, and this server has no operator token: \
+             start it with --operator-token (or BORBAMAN_OPERATOR_TOKEN)"
+                .into(),
+        )),
+        Some(token) if token.admits(header) => Ok(()),
+        Some(_) => Err(Error::OperatorOnly(
+            "Status is for operators: give the servers' operator token \
+             (borbaman status --operator-token, or BORBAMAN_OPERATOR_TOKEN)"
+                .into(),
+        )),
+    }
+}
+
 /// The `Status` service.
 #[derive(Clone, Debug)]
 pub struct StatusService {
@@ -163,6 +245,7 @@ pub struct StatusService {
     address: String,
     census: Arc<CensusCache>,
     window: Arc<Window>,
+    operator_token: Option<OperatorToken>,
 }
 
 impl StatusService {
@@ -171,12 +254,14 @@ impl StatusService {
         address: String,
         census: Arc<CensusCache>,
         window: Arc<Window>,
+        operator_token: Option<OperatorToken>,
     ) -> Self {
         StatusService {
             server_id,
             address,
             census,
             window,
+            operator_token,
         }
     }
 }
@@ -185,8 +270,13 @@ impl StatusService {
 impl pb::status_server::Status for StatusService {
     async fn get_status(
         &self,
-        _req: Request<pb::StatusRequest>,
+        req: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusReply>, Status> {
+        let header = req
+            .metadata()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        check_operator(self.operator_token.as_ref(), header)?;
         let census = self.census.refresh().await;
         let metrics = self.census.metrics();
         let recent = self.window.recent(&metrics.tally());
@@ -268,6 +358,40 @@ mod tests {
             &snap(t0 + Duration::from_secs(1), 0, 0, 0),
         );
         assert_eq!(idle.p99, None);
+    }
+
+    #[test]
+    fn only_the_operators_token_reads_the_status() {
+        let token: OperatorToken = "0123456789abcdef-operator".parse().unwrap();
+        let header = token.header_value();
+        assert!(check_operator(Some(&token), Some(&header)).is_ok());
+        for wrong in [
+            None,
+            Some("0123456789abcdef-operator"),
+            Some("Bearer 0123456789abcdef-operatoR"),
+            Some("Bearer 0123456789abcdef-operato"),
+            Some("Bearer "),
+            Some("Basic 0123456789abcdef-operator"),
+        ] {
+            let err = check_operator(Some(&token), wrong).expect_err("refused");
+            assert_eq!(Status::from(err).code(), tonic::Code::PermissionDenied);
+        }
+        // No token on the server: no one reads it, whatever they send.
+        let err = check_operator(None, Some(&header)).unwrap_err();
+        assert!(err.to_string().contains("--operator-token"), "{err}");
+    }
+
+    #[test]
+    fn an_operator_token_is_long_and_printable() {
+        assert!("short".parse::<OperatorToken>().unwrap_err().contains("16"));
+        assert!(
+            "with a blank in it, long enough"
+                .parse::<OperatorToken>()
+                .is_err()
+        );
+        assert!("0123456789abcdef".parse::<OperatorToken>().is_ok());
+        let debug = format!("{:?}", "0123456789abcdef".parse::<OperatorToken>().unwrap());
+        assert!(!debug.contains("0123"), "the token is not logged: {debug}");
     }
 
     #[test]

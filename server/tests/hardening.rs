@@ -2,8 +2,10 @@
 //! processes and a real PostgreSQL: names that pass for another player's,
 //! seats taken by guessing a token, made-up tokens that cost the database,
 //! unlimited reads, connections held open by saying nothing, names held
-//! forever, wins farmed against throwaway players, and undecodable
-//! requests answered as internal errors.
+//! forever, wins farmed against throwaway players, undecodable requests
+//! answered as internal errors, thousands of streams on one connection, a
+//! client that makes the server write and never reads, and the server's
+//! status told to strangers.
 
 mod common;
 
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use borbaman_proto::codec::StrictCodec;
 use borbaman_proto::{Reason, pb};
+use common::raw_h2::*;
 use common::*;
 use hyper_util::rt::TokioIo;
 use pb::game_client::GameClient;
@@ -52,7 +55,11 @@ impl Service<Uri> for From {
         Box::pin(async move {
             let socket = TcpSocket::new_v4()?;
             socket.bind(SocketAddr::new(source, 0))?;
-            Ok(TokioIo::new(socket.connect(server).await?))
+            let stream = socket.connect(server).await?;
+            // As tonic's own connector does: without it, Nagle holds a
+            // call's second write for the server's delayed ACK (40 ms).
+            stream.set_nodelay(true)?;
+            Ok(TokioIo::new(stream))
         })
     }
 }
@@ -288,10 +295,14 @@ async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
         .into_iter()
         .enumerate()
     {
-        let flooder = client_from(&server, IpAddr::from([127, 0, 0, 10 + n as u8])).await;
+        // Over 8 connections, as each holds at most 32 calls at once.
+        let mut flooders = Vec::new();
+        for _ in 0..8 {
+            flooders.push(client_from(&server, IpAddr::from([127, 0, 0, 10 + n as u8])).await);
+        }
         let mut calls = tokio::task::JoinSet::new();
-        for _ in 0..200 {
-            let mut flooder = flooder.clone();
+        for i in 0..200 {
+            let mut flooder = flooders[i % flooders.len()].clone();
             calls.spawn(async move {
                 match read {
                     "ListGames" => flooder
@@ -359,6 +370,33 @@ async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
         "a preface-only connection",
     )
     .await;
+    // One that sends an HTTP/2 PING every 200 ms (and reads the answers)
+    // but opens no call: PINGs keep nothing open.
+    let mut pinging = silent_connection(&server, IpAddr::from([127, 0, 0, 1]))
+        .await
+        .expect("admitted");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 1024];
+    'open: loop {
+        if pinging
+            .write_all(&h2_frame(PING, 0, 0, b"now&then"))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        let next = tokio::time::Instant::now() + Duration::from_millis(200);
+        loop {
+            match tokio::time::timeout_at(next.min(deadline), pinging.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break 'open,
+                Ok(Ok(_)) => {}
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    panic!("a connection that only PINGs is still open after 10 s")
+                }
+                Err(_) => break,
+            }
+        }
+    }
     // A client that calls now and then is not cut off: a pool's health
     // checks keep its connection in use.
     let mut client = server.game().await;
@@ -424,31 +462,6 @@ async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
         }
     }
     assert_eq!(closed, 3, "one held connection closed per newcomer");
-}
-
-/// An HTTP/2 frame.
-fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len() as u32;
-    let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    frame.extend_from_slice(&stream.to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
-}
-
-/// The HPACK block of a gRPC call of `Game/Ping` (literals, no indexing).
-fn ping_headers() -> Vec<u8> {
-    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
-    for (prefix, value) in [
-        (&[0x04][..], "/borbaman.v1.Game/Ping"), // :path
-        (&[0x01][..], "localhost"),              // :authority
-        (&[0x0f, 0x10][..], "application/grpc"), // content-type
-    ] {
-        block.extend_from_slice(prefix);
-        block.push(value.len() as u8);
-        block.extend_from_slice(value.as_bytes());
-    }
-    block.extend_from_slice(b"\x00\x02te\x08trailers");
-    block
 }
 
 #[tokio::test]
@@ -680,4 +693,346 @@ async fn messages_larger_than_a_calls_first_buffer_arrive_whole() {
             "a ping of {len} bytes came back changed"
         );
     }
+}
+
+// 7. Streams held by the thousand, writes no one reads, Status.
+
+/// The memory one connection at its stream limit may cost the server, as
+/// `docs/security.md` states it: 16 KiB per held stream, the connection's
+/// 256 KiB HTTP/2 receive window, and 256 KiB for the connection itself.
+fn connection_budget_bytes(max_streams: u32) -> u64 {
+    u64::from(max_streams) * 16 * 1024 + 512 * 1024
+}
+
+/// The allocator takes memory from the system 2 MiB at a time: a server
+/// that serves a few calls grows by 0 or 2 MiB (measured), whatever they
+/// were.
+const ALLOCATOR_STEP_BYTES: u64 = 2 * 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
+    const STREAMS: u32 = 1000;
+    let limit: u32 = borbaman_server::incoming::DEFAULT_MAX_STREAMS;
+    let pg = start_db();
+    // Default limits (a test server's connection caps are off, but not
+    // the stream limit).
+    let server = ServerProcess::start(&pg.url());
+    let addr: SocketAddr = server.addr.parse().unwrap();
+
+    // A fair client on an address of its own pings all through the flood.
+    let mut fair = client_from(&server, IpAddr::from([127, 0, 0, 3])).await;
+    fair.ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("a fair client");
+    // Each ping's wait, until no one listens.
+    let (waits_tx, mut waits) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let sent = Instant::now();
+            let answered = fair.ping(pb::PingRequest { payload: vec![7] }).await;
+            if waits_tx.send(answered.map(|_| sent.elapsed())).is_err() {
+                return;
+            }
+        }
+    });
+
+    // Before the baseline, the server has served the fair client and a
+    // connection at its stream limit (so the allocator's pages for them
+    // are counted already).
+    for _ in 0..20 {
+        let wait = tokio::time::timeout(Duration::from_secs(10), waits.recv())
+            .await
+            .expect("the fair client is stuck")
+            .unwrap();
+        wait.expect("the fair client is answered");
+    }
+    let (_at_limit, settings, refused) =
+        open_streams(addr, IpAddr::from([127, 0, 0, 4]), limit).await;
+    let announced = settings.chunks(6).find_map(|s| {
+        (u16::from_be_bytes([s[0], s[1]]) == SETTINGS_MAX_CONCURRENT_STREAMS)
+            .then(|| u32::from_be_bytes([s[2], s[3], s[4], s[5]]))
+    });
+    assert_eq!(
+        announced,
+        Some(limit),
+        "the server's SETTINGS announce no MAX_CONCURRENT_STREAMS of {limit}"
+    );
+    assert!(refused.is_empty(), "streams within the limit were refused");
+
+    let rss_before = rss_bytes(server.pid());
+    let (_flooding, _, refused) = open_streams(addr, IpAddr::from([127, 0, 0, 2]), STREAMS).await;
+    let first_refused = refused.iter().min().copied();
+    let refused = refused.len() as u32;
+    assert!(
+        first_refused.is_none_or(|id| id > 2 * limit),
+        "stream {first_refused:?}, within the limit, was refused"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The fair client goes on while the allowed streams are held (until
+    // the call timeout): 50 more pings.
+    let mut slowest = Duration::ZERO;
+    let mut pings = 0;
+    while let Ok(wait) = waits.try_recv() {
+        let wait = wait.expect("the fair client is answered");
+        slowest = slowest.max(wait);
+        pings += 1;
+    }
+    for _ in 0..50 {
+        let wait = tokio::time::timeout_at(deadline, waits.recv())
+            .await
+            .expect("the fair client is stuck")
+            .unwrap()
+            .expect("the fair client is answered");
+        slowest = slowest.max(wait);
+        pings += 1;
+    }
+    drop(waits);
+    let grown = rss_bytes(server.pid()).saturating_sub(rss_before);
+    let budget = connection_budget_bytes(limit);
+    eprintln!(
+        "{refused} of {STREAMS} streams refused; RSS grew {} KiB (budget {} KiB); \
+         the fair client's slowest of {pings} pings: {slowest:?}",
+        grown / 1024,
+        budget / 1024
+    );
+    assert_eq!(refused, STREAMS - limit, "streams past the limit refused");
+    assert!(
+        grown < budget + ALLOCATOR_STEP_BYTES,
+        "RSS grew {} KiB, over the budget of {} KiB (and the allocator's 2 MiB step)",
+        grown / 1024,
+        budget / 1024
+    );
+    assert!(
+        slowest < Duration::from_millis(100),
+        "the fair client waited {slowest:?} for a ping"
+    );
+}
+
+#[tokio::test]
+async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
+    const END_STREAM: u8 = 0x1;
+    let pg = start_db();
+    let server = ServerProcess::start_with(
+        &pg.url(),
+        &["--call-timeout-ms", "1000", "--keepalive-interval-ms", "0"],
+    );
+    let started = Instant::now();
+    let (mut stream, _, refused) = open_streams(
+        server.addr.parse().unwrap(),
+        IpAddr::from([127, 0, 0, 1]),
+        1,
+    )
+    .await;
+    assert!(refused.is_empty());
+    // The call's end: its status (HEADERS that end the stream) or a reset.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (kind, flags, id, _) = tokio::time::timeout_at(deadline, read_frame(&mut stream))
+            .await
+            .expect("a call whose request never ends is still open after 10 s")
+            .expect("the server closed the connection instead of ending the call");
+        if id == 1 && ((kind == 0x1 && flags & END_STREAM != 0) || kind == RST_STREAM) {
+            break;
+        }
+    }
+    let ended = started.elapsed();
+    assert!(
+        ended >= Duration::from_secs(1),
+        "ended after {ended:?}, before the call timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_honours_the_stream_limit_waits_for_a_stream_instead_of_being_refused() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &["--max-streams-per-connection", "4"]);
+    // tonic's channel, one connection: once the server's SETTINGS came
+    // (before the first answer, on the wire), 100 calls at once go out 4
+    // at a time.
+    let mut client = server.game().await;
+    client
+        .ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("the first call");
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..100u8 {
+        let mut client = client.clone();
+        calls.spawn(async move { client.ping(pb::PingRequest { payload: vec![n] }).await });
+    }
+    while let Some(call) = calls.join_next().await {
+        call.unwrap()
+            .expect("a call queued behind the stream limit is served");
+    }
+}
+
+/// Sends PINGs on `stream` as fast as it takes them and never reads; the
+/// time until the server cuts the connection (a write fails), or `None`
+/// if it is still open after `within`.
+async fn ping_flood_until_cut<S: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut S,
+    within: Duration,
+) -> Option<Duration> {
+    let mut pings = Vec::new();
+    for n in 0..64u64 {
+        pings.extend(h2_frame(PING, 0, 0, &n.to_be_bytes()));
+    }
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.write_all(&pings)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Some(started.elapsed()),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A socket whose receive buffer is small, so the server's answers fill it
+/// (and the server's send buffer) soon.
+fn small_receive_buffer() -> TcpSocket {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket
+}
+
+/// Only the write-stall timeout may close the flooding connection: no
+/// idle timeout, no keepalive PINGs, no call timeout.
+const ONLY_THE_WRITE_STALL: [&str; 8] = [
+    "--write-stall-timeout-ms",
+    "2000",
+    "--idle-connection-timeout-ms",
+    "0",
+    "--keepalive-interval-ms",
+    "0",
+    "--call-timeout-ms",
+    "0",
+];
+
+#[tokio::test]
+async fn a_client_that_floods_pings_and_never_reads_is_cut_off() {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), &ONLY_THE_WRITE_STALL);
+    let mut stream = small_receive_buffer()
+        .connect(server.addr.parse().unwrap())
+        .await
+        .unwrap();
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
+    stream.write_all(&hello).await.unwrap();
+    let cut = ping_flood_until_cut(&mut stream, Duration::from_secs(10)).await;
+    eprintln!("cut after {cut:?}");
+    let cut = cut.expect("a client that never reads is still connected after 10 s");
+    assert!(
+        cut >= Duration::from_secs(2),
+        "cut after {cut:?}, before the write-stall timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_tls_client_that_floods_pings_and_never_reads_is_cut_off() {
+    use std::sync::Arc;
+    use tokio_rustls::TlsConnector;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+
+    let (dir, _pg, server) = tls_server(&ONLY_THE_WRITE_STALL);
+    let mut roots = RootCertStore::empty();
+    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
+    for cert in CertificateDer::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config =
+        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = small_receive_buffer()
+        .connect(server.addr.parse().unwrap())
+        .await
+        .unwrap();
+    let mut tls = TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the TLS handshake");
+    let mut hello = H2_PREFACE.to_vec();
+    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
+    tls.write_all(&hello).await.unwrap();
+    let cut = ping_flood_until_cut(&mut tls, Duration::from_secs(10)).await;
+    eprintln!("cut after {cut:?}");
+    let cut = cut.expect("a TLS client that never reads is still connected after 10 s");
+    assert!(
+        cut >= Duration::from_secs(2),
+        "cut after {cut:?}, before the write-stall timeout"
+    );
+}
+
+/// A `Status` call with `authorization`, if given, to `server`.
+async fn status_with(
+    server: &ServerProcess,
+    authorization: Option<&str>,
+) -> Result<pb::StatusReply, tonic::Status> {
+    let mut client = pb::status_client::StatusClient::connect(server.url())
+        .await
+        .expect("connect");
+    let mut request = tonic::Request::new(pb::StatusRequest {});
+    if let Some(value) = authorization {
+        request
+            .metadata_mut()
+            .insert("authorization", value.parse().unwrap());
+    }
+    client.get_status(request).await.map(|r| r.into_inner())
+}
+
+#[tokio::test]
+async fn status_answers_only_the_operators_token() {
+    const TOKEN: &str = "hardening-operator-0123456789";
+    let pg = start_db();
+    // No token set: Status answers no one, and players are served.
+    let closed = ServerProcess::start(&pg.url());
+    for authorization in [None, Some("Bearer hardening-operator-0123456789")] {
+        let err = status_with(&closed, authorization)
+            .await
+            .expect_err("a stranger read the status");
+        assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+        assert!(err.message().contains("--operator-token"), "{err:?}");
+    }
+    let mut game = closed.game().await;
+    game.ping(pb::PingRequest { payload: vec![] })
+        .await
+        .expect("the game stays open");
+    let servers = closed
+        .registry()
+        .await
+        .list_servers(pb::ListServersRequest {})
+        .await
+        .expect("the server list stays open")
+        .into_inner()
+        .servers;
+    assert!(!servers.is_empty());
+
+    // With a token: only a call that carries it is answered.
+    let token_flag = format!("--operator-token={TOKEN}");
+    let open = ServerProcess::start_with(&pg.url(), &[&token_flag]);
+    for authorization in [
+        None,
+        Some(TOKEN),
+        Some("Bearer hardening-operator-012345678"),
+        Some("Bearer not-the-operator-0123456789"),
+    ] {
+        let err = status_with(&open, authorization)
+            .await
+            .expect_err("a wrong token read the status");
+        assert_eq!(
+            err.code(),
+            Code::PermissionDenied,
+            "{authorization:?}: {err:?}"
+        );
+    }
+    let reply = status_with(&open, Some(&format!("Bearer {TOKEN}")))
+        .await
+        .expect("the operator reads the status");
+    assert_eq!(reply.server_id, open.id);
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw_h2;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
