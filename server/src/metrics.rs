@@ -199,6 +199,48 @@ pub fn build_commit() -> &'static str {
     env!("BORBAMAN_GIT_COMMIT")
 }
 
+/// Makes the metrics of one registry, each registered as it is made.
+struct Maker<'a>(&'a Registry);
+
+impl Maker<'_> {
+    fn register<C: prometheus::core::Collector + Clone + 'static>(&self, metric: C) -> C {
+        self.0
+            .register(Box::new(metric.clone()))
+            .expect("metric names are unique and valid");
+        metric
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.register(IntCounter::new(name, help).expect("valid"))
+    }
+
+    fn counters(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid"))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.register(IntGauge::new(name, help).expect("valid"))
+    }
+
+    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels).expect("valid"))
+    }
+
+    fn float_gauge(&self, name: &str, help: &str) -> Gauge {
+        self.register(Gauge::new(name, help).expect("valid"))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.register(Histogram::with_opts(opts).expect("valid"))
+    }
+
+    fn histograms(&self, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.register(HistogramVec::new(opts, labels).expect("valid"))
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
@@ -209,187 +251,110 @@ impl Metrics {
     /// A new set of metrics in a registry of its own.
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let reg = |c: Box<dyn prometheus::core::Collector>| {
-            registry
-                .register(c)
-                .expect("metric names are unique and valid");
-        };
-        let calls = IntCounterVec::new(
-            Opts::new(
-                "borbaman_calls_total",
-                "gRPC calls answered, by service, method, status code and borbaman-reason",
-            ),
+        let make = Maker(&registry);
+        let calls = make.counters(
+            "borbaman_calls_total",
+            "gRPC calls answered, by service, method, status code and borbaman-reason",
             &["service", "method", "code", "reason"],
-        )
-        .expect("valid");
-        let call_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "borbaman_call_duration_seconds",
-                "Time from a call's arrival to its answer, by service, method and status code",
-            )
-            .buckets(CALL_BUCKETS.to_vec()),
+        );
+        let call_seconds = make.histograms(
+            "borbaman_call_duration_seconds",
+            "Time from a call's arrival to its answer, by service, method and status code",
+            &CALL_BUCKETS,
             &["service", "method", "code"],
-        )
-        .expect("valid");
-        let refusals = IntCounterVec::new(
-            Opts::new(
-                "borbaman_refusals_total",
-                "Work refused before it was done: rate limits, connection limits, admission",
-            ),
+        );
+        let refusals = make.counters(
+            "borbaman_refusals_total",
+            "Work refused before it was done: rate limits, connection limits, admission",
             &["kind"],
-        )
-        .expect("valid");
-        let db_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "borbaman_db_transaction_duration_seconds",
-                "One attempt of a call's database transaction (its statements and commit)",
-            )
-            .buckets(CALL_BUCKETS.to_vec()),
+        );
+        let db_seconds = make.histograms(
+            "borbaman_db_transaction_duration_seconds",
+            "One attempt of a call's database transaction (its statements and commit)",
+            &CALL_BUCKETS,
             &["outcome"],
-        )
-        .expect("valid");
-        let db_acquire_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "borbaman_db_acquire_duration_seconds",
-                "Wait for a pooled database connection",
-            )
-            .buckets(WAIT_BUCKETS.to_vec()),
-        )
-        .expect("valid");
-        let cas_retries = IntCounter::new(
+        );
+        let db_acquire_seconds = make.histogram(
+            "borbaman_db_acquire_duration_seconds",
+            "Wait for a pooled database connection",
+            &WAIT_BUCKETS,
+        );
+        let cas_retries = make.counter(
             "borbaman_cas_retries_total",
             "Compare-and-set writes that lost to another call and read again",
-        )
-        .expect("valid");
-        let gate_wait_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "borbaman_gate_wait_seconds",
-                "Time a call queued behind earlier calls on its game in this server",
-            )
-            .buckets(WAIT_BUCKETS.to_vec()),
-        )
-        .expect("valid");
-        let gate_lingers = IntCounterVec::new(
-            Opts::new(
-                "borbaman_gate_lingers_total",
-                "Waits of a call holding its game's gate for the game's other callers, \
-                 by whether another caller queued meanwhile (gained yes or no)",
-            ),
+        );
+        let gate_wait_seconds = make.histogram(
+            "borbaman_gate_wait_seconds",
+            "Time a call queued behind earlier calls on its game in this server",
+            &WAIT_BUCKETS,
+        );
+        let gate_lingers = make.counters(
+            "borbaman_gate_lingers_total",
+            "Waits of a call holding its game's gate for the game's other callers, \
+             by whether another caller queued meanwhile (gained yes or no)",
             &["gained"],
-        )
-        .expect("valid");
+        );
         let connections_open =
-            IntGauge::new("borbaman_connections_open", "Client connections open now")
-                .expect("valid");
-        let games = IntGaugeVec::new(
-            Opts::new(
-                "borbaman_games",
-                "Games active in the last 10 s, by phase (the whole cluster's, as this server \
-                 reads them from the database: aggregate with max, not sum)",
-            ),
+            make.gauge("borbaman_connections_open", "Client connections open now");
+        let games = make.gauges(
+            "borbaman_games",
+            "Games active in the last 10 s, by phase (the whole cluster's, as this server \
+             reads them from the database: aggregate with max, not sum)",
             &["phase"],
-        )
-        .expect("valid");
-        let players_seated = IntGauge::new(
+        );
+        let players_seated = make.gauge(
             "borbaman_players_seated",
             "Players seated in waiting or running games, active in the last 10 s (cluster-wide)",
-        )
-        .expect("valid");
-        let spectators = IntGauge::new(
+        );
+        let spectators = make.gauge(
             "borbaman_spectators",
             "Connections that watched a game through this server in the last 10 s",
-        )
-        .expect("valid");
-        let db_member = IntGaugeVec::new(
-            Opts::new(
-                "borbaman_database_member_info",
-                "The database member this server writes to (1), by host:port",
-            ),
+        );
+        let db_member = make.gauges(
+            "borbaman_database_member_info",
+            "The database member this server writes to (1), by host:port",
             &["member"],
-        )
-        .expect("valid");
-        let db_member_changes = IntCounter::new(
+        );
+        let db_member_changes = make.counter(
             "borbaman_database_member_changes_total",
             "Times the database member written to changed (Patroni named another primary)",
-        )
-        .expect("valid");
-        let db_leader_learned = IntCounterVec::new(
-            Opts::new(
-                "borbaman_database_leader_learned_total",
-                "New primaries followed, by where they were learned from \
-                 (etcd-watch: Patroni's leader key; patroni-rest: a /primary probe)",
-            ),
+        );
+        let db_leader_learned = make.counters(
+            "borbaman_database_leader_learned_total",
+            "New primaries followed, by where they were learned from \
+             (etcd-watch: Patroni's leader key; patroni-rest: a /primary probe)",
             &["from"],
-        )
-        .expect("valid");
-        let db_writable = IntGauge::new(
+        );
+        let db_writable = make.gauge(
             "borbaman_database_writable",
             "1 while this server's registry heartbeats commit, 0 while they fail",
-        )
-        .expect("valid");
-        let retention_deleted = IntCounterVec::new(
-            Opts::new(
-                "borbaman_retention_deleted_rows_total",
-                "Rows the retention job deleted, by what they were",
-            ),
+        );
+        let retention_deleted = make.counters(
+            "borbaman_retention_deleted_rows_total",
+            "Rows the retention job deleted, by what they were",
             &["what"],
-        )
-        .expect("valid");
-        let retention_passes = IntCounterVec::new(
-            Opts::new(
-                "borbaman_retention_passes_total",
-                "Passes of the retention job run on this server, by outcome",
-            ),
+        );
+        let retention_passes = make.counters(
+            "borbaman_retention_passes_total",
+            "Passes of the retention job run on this server, by outcome",
             &["outcome"],
-        )
-        .expect("valid");
-        let retention_last_success = Gauge::new(
+        );
+        let retention_last_success = make.float_gauge(
             "borbaman_retention_last_success_timestamp_seconds",
             "When a retention pass last succeeded on this server (0: never)",
-        )
-        .expect("valid");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "borbaman_build_info",
-                "The version and git commit the server was built from (always 1)",
-            ),
+        );
+        make.gauges(
+            "borbaman_build_info",
+            "The version and git commit the server was built from (always 1)",
             &["version", "commit"],
         )
-        .expect("valid");
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), build_commit()])
-            .set(1);
-        let start_time = Gauge::new(
+        .with_label_values(&[env!("CARGO_PKG_VERSION"), build_commit()])
+        .set(1);
+        make.float_gauge(
             "process_start_time_seconds",
             "Start time of the process since the Unix epoch, in seconds",
         )
-        .expect("valid");
-        start_time.set(unix_seconds(SystemTime::now()));
-        for c in [
-            Box::new(calls.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(call_seconds.clone()),
-            Box::new(refusals.clone()),
-            Box::new(db_seconds.clone()),
-            Box::new(db_acquire_seconds.clone()),
-            Box::new(cas_retries.clone()),
-            Box::new(gate_wait_seconds.clone()),
-            Box::new(gate_lingers.clone()),
-            Box::new(connections_open.clone()),
-            Box::new(games.clone()),
-            Box::new(players_seated.clone()),
-            Box::new(spectators.clone()),
-            Box::new(db_member.clone()),
-            Box::new(db_member_changes.clone()),
-            Box::new(db_leader_learned.clone()),
-            Box::new(db_writable.clone()),
-            Box::new(retention_deleted.clone()),
-            Box::new(retention_passes.clone()),
-            Box::new(retention_last_success.clone()),
-            Box::new(build_info),
-            Box::new(start_time),
-        ] {
-            reg(c);
-        }
+        .set(unix_seconds(SystemTime::now()));
         // Zero series exist from the start, so rate() and alerts see them.
         for kind in Refusal::ALL {
             refusals.with_label_values(&[kind.as_str()]);
