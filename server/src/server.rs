@@ -49,6 +49,7 @@ use crate::slow::SlowMode;
 use crate::status::{self, CensusCache, OperatorToken, StatusService, Window};
 use crate::store::retention::RetentionOptions;
 use crate::store::{Store, StoreOptions};
+use crate::token::SessionKey;
 
 /// Everything a server needs to run.
 #[derive(Clone, Debug)]
@@ -139,8 +140,12 @@ impl RunningServer {
     }
 }
 
-/// Starts a server and returns once it is ready to serve.
-pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+/// The gRPC transport as `config` sets it: TLS, HTTP/2's limits (tonic's
+/// defaults, no stream limit and no limit on the streams HTTP/2 resets for
+/// a client's errors, override hyper's own of 200 and 1024: both are set
+/// here, and the receive windows, which bound what a client may send
+/// before the server reads it; docs/security.md), and the call timeout.
+fn transport(config: &ServerConfig) -> anyhow::Result<tonic::transport::Server> {
     let mut tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
     // A client must also finish its TLS handshake within the first-bytes
     // timeout, or a byte a minute would hold a connection forever.
@@ -148,10 +153,6 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tls = tls.map(|tls| tls.timeout(timeout));
     }
     let limits = config.connection_limits;
-    // tonic's default (no stream limit, no limit on the streams HTTP/2
-    // resets for a client's errors) overrides hyper's own (200 and 1024):
-    // both are set here, and the receive windows, which bound what a
-    // client may send before the server reads it (docs/security.md).
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(limits.keepalive.map(|(every, _)| every))
         .http2_keepalive_timeout(limits.keepalive.map(|(_, wait)| wait))
@@ -175,9 +176,18 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         ),
         None => {}
     }
-    let metrics = Metrics::new();
+    Ok(builder)
+}
+
+/// The store, migrated, its standing connections open, and the cluster's
+/// session-token key; names rekeyed if the look-alike rule changed. Each
+/// step is retried until `deadline`.
+async fn open_store(
+    config: &ServerConfig,
+    metrics: &Metrics,
+    deadline: tokio::time::Instant,
+) -> anyhow::Result<(Store, SessionKey)> {
     let store = Store::connect(&config.database_url, &config.store)?.with_metrics(metrics.clone());
-    let deadline = tokio::time::Instant::now() + config.startup_timeout;
     retry_until(deadline, "applying migrations", || store.migrate()).await?;
     retry_until(deadline, "opening database connections", || store.warm_up()).await?;
     let session_key = retry_until(deadline, "reading the session-token key", || {
@@ -193,6 +203,64 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             "names: keys recomputed by the new look-alike rule"
         );
     }
+
+    Ok((store, session_key))
+}
+
+/// Serves `/metrics` on `listen`, if given; its address.
+async fn serve_metrics(
+    listen: Option<SocketAddr>,
+    census: &Arc<CensusCache>,
+    stopped: &Shutdown,
+) -> anyhow::Result<Option<SocketAddr>> {
+    Ok(match listen {
+        Some(listen) => {
+            let listener = TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("cannot listen for /metrics on {listen}"))?;
+            let addr = listener.local_addr()?;
+            tokio::spawn(metrics::http::serve(
+                listener,
+                census.clone(),
+                stopped.clone(),
+            ));
+            tracing::info!(%addr, "serving /metrics");
+            Some(addr)
+        }
+        None => None,
+    })
+}
+
+/// Once told to stop: says it is not serving, lets the heartbeat end and
+/// leaves the registry; then the server drains its calls.
+async fn leave_when_stopped<T>(
+    mut stopping: Shutdown,
+    health: tonic_health::server::HealthReporter,
+    heartbeat: JoinHandle<T>,
+    store: Store,
+    me: Registration,
+) {
+    stopping.recv().await;
+    tracing::info!("shutting down: not serving, deregistering, draining");
+    health
+        .set_not_serving::<pb::game_server::GameServer<GameService>>()
+        .await;
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    // The heartbeat must not re-insert the row after it is deleted.
+    let _ = heartbeat.await;
+    if let Err(err) = store.deregister(&me.server_id).await {
+        tracing::warn!(error = %err, "could not remove this server from the registry");
+    }
+}
+
+/// Starts a server and returns once it is ready to serve.
+pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let builder = transport(&config)?;
+    let metrics = Metrics::new();
+    let deadline = tokio::time::Instant::now() + config.startup_timeout;
+    let (store, session_key) = open_store(&config, &metrics, deadline).await?;
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -240,22 +308,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         window.clone(),
         stopped.clone(),
     ));
-    let metrics_addr = match config.metrics_listen {
-        Some(listen) => {
-            let listener = TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("cannot listen for /metrics on {listen}"))?;
-            let addr = listener.local_addr()?;
-            tokio::spawn(metrics::http::serve(
-                listener,
-                census.clone(),
-                stopped.clone(),
-            ));
-            tracing::info!(%addr, "serving /metrics");
-            Some(addr)
-        }
-        None => None,
-    };
+    let metrics_addr = serve_metrics(config.metrics_listen, &census, &stopped).await?;
     tokio::spawn(
         store
             .clone()
@@ -310,23 +363,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let incoming =
         incoming::accept_counted(listener, config.connection_limits, Some(metrics.clone()));
 
-    let drain_store = store.clone();
-    let mut stopping = stopped;
-    let on_shutdown = async move {
-        stopping.recv().await;
-        tracing::info!("shutting down: not serving, deregistering, draining");
-        health
-            .set_not_serving::<pb::game_server::GameServer<GameService>>()
-            .await;
-        health
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
-        // The heartbeat must not re-insert the row after it is deleted.
-        let _ = heartbeat.await;
-        if let Err(err) = drain_store.deregister(&me.server_id).await {
-            tracing::warn!(error = %err, "could not remove this server from the registry");
-        }
-    };
+    let on_shutdown = leave_when_stopped(stopped, health, heartbeat, store.clone(), me);
     let task = tokio::spawn(async move {
         builder
             .layer(incoming::TrackCallsLayer)
