@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use borbaman_cluster::wait;
@@ -55,8 +55,7 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
     let db = common::database(&cluster).await;
     let (pool, mut players) = common::pool_and_game(&cluster, "stream").await;
     let mut player = players.remove(0);
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopping = stop.clone();
+    let (stop, stopping) = borbaman::shutdown::channel();
     let answered = Arc::new(AtomicU64::new(0));
     let answers = answered.clone();
     let caller = tokio::spawn(async move {
@@ -70,7 +69,7 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
             Action::Idle,
         ];
         let mut i = 0;
-        while !stopping.load(Ordering::Relaxed) {
+        while !stopping.is_shutdown() {
             let seq = player.next_seq();
             let (reply, info) = player
                 .act(actions[i % actions.len()])
@@ -102,7 +101,7 @@ async fn a_kill_mid_stream_loses_and_duplicates_nothing() {
         common::blocking(|| cluster.kill(index)).unwrap();
         calls_after(answered.load(Ordering::Relaxed) + 10).await;
     }
-    stop.store(true, Ordering::Relaxed);
+    stop.stop();
     let (player, acknowledged, failovers) = caller.await.unwrap();
     assert!(failovers >= 1, "a call failed over");
     let applied: BTreeSet<i64> = common::applied_seqs(&db, player.game_id(), player.seat())

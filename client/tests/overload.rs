@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use borbaman::driver;
@@ -33,6 +31,9 @@ const JOINERS: usize = 128;
 const JOIN_QUEUE_MS: u64 = 250;
 /// Joins sent beside the storm, their answers read whole.
 const RAW_JOINERS: usize = 32;
+/// Joins sent on one connection at once: half the server's default stream
+/// limit (`--max-streams-per-connection`), so none is refused for it.
+const PER_CONNECTION: usize = 16;
 /// How soon every join must be answered, seated or refused.
 const ANSWERED_WITHIN: Duration = Duration::from_secs(2);
 
@@ -68,10 +69,10 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
 
     // The four players act as fast as they are answered for as long as the
     // storm lasts (and at least 20 times each).
-    let storming = Arc::new(AtomicBool::new(true));
+    let (storm_over, storm) = borbaman::shutdown::channel();
     let mut acting = Vec::new();
     for (n, mut session) in players.into_iter().enumerate() {
-        let storming = storming.clone();
+        let storm = storm.clone();
         acting.push(tokio::spawn(async move {
             let mut log = ClientLog {
                 client: n as u32,
@@ -79,7 +80,7 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
             };
             let mut problems = Vec::new();
             let mut sent = 0;
-            while storming.load(Ordering::Relaxed) || sent < 20 {
+            while !storm.is_shutdown() || sent < 20 {
                 let seq = session.next_seq();
                 sent += 1;
                 match session.act(Action::Idle).await {
@@ -104,41 +105,20 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
         }));
     }
 
-    // Beside the storm, joins of their own (on one connection, as the
-    // storm's share one), to read the answers' heads: a join refused after
-    // its wait in line says the server is busy, and for how long it queued.
-    let raw_client = GameClient::connect(format!("http://{}", servers[0]))
-        .await
-        .expect("connecting to the server");
-    let mut raw = tokio::task::JoinSet::new();
-    for n in 0..RAW_JOINERS {
-        let mut client = raw_client.clone();
-        raw.spawn(async move {
-            client
-                .join(JoinRequest {
-                    name: format!("raw{n}"),
-                    token: new_token(),
-                    map: String::new(),
-                    identity: Vec::new(),
-                })
-                .await
-                .map(|_| ())
-                .map_err(|status| {
-                    (
-                        Reason::of(&status),
-                        status.metadata().get(BUSY_KEY).cloned(),
-                    )
-                })
-        });
+    // The storm's pools (players have a pool each; one connection carries
+    // at most the server's stream limit).
+    let mut joiners_pools = Vec::new();
+    for _ in 0..JOINERS.div_ceil(PER_CONNECTION) {
+        let pool = ServerPool::connect(&servers, PoolConfig::default())
+            .await
+            .unwrap();
+        joiners_pools.push(pool);
     }
 
-    // 128 joins at once, through one pool of their own.
-    let joiners_pool = ServerPool::connect(&servers, PoolConfig::default())
-        .await
-        .unwrap();
+    // 128 joins at once.
     let mut storm = tokio::task::JoinSet::new();
     for n in 0..JOINERS {
-        let pool = joiners_pool.clone();
+        let pool = joiners_pools[n / PER_CONNECTION].clone();
         storm.spawn(async move {
             let started = Instant::now();
             let result = GameSession::join(&pool, &format!("storm{n}"), new_token()).await;
@@ -160,16 +140,49 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
             (took, joined)
         });
     }
+    // Behind the storm, joins of their own (on connections of their own,
+    // as the storm's), to read the answers' heads: a join refused after
+    // its wait in line says the server is busy, and for how long it queued.
+    let mut raw_clients = Vec::new();
+    for _ in 0..RAW_JOINERS.div_ceil(PER_CONNECTION) {
+        let client = GameClient::connect(format!("http://{}", servers[0]))
+            .await
+            .expect("connecting to the server");
+        raw_clients.push(client);
+    }
+    let mut raw = tokio::task::JoinSet::new();
+    for n in 0..RAW_JOINERS {
+        let mut client = raw_clients[n / PER_CONNECTION].clone();
+        raw.spawn(async move {
+            client
+                .join(JoinRequest {
+                    name: format!("raw{n}"),
+                    token: new_token(),
+                    map: String::new(),
+                    identity: Vec::new(),
+                })
+                .await
+                .map(|_| ())
+                .map_err(|status| {
+                    (
+                        Reason::of(&status),
+                        status.metadata().get(BUSY_KEY).cloned(),
+                        format!("{:?}: {}", status.code(), status.message()),
+                    )
+                })
+        });
+    }
+
     let outcomes = storm.join_all().await;
     let raw = raw.join_all().await;
-    storming.store(false, Ordering::Relaxed);
+    storm_over.stop();
     let busy_ms =
         |value: Option<MetadataValue<Ascii>>| -> Option<u64> { value?.to_str().ok()?.parse().ok() };
     let mut raw_refused = 0;
     for outcome in raw {
         match outcome {
             Ok(_) => {}
-            Err((Some(Reason::ServerFull), busy)) => {
+            Err((Some(Reason::ServerFull), busy, _)) => {
                 raw_refused += 1;
                 let waited =
                     busy_ms(busy).expect("a join refused after its line says the server is busy");
@@ -178,7 +191,7 @@ async fn past_the_admission_bound_running_games_are_served_and_joins_told_server
                     "it queued its {JOIN_QUEUE_MS} ms in line, the answer says {waited} ms"
                 );
             }
-            Err((reason, _)) => panic!("a raw join failed: {reason:?}"),
+            Err((reason, _, status)) => panic!("a raw join failed: {reason:?} ({status})"),
         }
     }
     assert!(

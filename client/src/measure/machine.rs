@@ -33,8 +33,7 @@
 //! Without `/proc/pressure` (kernels before 4.20, or PSI off) only that is
 //! kept.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::shutdown::{self, Stopper};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -69,32 +68,31 @@ pub struct Reading {
 
 /// Reads `/proc/pressure/*` and `/proc/stat` every [`PERIOD`] until stopped.
 pub struct MachineSampler {
-    stop: Arc<AtomicBool>,
+    stopper: Stopper,
     thread: JoinHandle<Vec<Reading>>,
 }
 
 impl MachineSampler {
     /// Starts reading, times measured from `started` (the run's clock).
     pub fn start(started: Instant) -> MachineSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
+        let (stopper, stopped) = shutdown::channel();
         let thread = std::thread::Builder::new()
             .name("machine-sampler".into())
             .spawn(move || {
                 let mut readings = Vec::with_capacity(8192);
-                while !stopped.load(Ordering::Relaxed) {
+                while !stopped.is_shutdown() {
                     readings.push(read(started));
                     std::thread::sleep(PERIOD);
                 }
                 readings
             })
             .expect("spawning a thread");
-        MachineSampler { stop, thread }
+        MachineSampler { stopper, thread }
     }
 
     /// Stops reading and returns every reading, in time order.
     pub fn stop(self) -> Vec<Reading> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stopper.stop();
         self.thread.join().unwrap_or_default()
     }
 }
