@@ -5,10 +5,10 @@
 //! Start-up opens them ([`Store::warm_up`]) so that the burst of calls
 //! failing over from a dead server finds connections open and planned.
 //! But a partition between this server and PostgreSQL ends every one of
-//! them, and the pool does not reopen them when the path heals: sqlx's
-//! own upkeep of `min_connections` gives up at the first failed connect
-//! and runs again only when a connection is dropped or reaped (minutes
-//! later). Calls then open connections one by one as they need them, so a
+//! them, and nothing in the pool reopens them when the path heals (the
+//! store does not use sqlx's upkeep of a minimum, see its module docs;
+//! that upkeep gave up at the first connect that failed other than
+//! refused anyway). Calls then open connections one by one as they need them, so a
 //! server that was cut off stays at one or two. When the next server is
 //! cut off, its games land on survivors that must each start several
 //! PostgreSQL backends and plan the game's statements on them, all at
@@ -48,7 +48,7 @@ impl Store {
     /// planned as by [`Store::warm_up`]). Call inside a Tokio runtime.
     pub fn keep_standing(&self, committed: bool) {
         let open = self.pool.size();
-        let standing = self.pool.options().get_min_connections();
+        let standing = self.standing;
         let running = self.topping_up.load(Ordering::Acquire);
         if !top_up_now(committed, open, standing, running)
             || self.topping_up.swap(true, Ordering::AcqRel)
@@ -78,7 +78,7 @@ impl Store {
     /// which hands over idle connections instead (see [`Store::open_one`])
     /// does not keep it going.
     async fn top_up(&self) -> Result<(), Error> {
-        let wanted = self.pool.options().get_min_connections();
+        let wanted = self.standing;
         for attempt in 0..wanted {
             tokio::time::sleep(warm_up_pause(attempt, self.warm_up_pace)).await;
             if self.pool.size() >= wanted {
