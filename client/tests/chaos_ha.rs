@@ -32,6 +32,13 @@ use serde_json::Value;
 /// (the host loss's ~5 s gap of old) does not pass.
 const CLIENTS_SHARE: Duration = Duration::from_secs(3);
 
+/// The longest a server may take, from following the primary Patroni
+/// names after a host loss to its first commit there: the new primary's
+/// promotion (~0.5 s here, under 2 s loaded) and the server's next try.
+/// Clients move off a server that cannot write, so one server stuck
+/// does not show in their share; its own log does. The old gap: 5.0–5.5 s.
+const FIRST_COMMIT_AFTER_HOST_LOSS: Duration = Duration::from_secs(3);
+
 /// The three faults under 8 bots after 2 s of warm-up (the first 1.5 s
 /// after it), each as soon as the one before is over (its member back as
 /// a standby, the cluster whole for 3 s: `borbaman chaos` waits for that
@@ -122,10 +129,9 @@ fn a_switchover_followed_from_etcd_a_killed_primary_and_a_lost_host_lose_nothing
     }
 
     // Each server moved off the primary Patroni named at its start, learned
-    // from etcd. That member is primary from the start until the
-    // switchover (the kill may make it primary again, but nothing moves
-    // the primary after the kill), so every move away from it is the
-    // switchover's.
+    // from etcd: the first move is the switchover's. And each server's
+    // first commit after the host loss (its last move: nothing moves the
+    // primary after it) came soon after it followed the new primary.
     for server in 0..3 {
         let log = run.file(&format!("logs/server-{server}.log"));
         let lines: Vec<Value> = log
@@ -139,22 +145,41 @@ fn a_switchover_followed_from_etcd_a_killed_primary_and_a_lost_host_lose_nothing
             .find(|l| field(l, "message") == "primary named by Patroni")
             .map(|l| field(l, "primary"))
             .unwrap_or_else(|| panic!("server {server} never had a primary named:\n{log}"));
-        let switches: Vec<&Value> = lines
-            .iter()
-            .filter(|l| field(l, "message") == "following the new primary")
-            .filter(|l| field(l, "from") == first)
+        let moves: Vec<usize> = (0..lines.len())
+            .filter(|&i| field(&lines[i], "message") == "following the new primary")
             .collect();
-        assert!(
-            !switches.is_empty(),
-            "server {server} never left {first} at the switchover ({}):\n{log}",
-            switchover[3]
-        );
-        for line in switches {
-            assert_eq!(
-                field(line, "learned_from"),
-                "etcd-watch",
-                "server {server} learned the switchover's new primary from elsewhere: {line}"
+        let (Some(&switchover_move), Some(&host_loss_move)) = (moves.first(), moves.last()) else {
+            panic!(
+                "server {server} never left {first} at the switchover ({}):\n{log}",
+                switchover[3]
             );
-        }
+        };
+        let line = &lines[switchover_move];
+        assert_eq!(
+            field(line, "from"),
+            first,
+            "server {server}'s first move: {line}"
+        );
+        assert_eq!(
+            field(line, "learned_from"),
+            "etcd-watch",
+            "server {server} learned the switchover's new primary from elsewhere: {line}"
+        );
+
+        let first_commit = lines[host_loss_move..]
+            .iter()
+            .find(|l| field(l, "message") == "first commit on the new primary")
+            .unwrap_or_else(|| {
+                panic!("server {server} never committed after the host loss:\n{log}")
+            });
+        let since_switch_ms = first_commit["since_switch_ms"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{first_commit}"));
+        assert!(
+            since_switch_ms <= FIRST_COMMIT_AFTER_HOST_LOSS.as_secs_f64() * 1e3,
+            "server {server} committed on the new primary {since_switch_ms} ms after it \
+             followed it at the host loss (at most {FIRST_COMMIT_AFTER_HOST_LOSS:?}): \
+             {first_commit}"
+        );
     }
 }
