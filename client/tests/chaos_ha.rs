@@ -36,7 +36,10 @@ const CLIENTS_SHARE: Duration = Duration::from_secs(3);
 /// names after a host loss to its first commit there: the new primary's
 /// promotion (~0.5 s here, under 2 s loaded) and the server's next try.
 /// Clients move off a server that cannot write, so one server stuck
-/// does not show in their share; its own log does. The old gap: 5.0–5.5 s.
+/// does not show in their share; its own log does. The old gap: 5.0–5.5 s,
+/// on a server whose connections all broke early in the outage, so not in
+/// every run (the store's own host-loss test in `server/src/store/follow.rs`
+/// reproduces it every time).
 const FIRST_COMMIT_AFTER_HOST_LOSS: Duration = Duration::from_secs(3);
 
 /// The three faults under 8 bots after 2 s of warm-up (the first 1.5 s
