@@ -28,15 +28,15 @@
 //! With [`StoreOptions::follow`] the store also follows the primary that
 //! Patroni names ([`follow`]).
 //!
-//! The store keeps its `min_connections` open itself ([`Store::warm_up`],
-//! [`Store::keep_standing`], and the refill after a switch of primary),
-//! not through sqlx's own upkeep of a pool's minimum: that upkeep runs
-//! whenever the pool loses a connection, retries a refused connect (or a
-//! new connection refused as read-only) for up to 300 s with a pause that
-//! doubles from 10 ms up to a minute, and holds one of the pool's places
-//! all the while. After a host loss every place was held that way, asleep
-//! for seconds, while the calls waited for a place and the new primary was
-//! long writable.
+//! While following Patroni the store keeps its `min_connections` open
+//! itself ([`Store::warm_up`], [`Store::keep_standing`], and the refill
+//! after a switch of primary), not through sqlx's own upkeep of a pool's
+//! minimum: that upkeep runs whenever the pool loses a connection, retries
+//! a refused connect (or a new connection refused as read-only) for up to
+//! 300 s with a pause that doubles from 10 ms up to a minute, and holds one
+//! of the pool's places all the while. After a host loss every place was
+//! held that way, asleep for seconds, while the calls waited for a place
+//! and the new primary was long writable.
 //!
 //! - [`play`]: join, act, leave, state and rankings.
 //! - [`servers`]: the registry of live servers.
@@ -216,8 +216,8 @@ pub struct Store {
     round_ticks: u16,
     /// [`StoreOptions::warm_up_pace`].
     warm_up_pace: Duration,
-    /// [`StoreOptions::min_connections`]: the connections kept open, by
-    /// the store rather than by the pool (see the module docs).
+    /// [`StoreOptions::min_connections`]: the connections kept open (by
+    /// the store alone while following Patroni, see the module docs).
     standing: u32,
     /// Following Patroni's primary (`None`: the URL's host and port).
     follow: Option<Arc<Follower>>,
@@ -272,9 +272,10 @@ impl Store {
         let guard = shared.clone();
         let mut pool_opts = PgPoolOptions::new()
             .max_connections(opts.max_connections)
-            // The store keeps its standing connections itself: sqlx's
-            // upkeep of a minimum holds places asleep (module docs).
-            .min_connections(0)
+            // While following Patroni the store keeps its standing
+            // connections itself: sqlx's upkeep of a minimum holds places
+            // asleep through a failover (module docs).
+            .min_connections(if shared.is_some() { 0 } else { standing })
             .acquire_timeout(opts.acquire_timeout.min(opts.db_timeout))
             // A ping per acquire would add a round trip to every call; a
             // dead connection fails its first statement instead, and the

@@ -5,10 +5,12 @@
 //! Start-up opens them ([`Store::warm_up`]) so that the burst of calls
 //! failing over from a dead server finds connections open and planned.
 //! But a partition between this server and PostgreSQL ends every one of
-//! them, and nothing in the pool reopens them when the path heals (the
-//! store does not use sqlx's upkeep of a minimum, see its module docs;
-//! that upkeep gave up at the first connect that failed other than
-//! refused anyway). Calls then open connections one by one as they need them, so a
+//! them, and the pool does not reopen them when the path heals: sqlx's
+//! own upkeep of `min_connections` gives up at the first connect that
+//! fails other than refused, and runs again only when a connection is
+//! dropped or reaped (minutes later); while following Patroni the store
+//! does without that upkeep altogether (see the store's module docs).
+//! Calls then open connections one by one as they need them, so a
 //! server that was cut off stays at one or two. When the next server is
 //! cut off, its games land on survivors that must each start several
 //! PostgreSQL backends and plan the game's statements on them, all at
