@@ -34,12 +34,18 @@
 //!   `check_new_connection`), so a standby, a member still being
 //!   promoted, or a demoted primary is never used.
 //!
-//! Patroni answers `/primary` with 200 as soon as a member takes the lock,
-//! a few hundred milliseconds before its PostgreSQL is promoted and a
-//! synchronous standby has attached. The pool is pointed there at once;
-//! new connections are refused as read-only until the promotion ends (the
-//! pool retries them within its acquire timeout), so the first commit
-//! lands as soon as the new primary can commit at all.
+//! Patroni writes the leader key, and answers `/primary` with 200, as soon
+//! as a member takes the lock: a few hundred milliseconds before its
+//! PostgreSQL is promoted and a synchronous standby has attached. The pool
+//! is pointed there at once. A new connection to it that is still
+//! read-only is not handed out, nor dropped: it asks again on a short,
+//! jittered schedule ([`promotion_poll_pause`]) until its session turns
+//! read-write (a session of a standby does at the end of the promotion),
+//! for at most the store's database deadline; and after a switch the
+//! pool is refilled to its standing connections, retried on the same
+//! schedule while the promotion lasts ([`refill`]). So the first commit
+//! lands within tens of milliseconds of the new primary being able to
+//! commit at all, with no pool backoff in between.
 //!
 //! Each switch is logged (info) with `learned_from` (`etcd-watch` or
 //! `patroni-rest`), `switch_ms` (from asking `/primary`, or hearing from
@@ -83,6 +89,22 @@ const WATCH_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 /// Probe rounds triggered by errors are at least this far apart, so a
 /// storm of failing calls cannot turn into a storm of REST requests.
 pub const MIN_ROUND_GAP: Duration = Duration::from_millis(50);
+
+/// Shortest pause before a connection to the new primary asks again
+/// whether its promotion is over ([`promotion_poll_pause`]).
+const PROMOTION_POLL_MIN: Duration = Duration::from_millis(10);
+
+/// Spread of that pause above its minimum: connections of several servers
+/// polling one member do not ask in step.
+const PROMOTION_POLL_SPREAD: Duration = Duration::from_millis(20);
+
+/// How long after a switch the refill keeps trying to open the pool's
+/// standing connections to the new primary: longer than Patroni takes to
+/// promote a member it named (well under a second here; see
+/// docs/replicated-database.md). Past it, the heartbeat's top-up
+/// ([`super::Store::keep_standing`]) reopens them once a commit goes
+/// through.
+const REFILL_FOR: Duration = Duration::from_secs(5);
 
 /// The Patroni members to follow and how often to ask them.
 #[derive(Clone, Debug)]
@@ -164,6 +186,12 @@ struct Switched {
 #[derive(Debug)]
 pub(super) struct Shared {
     epoch: std::time::Instant,
+    /// Longest a new connection to the named primary waits for its
+    /// promotion (the store's database deadline).
+    promotion_wait: Duration,
+    /// The last generation whose primary was seen turn read-write (its
+    /// promotion logged once).
+    writable_generation: AtomicU64,
     /// Bumped at every switch; connections carry the value they were
     /// opened for in [`GENERATION_SETTING`].
     generation: AtomicU64,
@@ -180,9 +208,12 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new() -> Shared {
+    /// `promotion_wait`: see [`check_new_connection`].
+    pub(super) fn new(promotion_wait: Duration) -> Shared {
         Shared {
             epoch: std::time::Instant::now(),
+            promotion_wait,
+            writable_generation: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             switched_at_ns: AtomicU64::new(0),
             nudge: Notify::new(),
@@ -243,38 +274,126 @@ impl Shared {
     pub(super) fn subscribe(&self) -> watch::Receiver<Option<Primary>> {
         self.primary.subscribe()
     }
+
+    /// A connection for `generation` found its primary writable after
+    /// `polls` read-only answers: the first one per switch logs how long
+    /// after the switch the promotion ended.
+    fn promoted(&self, generation: u64, polls: u32) {
+        if self
+            .writable_generation
+            .fetch_max(generation, Ordering::AcqRel)
+            >= generation
+        {
+            return;
+        }
+        let since_switch_ms = self
+            .switched
+            .lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|s| s.at.elapsed().as_millis() as u64));
+        tracing::info!(
+            generation,
+            polls,
+            since_switch_ms,
+            "the new primary is writable: its promotion ended"
+        );
+    }
 }
 
-/// Checks a new connection before the pool hands it out: a read-only
-/// session (a standby, a member still being promoted, a demoted primary)
-/// is refused, and so is one opened for an earlier target while
-/// following Patroni. One round trip, simple-query protocol; on `Err`
-/// the pool drops the connection and tries again until its acquire
-/// timeout, reading the connect options afresh each time.
+/// What a new connection's answer to [`CHECK_SQL`] means.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Read-write, and opened for the current target: hand it out.
+    Usable,
+    /// Read-only, opened for the primary Patroni names now: the member is
+    /// still being promoted; ask again on this connection shortly.
+    Promoting,
+    /// Not to be used, and why.
+    Refused(String),
+}
+
+/// Judges a new connection by its `transaction_read_only` and the
+/// generation it was opened for, against the current one (`None`: not
+/// following Patroni, so a read-only session is a standby and nothing
+/// says it is being promoted).
+fn judge(read_only: &str, opened_for: Option<&str>, current: Option<u64>) -> Verdict {
+    if let Some(current) = current
+        && opened_for != Some(current.to_string().as_str())
+    {
+        return Verdict::Refused(format!(
+            "refusing a connection opened for an earlier primary \
+             (generation {}, now {current})",
+            opened_for.unwrap_or("none")
+        ));
+    }
+    match (read_only, current) {
+        ("off", _) => Verdict::Usable,
+        (_, Some(_)) => Verdict::Promoting,
+        (read_only, None) => Verdict::Refused(refused_read_only(read_only)),
+    }
+}
+
+fn refused_read_only(read_only: &str) -> String {
+    format!("refusing a read-only session (transaction_read_only = {read_only}): not the primary")
+}
+
+/// The pause before asking a still read-only new primary again: 10 ms
+/// plus `spread` (in `[0, 1)`, drawn at random) of 20 ms more.
+fn promotion_poll_pause(spread: f64) -> Duration {
+    PROMOTION_POLL_MIN + PROMOTION_POLL_SPREAD.mul_f64(spread.clamp(0.0, 1.0))
+}
+
+/// Checks a new connection before the pool hands it out ([`judge`]): one
+/// opened for an earlier target while following Patroni is refused, and
+/// so is a read-only session (a standby, a demoted primary), except on
+/// the primary Patroni names now, which may still be being promoted: that
+/// connection asks again every [`promotion_poll_pause`] until its session
+/// is read-write, for at most [`Shared::promotion_wait`] (the pool's
+/// acquire timeout may end it sooner). One round trip per question,
+/// simple-query protocol; on `Err` the pool drops the connection and
+/// tries again until its acquire timeout, reading the connect options
+/// afresh each time. Nothing is written on a read-only session.
 pub(super) async fn check_new_connection(
     conn: &mut PgConnection,
     follow: Option<&Shared>,
 ) -> Result<(), sqlx::Error> {
-    let row = sqlx::raw_sql(CHECK_SQL).fetch_one(&mut *conn).await?;
-    let read_only: String = row.try_get(0)?;
-    if read_only != "off" {
-        return Err(sqlx::Error::Protocol(format!(
-            "refusing a read-only session (transaction_read_only = {read_only}): \
-             not the primary"
-        )));
-    }
-    if let Some(shared) = follow {
+    let started = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        let row = sqlx::raw_sql(CHECK_SQL).fetch_one(&mut *conn).await?;
+        let read_only: String = row.try_get(0)?;
         let opened_for: Option<String> = row.try_get(1)?;
-        let current = shared.generation.load(Ordering::Acquire);
-        if opened_for.as_deref() != Some(current.to_string().as_str()) {
+        let current = follow.map(|shared| shared.generation.load(Ordering::Acquire));
+        let (shared, generation) = match judge(&read_only, opened_for.as_deref(), current) {
+            Verdict::Usable => {
+                if let (Some(shared), Some(generation), true) = (follow, current, polls > 0) {
+                    shared.promoted(generation, polls);
+                }
+                return Ok(());
+            }
+            Verdict::Refused(why) => return Err(sqlx::Error::Protocol(why)),
+            Verdict::Promoting => match (follow, current) {
+                (Some(shared), Some(generation)) => (shared, generation),
+                _ => return Err(sqlx::Error::Protocol(refused_read_only(&read_only))),
+            },
+        };
+        let pause = promotion_poll_pause(rand::random());
+        if started.elapsed() + pause > shared.promotion_wait {
             return Err(sqlx::Error::Protocol(format!(
-                "refusing a connection opened for an earlier primary \
-                 (generation {}, now {current})",
-                opened_for.as_deref().unwrap_or("none")
+                "{} after {} ms waiting for its promotion",
+                refused_read_only(&read_only),
+                started.elapsed().as_millis()
             )));
         }
+        if polls == 0 {
+            tracing::debug!(
+                generation,
+                "the new primary is still read-only; asking again until its promotion ends"
+            );
+        }
+        polls += 1;
+        tokio::time::sleep(pause).await;
     }
-    Ok(())
 }
 
 /// The running probe task; aborted when the store closes or the last
@@ -288,16 +407,19 @@ pub(super) struct Follower {
 impl Follower {
     /// Starts the probe task (needs a Tokio runtime). `base` are the
     /// pool's connect options; the task replaces their host and port.
+    /// `standing`: the connections the pool is refilled to after a switch.
     pub(super) fn start(
         opts: FollowOptions,
         pool: PgPool,
         base: PgConnectOptions,
         shared: Arc<Shared>,
+        standing: u32,
     ) -> Follower {
         let probe = Probe {
             opts,
             pool,
             base,
+            standing,
             shared: shared.clone(),
             last_confirmed: None,
             watch_up: false,
@@ -342,6 +464,8 @@ struct Probe {
     opts: FollowOptions,
     pool: PgPool,
     base: PgConnectOptions,
+    /// The pool's standing connections, refilled after a switch.
+    standing: u32,
     shared: Arc<Shared>,
     /// When the followed member was last confirmed (by a `/primary` 200
     /// or by the watch).
@@ -601,7 +725,12 @@ impl Probe {
             "following the new primary"
         );
         shared.primary.send_replace(Some(primary));
-        tokio::spawn(refill(self.pool.clone()));
+        tokio::spawn(refill(
+            self.pool.clone(),
+            self.shared.clone(),
+            generation,
+            self.standing,
+        ));
     }
 
     /// How long the old primary had gone unconfirmed when the new one was
@@ -781,20 +910,40 @@ fn choose(
     kept
 }
 
-/// Opens the pool's minimum of connections to the new primary at once:
-/// each acquire closes idle connections to the old one (`before_acquire`)
-/// until it opens a new one. Held together, then returned.
-async fn refill(pool: PgPool) {
-    let wanted = pool.options().get_min_connections();
-    let mut held = Vec::with_capacity(wanted as usize);
-    for _ in 0..wanted {
-        match pool.acquire().await {
-            Ok(conn) => held.push(conn),
-            Err(err) => {
-                tracing::debug!(error = %err, "refilling the pool after a switch");
-                break;
+/// Opens the pool's `wanted` standing connections to the new primary of
+/// `generation` at once: each acquire closes idle connections to the old
+/// one (`before_acquire`) until it opens a new one, which waits for the
+/// promotion ([`check_new_connection`]). Held together, then returned.
+/// If an acquire fails (the promotion outlasted the acquire timeout), the
+/// ones held go back to the calls and it starts again after a
+/// [`promotion_poll_pause`], until the primary moves again or
+/// [`REFILL_FOR`] has passed.
+async fn refill(pool: PgPool, shared: Arc<Shared>, generation: u64, wanted: u32) {
+    let until = Instant::now() + REFILL_FOR;
+    loop {
+        let mut held = Vec::with_capacity(wanted as usize);
+        let mut failed = None;
+        while held.len() < wanted as usize {
+            match pool.acquire().await {
+                Ok(conn) => held.push(conn),
+                Err(err) => {
+                    failed = Some(err);
+                    break;
+                }
             }
         }
+        drop(held);
+        let Some(err) = failed else {
+            return;
+        };
+        let pause = promotion_poll_pause(rand::random());
+        let moved = shared.generation.load(Ordering::Acquire) != generation;
+        if moved || pool.is_closed() || Instant::now() + pause >= until {
+            tracing::debug!(error = %err, moved, "refilling the pool after a switch: given up");
+            return;
+        }
+        tracing::debug!(error = %err, "refilling the pool after a switch; trying again");
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -820,6 +969,39 @@ mod tests {
     #[test]
     fn new_connections_are_asked_for_the_generation_they_carry() {
         assert!(CHECK_SQL.contains(&format!("'{GENERATION_SETTING}'")));
+    }
+
+    #[test]
+    fn a_read_only_session_is_waited_on_only_on_the_primary_named_now() {
+        // Read-write, for the current target (or not following): usable.
+        assert_eq!(judge("off", Some("3"), Some(3)), Verdict::Usable);
+        assert_eq!(judge("off", None, None), Verdict::Usable);
+        // The named primary, still read-only: being promoted.
+        assert_eq!(judge("on", Some("3"), Some(3)), Verdict::Promoting);
+        // Not following: a read-only session is a standby, refused.
+        assert!(
+            matches!(judge("on", None, None), Verdict::Refused(why) if why.contains("read-only"))
+        );
+        // Opened for an earlier primary: refused, writable or not.
+        for read_only in ["on", "off"] {
+            assert!(matches!(
+                judge(read_only, Some("2"), Some(3)),
+                Verdict::Refused(why) if why.contains("earlier primary")
+            ));
+        }
+        assert!(matches!(judge("off", None, Some(3)), Verdict::Refused(_)));
+    }
+
+    #[test]
+    fn a_promotion_is_asked_after_again_within_tens_of_milliseconds_jittered() {
+        assert_eq!(promotion_poll_pause(0.0), Duration::from_millis(10));
+        assert_eq!(promotion_poll_pause(0.5), Duration::from_millis(20));
+        assert_eq!(promotion_poll_pause(1.0), Duration::from_millis(30));
+        assert_eq!(promotion_poll_pause(7.0), Duration::from_millis(30));
+        let pauses: std::collections::HashSet<Duration> = (0..20)
+            .map(|_| promotion_poll_pause(rand::random()))
+            .collect();
+        assert!(pauses.len() > 1, "the pauses are drawn at random");
     }
 
     #[test]
@@ -897,7 +1079,7 @@ mod tests {
 
     #[test]
     fn connections_older_than_the_switch_are_retired() {
-        let shared = Shared::new();
+        let shared = Shared::new(Duration::from_millis(500));
         assert!(shared.opened_for_current(Duration::from_secs(3600)));
         std::thread::sleep(Duration::from_millis(20));
         shared
@@ -1004,6 +1186,114 @@ mod tests {
             .await
             .unwrap();
         port as u16
+    }
+
+    /// Makes every session of `db` read-only, as on a standby, or
+    /// read-write again, as at the end of a promotion: open sessions see
+    /// it from their next statement on.
+    async fn set_read_only(db: &mut PgConnection, read_only: bool) {
+        let set = if read_only {
+            "ALTER SYSTEM SET default_transaction_read_only = on"
+        } else {
+            "ALTER SYSTEM RESET default_transaction_read_only"
+        };
+        sqlx::raw_sql(set).execute(&mut *db).await.unwrap();
+        sqlx::raw_sql("SELECT pg_reload_conf()")
+            .execute(&mut *db)
+            .await
+            .unwrap();
+    }
+
+    /// Calls until one succeeds or `within` passes: when the first did.
+    async fn first_success(store: &super::super::Store, within: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if store.rankings(5).await.is_ok() {
+                return Some(Instant::now());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        None
+    }
+
+    /// A host loss as the servers see it: the primary is gone (here it
+    /// stops; connecting to it is refused) while calls keep failing on it
+    /// for 3 s, the lease Patroni waits out; then another member is named
+    /// and stays read-only for 300 ms, its promotion. No call is served by
+    /// it while it is read-only, and the first one is within tens of
+    /// milliseconds of it turning read-write: nothing the outage set going
+    /// (a connect backoff grown to seconds, holding the pool's places)
+    /// stands in between.
+    #[tokio::test]
+    async fn after_a_host_loss_the_new_primary_serves_as_soon_as_its_promotion_ends() {
+        use super::super::{Store, StoreOptions};
+        use borbaman_cluster::{LocalPostgres, PgOptions};
+        use sqlx::Connection;
+        let opts = PgOptions {
+            fsync: false,
+            port: None,
+        };
+        let mut a = LocalPostgres::start_temp(opts).unwrap();
+        let b = LocalPostgres::start_temp(opts).unwrap();
+        for db in [&a, &b] {
+            let plain = Store::connect(&db.url(), &StoreOptions::default()).unwrap();
+            plain.migrate().await.unwrap();
+            plain.close().await;
+        }
+        let mut admin = PgConnection::connect(&b.url()).await.unwrap();
+        set_read_only(&mut admin, true).await;
+        let m1 = FakePatroni::start(true, a.port(), 1).await;
+        let m2 = FakePatroni::start(false, a.port(), 1).await;
+        let store = Store::connect(
+            &a.url(),
+            &StoreOptions {
+                min_connections: 3,
+                max_connections: 3,
+                follow: Some(FollowOptions {
+                    interval: Duration::from_millis(50),
+                    ..FollowOptions::new(vec![m1.member.clone(), m2.member.clone()])
+                }),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        wait_for_primary(&store, a.port()).await;
+        store.warm_up().await.unwrap();
+        store.rankings(5).await.unwrap();
+
+        // The host is lost: its PostgreSQL and its Patroni.
+        a.stop().unwrap();
+        m1.alive.store(false, Ordering::SeqCst);
+        let lease = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < lease {
+            assert!(
+                store.rankings(5).await.is_err(),
+                "served by a stopped server"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        // m2 takes the lock; its PostgreSQL is read-only for 300 ms more.
+        m2.leader_port.store(u64::from(b.port()), Ordering::SeqCst);
+        m2.timeline.store(2, Ordering::SeqCst);
+        m2.leader.store(true, Ordering::SeqCst);
+        wait_for_primary(&store, b.port()).await;
+        assert_eq!(
+            first_success(&store, Duration::from_millis(300)).await,
+            None,
+            "a call was served by a member still read-only"
+        );
+        set_read_only(&mut admin, false).await;
+        let promoted = Instant::now();
+        let served = first_success(&store, Duration::from_secs(10))
+            .await
+            .expect("the new primary serves calls once it is read-write");
+        let after = served - promoted;
+        assert!(
+            after < Duration::from_millis(300),
+            "the first call was served {after:?} after the promotion ended"
+        );
+        store.close().await;
     }
 
     /// Two read-write PostgreSQL servers stand in for an old and a new

@@ -28,6 +28,16 @@
 //! With [`StoreOptions::follow`] the store also follows the primary that
 //! Patroni names ([`follow`]).
 //!
+//! While following Patroni the store keeps its `min_connections` open
+//! itself ([`Store::warm_up`], [`Store::keep_standing`], and the refill
+//! after a switch of primary), not through sqlx's own upkeep of a pool's
+//! minimum: that upkeep runs whenever the pool loses a connection, retries
+//! a refused connect (or a new connection refused as read-only) for up to
+//! 300 s with a pause that doubles from 10 ms up to a minute, and holds one
+//! of the pool's places all the while. After a host loss every place was
+//! held that way, asleep for seconds, while the calls waited for a place
+//! and the new primary was long writable.
+//!
 //! - [`play`]: join, act, leave, state and rankings.
 //! - [`servers`]: the registry of live servers.
 //! - [`spectate`]: any game by its id, and the live games, for spectators.
@@ -259,6 +269,9 @@ pub struct Store {
     round_ticks: u16,
     /// [`StoreOptions::warm_up_pace`].
     warm_up_pace: Duration,
+    /// [`StoreOptions::min_connections`]: the connections kept open (by
+    /// the store alone while following Patroni, see the module docs).
+    standing: u32,
     /// Following Patroni's primary (`None`: the URL's host and port).
     follow: Option<Arc<Follower>>,
     /// [`StoreOptions::idle_txn_timeout`] in microseconds: how long after
@@ -304,11 +317,18 @@ impl Store {
             // different ids: plan them once per connection, not per call.
             ("plan_cache_mode", "force_generic_plan".to_string()),
         ]);
-        let shared = opts.follow.as_ref().map(|_| Arc::new(Shared::new()));
+        let shared = opts
+            .follow
+            .as_ref()
+            .map(|_| Arc::new(Shared::new(opts.db_timeout)));
+        let standing = opts.min_connections.min(opts.max_connections);
         let guard = shared.clone();
         let mut pool_opts = PgPoolOptions::new()
             .max_connections(opts.max_connections)
-            .min_connections(opts.min_connections.min(opts.max_connections))
+            // While following Patroni the store keeps its standing
+            // connections itself: sqlx's upkeep of a minimum holds places
+            // asleep through a failover (module docs).
+            .min_connections(if shared.is_some() { 0 } else { standing })
             .acquire_timeout(opts.acquire_timeout.min(opts.db_timeout))
             // A ping per acquire would add a round trip to every call; a
             // dead connection fails its first statement instead, and the
@@ -343,6 +363,7 @@ impl Store {
                 pool.clone(),
                 base,
                 shared,
+                standing,
             ))),
             _ => None,
         };
@@ -354,6 +375,7 @@ impl Store {
             name_hold_ms: i64::try_from(opts.name_hold.as_millis()).unwrap_or(i64::MAX),
             round_ticks: round_ticks(opts.round)?,
             warm_up_pace: opts.warm_up_pace,
+            standing,
             follow,
             max_write_lag_us: i64::try_from(opts.idle_txn_timeout.as_micros()).unwrap_or(i64::MAX),
             cas_retries: Arc::new(AtomicU64::new(0)),
@@ -427,9 +449,9 @@ impl Store {
     /// the game calls' and a join's statements ([`warm_statements`]) on
     /// each, so the first calls (and the burst of calls failing over from a
     /// dead server) find them open and planned. Start-up only, before the server registers;
-    /// the pool keeps that many open afterwards.
+    /// the store keeps that many open afterwards ([`Store::keep_standing`]).
     pub async fn warm_up(&self) -> Result<(), Error> {
-        let wanted = self.pool.options().get_min_connections();
+        let wanted = self.standing;
         let mut held: Vec<PoolConnection<Postgres>> = Vec::with_capacity(wanted as usize);
         while self.pool.size() < wanted && (held.len() as u32) < wanted {
             tokio::time::sleep(warm_up_pause(held.len() as u32, self.warm_up_pace)).await;

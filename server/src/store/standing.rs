@@ -6,9 +6,11 @@
 //! failing over from a dead server finds connections open and planned.
 //! But a partition between this server and PostgreSQL ends every one of
 //! them, and the pool does not reopen them when the path heals: sqlx's
-//! own upkeep of `min_connections` gives up at the first failed connect
-//! and runs again only when a connection is dropped or reaped (minutes
-//! later). Calls then open connections one by one as they need them, so a
+//! own upkeep of `min_connections` gives up at the first connect that
+//! fails other than refused, and runs again only when a connection is
+//! dropped or reaped (minutes later); while following Patroni the store
+//! does without that upkeep altogether (see the store's module docs).
+//! Calls then open connections one by one as they need them, so a
 //! server that was cut off stays at one or two. When the next server is
 //! cut off, its games land on survivors that must each start several
 //! PostgreSQL backends and plan the game's statements on them, all at
@@ -48,7 +50,7 @@ impl Store {
     /// planned as by [`Store::warm_up`]). Call inside a Tokio runtime.
     pub fn keep_standing(&self, committed: bool) {
         let open = self.pool.size();
-        let standing = self.pool.options().get_min_connections();
+        let standing = self.standing;
         let running = self.topping_up.load(Ordering::Acquire);
         if !top_up_now(committed, open, standing, running)
             || self.topping_up.swap(true, Ordering::AcqRel)
@@ -78,7 +80,7 @@ impl Store {
     /// which hands over idle connections instead (see [`Store::open_one`])
     /// does not keep it going.
     async fn top_up(&self) -> Result<(), Error> {
-        let wanted = self.pool.options().get_min_connections();
+        let wanted = self.standing;
         for attempt in 0..wanted {
             tokio::time::sleep(warm_up_pause(attempt, self.warm_up_pace)).await;
             if self.pool.size() >= wanted {
