@@ -126,7 +126,7 @@ mod seen;
 mod props;
 
 pub use codec::{CODEC_VERSION, DecodeError, MAX_ENCODED_BYTES};
-pub use map::{Arena, CELLS, Cell, PowerUp, UnknownArena, index};
+pub use map::{Arena, CELLS, Cell, PowerSet, PowerUp, UnknownArena, index};
 pub use replay::{Event, ReplayError, resimulate};
 pub use seen::Seen;
 
@@ -159,6 +159,9 @@ pub const START_RANGE: u8 = 2;
 pub const MAX_RANGE: u8 = 8;
 /// Speed power-ups that count; each takes one tick off the move cooldown.
 pub const MAX_SPEED: u8 = 2;
+/// The longest a remote-controlled bomb waits for its detonator (10 s): a
+/// game cannot stall on bombs nobody sets off.
+pub const REMOTE_FUSE_TICKS: u8 = 200;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dir {
@@ -177,6 +180,8 @@ pub enum Action {
     Move(Dir),
     Bomb,
     Idle,
+    /// Sets off the player's bombs at once (with the remote control).
+    Detonate,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +221,10 @@ pub struct Player {
     pub move_cooldown: u8,
     /// The move to make when the cooldown ends.
     pub buffered_move: Option<Dir>,
+    /// Holds the kick: walking into a bomb sends it sliding.
+    pub kick: bool,
+    /// Holds the remote control: its bombs wait for [`Action::Detonate`].
+    pub remote: bool,
 }
 
 impl Player {
@@ -233,6 +242,8 @@ impl Player {
             kills: 0,
             move_cooldown: 0,
             buffered_move: None,
+            kick: false,
+            remote: false,
         }
     }
 
@@ -258,8 +269,11 @@ pub struct Bomb {
     pub y: u8,
     pub owner: u8,
     pub range: u8,
-    /// Ticks until it explodes (1..=FUSE_TICKS).
+    /// Ticks until it explodes (1..=FUSE_TICKS, or up to
+    /// REMOTE_FUSE_TICKS while its owner holds the remote control).
     pub fuse_ticks: u8,
+    /// The way it slides after a kick; `None` at rest.
+    pub slide: Option<Dir>,
 }
 
 /// A burning cell.
@@ -277,6 +291,7 @@ struct BombSlot {
     owner: u8,
     range: u8,
     fuse_ticks: u8,
+    slide: Option<Dir>,
 }
 
 /// A whole game. Per-cell arrays (rather than lists) keep the in-memory
@@ -293,6 +308,10 @@ pub struct GameState {
     round_ticks: u16,
     /// The layout played on; chosen when the game is created.
     arena: Arena,
+    /// The power-ups its soft blocks may hide; chosen when the game is
+    /// created (games stored before the kick and the remote have the
+    /// basic set).
+    powers: PowerSet,
     phase: Phase,
     ending: Option<Ending>,
     /// Cells closed by sudden death so far (a prefix of the spiral).
@@ -317,19 +336,33 @@ impl GameState {
         Self::on_arena(Arena::Classic, seed, created_tick, round_ticks)
     }
 
-    /// [`GameState::with_round`] on `arena`.
+    /// [`GameState::with_round`] on `arena`, with the arena's full mix of
+    /// power-ups (kick and remote control included).
     pub fn on_arena(arena: Arena, seed: u64, created_tick: Tick, round_ticks: u16) -> Self {
+        Self::with_powers(arena, PowerSet::Full, seed, created_tick, round_ticks)
+    }
+
+    /// [`GameState::on_arena`] with the power-ups of `powers`: the basic
+    /// set is how every game was made before the kick and the remote.
+    pub fn with_powers(
+        arena: Arena,
+        powers: PowerSet,
+        seed: u64,
+        created_tick: Tick,
+        round_ticks: u16,
+    ) -> Self {
         GameState {
             seed,
             tick: created_tick,
             start_tick: 0,
             round_ticks: round_ticks.max(1),
             arena,
+            powers,
             phase: Phase::Waiting,
             ending: None,
             closed: 0,
             players: [0, 1, 2, 3].map(Player::empty),
-            cells: map::generate(arena, seed),
+            cells: map::generate(arena, powers, seed),
             bombs: [None; map::CELLS],
             burn: [0; map::CELLS],
         }
@@ -415,6 +448,11 @@ impl GameState {
         self.arena
     }
 
+    /// The power-ups this game's soft blocks may hide.
+    pub fn powers(&self) -> PowerSet {
+        self.powers
+    }
+
     /// The tick play started (0 while waiting).
     pub fn start_tick(&self) -> Tick {
         self.start_tick
@@ -457,6 +495,7 @@ impl GameState {
                 owner: b.owner,
                 range: b.range,
                 fuse_ticks: b.fuse_ticks,
+                slide: b.slide,
             })
         })
     }
