@@ -16,8 +16,11 @@
 //! linked by the edge columns, the centre column and the centre row). Each
 //! is symmetric about both centre lines, so every corner starts alike. The
 //! seed stored in the state fills about 65% of the open cells with soft
-//! blocks, and about 30% of soft blocks hide a power-up (extra bomb 40%,
-//! longer blast 40%, speed 20%). Each spawn corner and its two open
+//! blocks, and about 30% of soft blocks hide a power-up, in the arena's own
+//! mix ([`Arena::power_mix`]: on classic, extra bomb 30%, longer blast 30%,
+//! speed 15%, kick 15%, remote control 10%). Games made before the kick and
+//! the remote control keep their basic mix (extra bomb 40%, longer blast 40%,
+//! speed 20%; [`PowerSet::Basic`]). Each spawn corner and its two open
 //! neighbours (an L of three cells) are always clear: plant a bomb on one arm
 //! of the L, step back around the pillar onto the other arm, and the blast
 //! misses you.
@@ -48,6 +51,21 @@
 //! bomb left and no bomb already in the cell. A bomb's range is fixed when
 //! it is planted. Its fuse burns 50 ticks (2.5 s).
 //!
+//! **Kick.** A player holding the kick who walks into a bomb does not move:
+//! the bomb starts sliding that way, one cell per tick, and the player waits
+//! out its move cooldown. A bomb only starts (and only goes on) sliding onto
+//! floor with no bomb and no live player; anything else (a pillar, a block,
+//! a power-up, a bomb, a player, a closed cell) stops it for good. A kick
+//! that could not move the bomb a cell is a blocked move. A sliding bomb
+//! keeps its fuse; fire that reaches it sets it off as any bomb, and one that
+//! slides into a burning cell goes off in that tick.
+//!
+//! **Remote control.** The bombs of a player holding the remote control are
+//! planted with a fuse of [`REMOTE_FUSE_TICKS`] (10 s): they wait for
+//! [`Action::Detonate`], which sets every one of them off on the next tick,
+//! or for that fuse, or for another blast (chain reaction). When the player
+//! dies or leaves, its bombs fall back to at most the normal fuse.
+//!
 //! **Blasts.** An exploding bomb sets its own cell on fire, and the fire
 //! runs up to its range in each of the four directions. An arm stops before
 //! a pillar or closed cell. It stops *on* the first soft block it meets,
@@ -61,8 +79,9 @@
 //! no one.
 //!
 //! **Power-ups.** Walking onto one takes it: extra bomb (+1 bomb, up to 8),
-//! longer blast (+1 range, up to 8) or speed (−1 tick of move cooldown, up
-//! to 2 taken). One taken at its cap is used up with no effect.
+//! longer blast (+1 range, up to 8), speed (−1 tick of move cooldown, up
+//! to 2 taken), kick or remote control (held for the rest of the game). One
+//! taken at its cap (or held already) is used up with no effect.
 //!
 //! **Sudden death.** After a 3-minute round ([`ROUND_TICKS`]; a game may
 //! be created with a shorter one, see [`GameState::with_round`]), the arena
@@ -81,18 +100,19 @@
 //! 1. fires age, and fire that has burned 10 ticks goes out;
 //! 2. move cooldowns count down, and buffered moves whose cooldown ends are
 //!    made, in seat order;
-//! 3. fuses count down, and the bombs that reach zero explode together with
+//! 3. kicked bombs slide one cell, in row-major order of where they were;
+//! 4. fuses count down, and the bombs that reach zero explode together with
 //!    every bomb their fire reaches. All arms are traced on the board as it
 //!    was before this step. Then soft blocks are destroyed, power-ups burn
 //!    and the new fire is lit;
-//! 4. every player in a burning cell dies;
-//! 5. in sudden death, the next cell closes (killing anyone there);
-//! 6. the game ends if at most one player is alive.
+//! 5. every player in a burning cell dies;
+//! 6. in sudden death, the next cell closes (killing anyone there);
+//! 7. the game ends if at most one player is alive.
 //!
 //! An action requested at tick `t` runs after tick `t` is done. The result
 //! is [`Outcome::Applied`] (it happened), [`Outcome::Queued`] (a move was
-//! buffered) or [`Outcome::NoEffect`] (it was blocked, no bomb was left, the
-//! player is dead, the game is not running, or it was [`Action::Idle`], which
+//! buffered) or [`Outcome::NoEffect`] (it was blocked, no bomb was left, a
+//! detonate found no remote control or no bomb to set off, the player is dead, the game is not running, or it was [`Action::Idle`], which
 //! only advances time).
 //!
 //! # Modules
@@ -101,7 +121,9 @@
 //!   generation;
 //! - `rng`: the seeded generator the map is drawn from;
 //! - `rules`: the tick loop and the actions;
-//! - `codec`: the packed binary storage format (at most 256 bytes);
+//! - `codec`: the packed binary storage format (at most 256 bytes, 248 in
+//!   the worst case: every player holding every power-up, all 32 bombs on
+//!   the board);
 //! - `seen`: a game rebuilt from what a client is shown of it, on which a
 //!   client predicts its own inputs ([`GameState::from_seen`]);
 //! - `replay`: a game re-simulated from its creation and its log of
