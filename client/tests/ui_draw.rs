@@ -61,6 +61,7 @@ fn state(phase: Phase) -> GameState {
             owner: 0,
             range: 3,
             fuse_ticks: 45,
+            ..Bomb::default()
         }],
         blasts: vec![Blast {
             x: 2,
@@ -435,4 +436,39 @@ fn a_watched_game_says_watching_and_shows_no_seat() {
     assert!(screen.contains("Tick   300"), "{screen}");
     assert!(!screen.contains("You "), "{screen}");
     assert!(!screen.contains("space bomb"), "{screen}");
+}
+
+/// The HUD names the kick and the remote control, and its legend shows
+/// their keys, only once the player holds them; their power-ups have glyphs
+/// of their own.
+#[test]
+fn the_legend_shows_the_kick_and_detonate_keys_only_when_held() {
+    use borbaman::ui::draw::{GLYPH_POWER_KICK, GLYPH_POWER_REMOTE};
+    let mut plain = state(Phase::Playing);
+    plain.cells[(W + 7) as usize] = Cell::PowerKick as u8;
+    plain.cells[(W + 9) as usize] = Cell::PowerRemote as u8;
+    let buffer = render(&view(plain.clone()), 80, 30, ColorMode::TrueColor);
+    assert_eq!(cell(&buffer, 7, 1), GLYPH_POWER_KICK);
+    assert_eq!(cell(&buffer, 9, 1), GLYPH_POWER_REMOTE);
+    let screen = text(&buffer);
+    assert!(screen.contains("space bomb"), "{screen}");
+    assert!(
+        !screen.contains("detonate") && !screen.contains("kick"),
+        "{screen}"
+    );
+
+    let mut remote = plain.clone();
+    remote.players[0].remote = true;
+    let screen = text(&render(&view(remote), 80, 30, ColorMode::TrueColor));
+    assert!(screen.contains("e/Enter detonate"), "{screen}");
+    assert!(screen.contains("Holds  remote"), "{screen}");
+    assert!(!screen.contains("kick"), "{screen}");
+
+    let mut both = plain;
+    both.players[0].kick = true;
+    both.players[0].remote = true;
+    let screen = text(&render(&view(both), 80, 30, ColorMode::TrueColor));
+    assert!(screen.contains("Holds  kick + remote"), "{screen}");
+    assert!(screen.contains("walk into a bomb: kick"), "{screen}");
+    assert!(screen.contains("e/Enter detonate"), "{screen}");
 }

@@ -73,6 +73,8 @@ impl ToProto for GameState {
                     connected: connected[seat],
                     seated: p.seated,
                     move_cooldown: p.move_cooldown as u32,
+                    kick: p.kick,
+                    remote: p.remote,
                 }
             })
             .collect();
@@ -85,6 +87,7 @@ impl ToProto for GameState {
             owner: b.owner as u32,
             range: b.range as u32,
             fuse_ticks: b.fuse_ticks as u32,
+            slide: b.slide.map_or(0, |d| i32::from(Action::Move(d).code())),
         }));
         let mut blasts = Vec::with_capacity(self.burning_cells());
         blasts.extend(self.blasts().map(|b| pb::Blast {
@@ -173,6 +176,7 @@ const _: () = {
     assert!(pb::Action::Right as i32 == Action::RIGHT_CODE as i32);
     assert!(pb::Action::Bomb as i32 == Action::BOMB_CODE as i32);
     assert!(pb::Action::Idle as i32 == Action::IDLE_CODE as i32);
+    assert!(pb::Action::Detonate as i32 == Action::DETONATE_CODE as i32);
     assert!(pb::Outcome::Applied as i32 == Outcome::APPLIED_CODE as i32);
     assert!(pb::Outcome::Queued as i32 == Outcome::QUEUED_CODE as i32);
     assert!(pb::Outcome::NoEffect as i32 == Outcome::NO_EFFECT_CODE as i32);
@@ -187,6 +191,8 @@ fn wire_cell(cell: Cell) -> pb::Cell {
         Cell::PowerUp(PowerUp::Bomb) => pb::Cell::PowerBomb,
         Cell::PowerUp(PowerUp::Range) => pb::Cell::PowerRange,
         Cell::PowerUp(PowerUp::Speed) => pb::Cell::PowerSpeed,
+        Cell::PowerUp(PowerUp::Kick) => pb::Cell::PowerKick,
+        Cell::PowerUp(PowerUp::Remote) => pb::Cell::PowerRemote,
         Cell::Closed => pb::Cell::Closed,
     }
 }

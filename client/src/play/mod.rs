@@ -99,6 +99,11 @@ pub struct PlayArgs {
     /// docs/internet.md.
     #[arg(long, value_name = "DELAY[,JITTER][,stall=P]", value_parser = crate::args::wan_spec)]
     pub wan: Option<borbaman_cluster::WanSpec>,
+    /// Without --servers: how well the 3 local bots play: easy (they
+    /// wander and bomb rarely), normal, or hard (they hunt, kick bombs at
+    /// you and hold remote bombs until you are in their blast).
+    #[arg(long, value_name = "LEVEL")]
+    pub bots: Option<crate::brain::Level>,
 }
 
 /// The network task of `borbaman play` on its own (no terminal, no local
@@ -132,6 +137,11 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         args.wan.is_none() || args.servers.servers.is_empty(),
         "--wan puts the servers of the local cluster at a distance; with --servers the \
          network between you and them is the real one (leave --servers out to emulate one)"
+    );
+    anyhow::ensure!(
+        args.bots.is_none() || args.servers.servers.is_empty(),
+        "--bots sets how well the local bots play, and with --servers none are started; \
+         to add bots to a cluster, run `borbaman bot --bots LEVEL --servers …`"
     );
     let name = match args.name {
         Some(name) => name,
@@ -171,6 +181,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         db: args.db.db,
         wan: args.wan,
         map: args.map.unwrap_or_default(),
+        bots: args.bots.unwrap_or_default(),
         data_dir,
         log_dir,
         state_dir,
@@ -325,6 +336,8 @@ struct Setup {
     wan: Option<borbaman_cluster::WanSpec>,
     /// The arena asked for (empty: any).
     map: String,
+    /// How well the local bots play.
+    bots: crate::brain::Level,
     data_dir: PathBuf,
     log_dir: PathBuf,
     state_dir: StateDir,
@@ -359,6 +372,7 @@ async fn network(
     let seat = Seat {
         name: setup.name,
         map: setup.map,
+        bots: setup.bots,
         state_dir: setup.state_dir,
         pool: if local {
             PoolConfig::default()
@@ -376,6 +390,8 @@ pub struct Seat {
     pub name: String,
     /// The arena asked for (empty: any).
     pub map: String,
+    /// How well the local bots play (with `local`).
+    pub bots: crate::brain::Level,
     pub state_dir: StateDir,
     pub pool: PoolConfig,
 }

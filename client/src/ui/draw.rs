@@ -38,6 +38,8 @@ pub const GLYPH_BLAST: &str = "░░";
 pub const GLYPH_POWER_BOMB: &str = "+b";
 pub const GLYPH_POWER_RANGE: &str = "+r";
 pub const GLYPH_POWER_SPEED: &str = "+s";
+pub const GLYPH_POWER_KICK: &str = "+k";
+pub const GLYPH_POWER_REMOTE: &str = "+e";
 /// A bomb is this glyph followed by its fuse in whole seconds.
 pub const GLYPH_BOMB: char = '●';
 
@@ -394,6 +396,13 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
                 me.range,
                 me.speed
             )));
+            if me.kick || me.remote {
+                let held: Vec<&str> = [(me.kick, "kick"), (me.remote, "remote")]
+                    .into_iter()
+                    .filter_map(|(held, name)| held.then_some(name))
+                    .collect();
+                lines.push(Line::from(format!("Holds  {}", held.join(" + "))));
+            }
         }
         None => lines.push(Line::from(format!("You    {}", shown_name(&view.name)))),
     }
@@ -444,6 +453,13 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
         lines.push(Line::from("r next game · q quits").dim());
     } else {
         lines.push(Line::from("←↑↓→/WASD move").dim());
+        // The keys of the kick and the remote only once they are held.
+        if me.is_some_and(|p| p.kick) {
+            lines.push(Line::from("walk into a bomb: kick").dim());
+        }
+        if me.is_some_and(|p| p.remote) {
+            lines.push(Line::from("e/Enter detonate").dim());
+        }
         lines.push(Line::from("space bomb · q quit").dim());
     }
     lines
@@ -585,6 +601,8 @@ impl Palette {
             Cell::PowerBomb => Span::styled(GLYPH_POWER_BOMB, power),
             Cell::PowerRange => Span::styled(GLYPH_POWER_RANGE, power),
             Cell::PowerSpeed => Span::styled(GLYPH_POWER_SPEED, power),
+            Cell::PowerKick => Span::styled(GLYPH_POWER_KICK, power),
+            Cell::PowerRemote => Span::styled(GLYPH_POWER_REMOTE, power),
         }
     }
 }
