@@ -45,8 +45,8 @@ const NEAR_CELLS: i32 = 4;
 /// may go off whenever its owner likes.
 const REMOTE_DANGER_TICKS: u32 = 15;
 
-/// Share of the chances to bomb an easy bot takes.
-const EASY_BOMB_CHANCE: f64 = 0.15;
+/// Share of the chances to bomb an easy bot takes, each tick it has one.
+const EASY_BOMB_CHANCE: f64 = 0.02;
 
 /// How well a bot plays.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -482,6 +482,16 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
     // One sent when a single tick is left lands as the cooldown ends.
     let may_move = me.move_cooldown <= 1;
 
+    // 0. A hard bot with the kick sends a bomb beside it down a lane at an
+    // opponent, when that leaves it out of every blast.
+    if level == Level::Hard
+        && me.kick
+        && may_move
+        && let Some(action) = kick_at(state, &board, seat, here)
+    {
+        return action;
+    }
+
     // 1. Flee (in sudden death, toward the cell that closes last).
     if !danger.safe(here) {
         if !may_move {
@@ -514,14 +524,7 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
     {
         return action;
     }
-    // A hard bot with the kick sends a bomb down a lane at an opponent.
-    if level == Level::Hard
-        && me.kick
-        && may_move
-        && let Some(action) = kick_at(state, &board, &danger, here, &opponents)
-    {
-        return action;
-    }
+
     let worth_bombing = |at: usize| {
         let blast = board.blast_cells(at, me.range.max(1));
         blast.iter().any(|&i| board.cell(i) == Cell::Soft)
@@ -581,6 +584,14 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
     if let Some(action) = go(&is_power) {
         return action;
     }
+    // A hard bot's trap: the nearest cell where its bomb would leave an
+    // opponent no way out and itself one.
+    if level == Level::Hard
+        && me.bombs_placed < me.bombs_max
+        && let Some(action) = trap(state, &board, &danger, me, here, &rivals)
+    {
+        return action;
+    }
     // Hunt: a cell from which a bomb would reach an opponent.
     let hunt = || {
         go(&|i| {
@@ -588,19 +599,13 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
             opponents.iter().any(|o| blast.contains(o))
         })
     };
-    if level == Level::Hard
-        && me.bombs_placed < me.bombs_max
-        && let Some(action) = hunt()
-    {
-        return action;
-    }
     if level != Level::Easy
         && me.bombs_placed < me.bombs_max
         && let Some(action) = go(&|i| worth_bombing(i) && !board.has_bomb(i))
     {
         return action;
     }
-    if level == Level::Normal
+    if level != Level::Easy
         && let Some(action) = hunt()
     {
         return action;
@@ -608,7 +613,7 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
     // 5. Wander (an easy bot also heads for blocks to clear, now and then).
     if level == Level::Easy
         && me.bombs_placed < me.bombs_max
-        && rng.random_bool(0.3)
+        && rng.random_bool(0.1)
         && let Some(action) = go(&|i| worth_bombing(i) && !board.has_bomb(i))
     {
         return action;
@@ -622,6 +627,58 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
         return pb::Action::Idle;
     }
     moves[rng.random_range(0..moves.len())]
+}
+
+/// Cells near enough to weigh as a trap's place, nearest first.
+const TRAP_CELLS: usize = 24;
+
+/// The first step toward the nearest safe cell (among [`TRAP_CELLS`]) where
+/// a bomb of `me` would leave a rival in its blast with no way out, while
+/// `me` keeps one; `Bomb` when that cell is `here`.
+fn trap(
+    state: &GameState,
+    board: &Board,
+    danger: &DangerMap,
+    me: &pb::Player,
+    here: usize,
+    rivals: &[&pb::Player],
+) -> Option<pb::Action> {
+    let step = step_ticks(me);
+    let cells = explore(board, here, 0, step, |i, _| danger.safe(i));
+    for (at, first) in cells.into_iter().take(TRAP_CELLS) {
+        if board.has_bomb(at) {
+            continue;
+        }
+        let (x, y) = board.xy(at);
+        let bomb = pb::Bomb {
+            x: x as u32,
+            y: y as u32,
+            owner: me.seat,
+            range: me.range.max(1),
+            fuse_ticks: u32::from(borbaman_game::FUSE_TICKS),
+            slide: 0,
+        };
+        let with_bomb = danger_map_for(state, Some(&bomb), Some(me.seat));
+        let traps = rivals.iter().any(|r| {
+            board
+                .index(r.x as i32, r.y as i32)
+                .is_some_and(|o| !with_bomb.safe(o) && escape_routes(board, &with_bomb, o, r) == 0)
+        });
+        if !traps {
+            continue;
+        }
+        let there = pb::Player {
+            x: x as u32,
+            y: y as u32,
+            move_cooldown: 0,
+            ..me.clone()
+        };
+        if escape_routes(board, &with_bomb, at, &there) == 0 {
+            continue;
+        }
+        return Some(first.unwrap_or(pb::Action::Bomb));
+    }
+    None
 }
 
 /// Whether to set off `seat`'s remote bombs now: only when `here` is out of
@@ -664,35 +721,32 @@ fn detonate(
     (level != Level::Hard || catches || aged).then_some(pb::Action::Detonate)
 }
 
-/// With the kick: the move that kicks a neighbouring bomb down a lane where
-/// it stops beside (or its blast reaches) an opponent, if there is one and
-/// the kicker is not in that bomb's way.
-fn kick_at(
-    state: &GameState,
-    board: &Board,
-    danger: &DangerMap,
-    here: usize,
-    opponents: &[usize],
-) -> Option<pb::Action> {
+/// With the kick: the move that kicks a neighbouring bomb down a lane to
+/// where its blast reaches an opponent, if after the kick the kicker stands
+/// in no blast.
+fn kick_at(state: &GameState, board: &Board, seat: u32, here: usize) -> Option<pb::Action> {
+    let opponents: Vec<usize> = state
+        .players
+        .iter()
+        .filter(|p| p.alive && p.seat != seat)
+        .filter_map(|p| board.index(p.x as i32, p.y as i32))
+        .collect();
     let (x, y) = board.xy(here);
     for (dx, dy, action) in DIRS {
         let Some(at) = board.index(x + dx, y + dy) else {
             continue;
         };
-        let Some(bomb) = state
+        let Some(k) = state
             .bombs
             .iter()
-            .find(|b| board.index(b.x as i32, b.y as i32) == Some(at))
+            .position(|b| board.index(b.x as i32, b.y as i32) == Some(at))
         else {
             continue;
         };
         // Where it would stop: the last free floor cell down the lane.
         let (mut cx, mut cy) = (x + dx, y + dy);
         let mut stop = at;
-        loop {
-            let Some(next) = board.index(cx + dx, cy + dy) else {
-                break;
-            };
+        while let Some(next) = board.index(cx + dx, cy + dy) {
             let occupied = board.cell(next) != Cell::Floor
                 || board.has_bomb(next)
                 || opponents.contains(&next);
@@ -705,11 +759,13 @@ fn kick_at(
         if stop == at {
             continue;
         }
-        let blast = board.blast_cells(stop, bomb.range.max(1));
-        if opponents.iter().any(|o| blast.contains(o))
-            && !blast.contains(&here)
-            && danger.safe(here)
-        {
+        let blast = board.blast_cells(stop, state.bombs[k].range.max(1));
+        if !opponents.iter().any(|o| blast.contains(o)) {
+            continue;
+        }
+        let mut kicked = state.clone();
+        (kicked.bombs[k].x, kicked.bombs[k].y) = (cx as u32, cy as u32);
+        if danger_map_for(&kicked, None, Some(seat)).safe(here) {
             return Some(action);
         }
     }
@@ -1014,6 +1070,80 @@ pub(crate) mod tests {
         (rival.seat, rival.x, rival.y) = (1, 7, 6);
         state.players.push(rival);
         assert_ne!(decide(&state, 0, &mut rng), pb::Action::Up);
+    }
+
+    #[test]
+    fn levels_are_named_as_typed() {
+        for level in Level::ALL {
+            assert_eq!(level.name().parse::<Level>(), Ok(level));
+        }
+        assert_eq!(" Hard ".parse::<Level>(), Ok(Level::Hard));
+        let err = "expert".parse::<Level>().unwrap_err();
+        assert!(err.contains("easy, normal, hard"), "{err}");
+        assert_eq!(Level::default(), Level::Normal);
+    }
+
+    #[test]
+    fn a_hard_bot_with_the_kick_sends_a_bomb_down_the_lane_at_an_opponent() {
+        let mut state = state_from(&[
+            "##########", //
+            "#0@.....1#", //
+            "#.########", //
+            "#.########", //
+            "##########",
+        ]);
+        state.players[0].kick = true;
+        let mut rng = StdRng::seed_from_u64(9);
+        assert_eq!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Right,
+            "kicks"
+        );
+        // Without the kick it would not walk into the bomb.
+        state.players[0].kick = false;
+        assert_ne!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Right
+        );
+    }
+
+    #[test]
+    fn a_bot_sets_off_its_remote_bombs_once_out_of_their_blast() {
+        // Its bomb at (1,1), range 2; the bot at (4,1) is out of it, an
+        // opponent at (6,3) is not in it either.
+        let mut state = state_from(&[
+            "#########", //
+            "#@..0...#", //
+            "#.#.###.#", //
+            "#.....1.#", //
+            "#########",
+        ]);
+        state.bombs[0].owner = 0;
+        state.bombs[0].fuse_ticks = 190;
+        state.players[0].remote = true;
+        state.players[0].bombs_placed = 1;
+        let mut rng = StdRng::seed_from_u64(10);
+        assert_eq!(
+            decide_at(&state, 0, Level::Normal, &mut rng),
+            pb::Action::Detonate
+        );
+        // A hard bot holds it for an opponent...
+        assert_ne!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Detonate
+        );
+        // ... and sets it off once one stands in the blast.
+        state.players[1].x = 1;
+        state.players[1].y = 3;
+        assert_eq!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Detonate
+        );
+        // Nobody detonates while standing in its own blast.
+        state.players[0].x = 2;
+        for level in Level::ALL {
+            assert_ne!(decide_at(&state, 0, level, &mut rng), pb::Action::Detonate);
+        }
     }
 
     #[test]
