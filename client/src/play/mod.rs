@@ -461,7 +461,7 @@ fn progress(view: &watch::Sender<View>, step: &str) {
 }
 
 /// The login name, or "player".
-fn login_name() -> String {
+pub(crate) fn login_name() -> String {
     let name = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_default();

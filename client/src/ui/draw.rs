@@ -63,6 +63,17 @@ pub fn draw(frame: &mut Frame, view: &View, colors: ColorMode) {
         Screen::Lobby => draw_lobby(frame, view, area, &palette),
         Screen::Game => draw_game(frame, view, area, &palette),
         Screen::GameOver => draw_game_over(frame, view, area, &palette),
+        Screen::Rankings => {
+            // Over a lobby, the screen goes back to it; on its own, it is
+            // the whole program.
+            let back = if view.state.is_some() {
+                "k back to the lobby · q quits"
+            } else {
+                "q quits"
+            };
+            let page = view.ranking_page.unwrap_or(0);
+            super::rankings::draw_rankings(frame, view, page, back, area);
+        }
     }
 }
 
@@ -178,7 +189,11 @@ fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
     }
     lines.extend(net_lines(&view.net));
     lines.push(Line::from(""));
-    lines.push(Line::from("q quits").dim());
+    if view.watching {
+        lines.push(Line::from("q quits").dim());
+    } else {
+        lines.push(Line::from("k rankings · q quits").dim());
+    }
     let title = if view.watching {
         " Borbaman · watching a lobby "
     } else {
