@@ -60,9 +60,11 @@ static HUNG_UP: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Keys: arrows or WASD move, space plants a bomb, r plays again once a game is \
-over or you are out of it, q (or Esc, Ctrl-C) quits. While your game waits for \
-players, ↑↓ and Enter watch one of the live games until it starts.
+Keys: arrows or WASD move, space plants a bomb, e or Enter sets off your bombs \
+once you hold the remote control (walking into a bomb kicks it once you hold \
+the kick), r plays again once a game is over or you are out of it, q (or Esc, \
+Ctrl-C) quits. While your game waits for players, ↑↓ and Enter watch one of the \
+live games until it starts, and k shows the rankings (←→ turn their pages).
 
 Without --servers: the database is DATABASE_URL if set, else a private \
 PostgreSQL kept under your data directory (~/.local/share/borbaman, or \

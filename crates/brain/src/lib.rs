@@ -705,7 +705,7 @@ fn detonate(
         .iter()
         .map(|&b| pb::Bomb {
             fuse_ticks: 0,
-            ..b.clone()
+            ..*b
         })
         .collect();
     now.blasts.clear();
