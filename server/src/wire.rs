@@ -245,6 +245,66 @@ mod tests {
         assert!(pb.winner.is_none() && !pb.draw && !pb.sudden_death);
     }
 
+    /// The kick and the remote reach the client: held power-ups, their
+    /// cells on the board, a sliding bomb's way and a remote bomb's fuse.
+    #[test]
+    fn proto_carries_the_kick_and_the_remote() {
+        use borbaman_game::{Bomb, Dir, PowerUp, REMOTE_FUSE_TICKS, Seen};
+        let mut g = GameState::new(3, 0);
+        for t in 0..4 {
+            g.seat_player(t);
+        }
+        let mut players = *g.players();
+        players[0].kick = true;
+        players[1].remote = true;
+        let mut cells = *g.cells();
+        cells[index(1, 2)] = Cell::PowerUp(PowerUp::Kick);
+        cells[index(2, 1)] = Cell::PowerUp(PowerUp::Remote);
+        let seen = Seen {
+            arena: g.arena(),
+            tick: g.tick(),
+            phase: g.phase(),
+            round_ticks_left: g.round_ticks_left(),
+            sudden_death: false,
+            cells,
+            players,
+            bombs: vec![
+                Bomb {
+                    x: 13,
+                    y: 1,
+                    owner: 1,
+                    range: 2,
+                    fuse_ticks: REMOTE_FUSE_TICKS,
+                    slide: None,
+                },
+                Bomb {
+                    x: 1,
+                    y: 11,
+                    owner: 2,
+                    range: 2,
+                    fuse_ticks: 30,
+                    slide: Some(Dir::Left),
+                },
+            ],
+            blasts: vec![],
+        };
+        let names = ["a", "b", "c", "d"].map(String::from);
+        let pb = GameState::from_seen(&seen).to_proto(1, 1, &names, [true; 4]);
+        assert!(pb.players[0].kick && !pb.players[0].remote);
+        assert!(pb.players[1].remote && !pb.players[1].kick);
+        assert_eq!(pb.cells[index(1, 2)], pb::Cell::PowerKick as u8);
+        assert_eq!(pb.cells[index(2, 1)], pb::Cell::PowerRemote as u8);
+        let remote = pb.bombs.iter().find(|b| b.owner == 1).unwrap();
+        assert_eq!(remote.fuse_ticks, u32::from(REMOTE_FUSE_TICKS));
+        assert_eq!(remote.slide(), pb::Action::Unspecified);
+        let kicked = pb.bombs.iter().find(|b| b.owner == 2).unwrap();
+        assert_eq!(kicked.slide(), pb::Action::Left);
+        assert_eq!(
+            action_from_proto(pb::Action::Detonate as i32),
+            Some(Action::Detonate)
+        );
+    }
+
     #[test]
     fn logged_changes_cross_the_wire_unchanged() {
         use borbaman_game::Dir;
