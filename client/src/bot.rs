@@ -19,6 +19,7 @@ use borbaman_cluster::local::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::GameState;
 
 use crate::args::ServersArg;
+use crate::brain::Level;
 use crate::driver::{self, Driver, Step};
 use crate::shutdown::{self, Shutdown};
 use tokio::sync::watch;
@@ -40,6 +41,10 @@ pub struct BotArgs {
     /// The arena to play on: classic, open or corridors (default: any).
     #[arg(long, value_name = "NAME", value_parser = crate::args::map_name)]
     pub map: Option<String>,
+    /// How well the bots play: easy (wanders, bombs rarely), normal, or
+    /// hard (hunts, kicks bombs and holds remote bombs for its opponents).
+    #[arg(long, value_name = "LEVEL", default_value = "normal")]
+    pub bots: Level,
 }
 
 /// How one bot plays.
@@ -57,6 +62,8 @@ pub struct BotOptions {
     pub sessions: Option<StateDir>,
     /// The arena to play on (empty: any).
     pub map: String,
+    /// How well it plays.
+    pub level: Level,
     /// The game a leader (the local player) has just joined, 0 for none
     /// yet: when it changes to another game than the bot's, the bot leaves
     /// its game (forfeiting it if it runs) and joins again, which seats it
@@ -74,6 +81,7 @@ impl BotOptions {
             seed: rand::random(),
             sessions: None,
             map: String::new(),
+            level: Level::Normal,
             follow: None,
         }
     }
@@ -176,7 +184,7 @@ pub async fn play_games(
     mut stop: Shutdown,
     mut on_game: impl FnMut(GameOutcome),
 ) {
-    let mut driver = Driver::new(options.seed);
+    let mut driver = Driver::at_level(options.seed, options.level);
     let mut finished = 0u32;
     let sessions = options.sessions.as_ref();
     let mut follow = options.follow.clone();
@@ -377,6 +385,8 @@ pub struct BotTeam {
     pub sessions: Option<StateDir>,
     /// The arena the bots play on (empty: any).
     pub map: String,
+    /// How well they play.
+    pub level: Level,
     /// The leader's game (see [`BotOptions::follow`]).
     pub follow: Option<watch::Receiver<u64>>,
 }
@@ -390,6 +400,7 @@ impl BotTeam {
             games: None,
             sessions: None,
             map: String::new(),
+            level: Level::Normal,
             follow: None,
         }
     }
@@ -411,6 +422,7 @@ pub async fn spawn_bots(
         options.games = team.games;
         options.sessions = team.sessions.clone();
         options.map = team.map.clone();
+        options.level = team.level;
         options.follow = team.follow.clone();
         let outcomes = outcomes.clone();
         let stop = stop.clone();
@@ -462,6 +474,7 @@ pub fn run(args: BotArgs) -> anyhow::Result<()> {
             games: args.games,
             sessions: None,
             map: args.map.clone().unwrap_or_default(),
+            level: args.bots,
             follow: None,
         };
         let pool_config = args.servers.pool_config()?;

@@ -64,6 +64,9 @@ mod arena {
         pub reached_sudden_death: bool,
         pub power_ups_taken: u32,
         pub bombs_planted: u32,
+        /// Bombs kicked into sliding, and detonations that set bombs off.
+        pub kicks: u32,
+        pub detonations: u32,
     }
 
     fn core_action(action: pb::Action) -> game::Action {
@@ -73,6 +76,7 @@ mod arena {
             pb::Action::Left => game::Action::Move(Dir::Left),
             pb::Action::Right => game::Action::Move(Dir::Right),
             pb::Action::Bomb => game::Action::Bomb,
+            pb::Action::Detonate => game::Action::Detonate,
             _ => game::Action::Idle,
         }
     }
@@ -80,6 +84,11 @@ mod arena {
     /// Plays one game: each bot decides on the state of the tick before its
     /// action lands (a call's round trip), as over a network.
     pub fn play(seed: u64) -> GameReport {
+        play_at(seed, [Level::Normal; 4])
+    }
+
+    /// [`play`] with the bot of seat `s` at `levels[s]`.
+    pub fn play_at(seed: u64, levels: [Level; 4]) -> GameReport {
         let mut g = game::GameState::new(seed, 0);
         for _ in 0..4 {
             g.seat_player(0);
@@ -96,18 +105,28 @@ mod arena {
             let before = g.clone();
             g.advance(tick);
             for seat in 0..4u8 {
-                if pending[seat as usize] == pb::Action::Bomb
-                    && g.apply(seat, game::Action::Bomb, tick) == game::Outcome::Applied
-                {
-                    report.bombs_planted += 1;
-                } else {
-                    g.apply(seat, core_action(pending[seat as usize]), tick);
+                let action = core_action(pending[seat as usize]);
+                let sliding = |g: &game::GameState| g.bombs().filter(|b| b.slide.is_some()).count();
+                let slid_before = sliding(&g);
+                let applied = g.apply(seat, action, tick) == game::Outcome::Applied;
+                match action {
+                    game::Action::Bomb if applied => report.bombs_planted += 1,
+                    game::Action::Detonate if applied => report.detonations += 1,
+                    game::Action::Move(_) if applied && sliding(&g) > slid_before => {
+                        report.kicks += 1
+                    }
+                    _ => {}
                 }
             }
             account(&before, &g, &mut report);
             let state = g.to_proto(1, tick as u64, &names, [true; 4]);
             for seat in 0..4u32 {
-                pending[seat as usize] = decide(&state, seat, &mut rngs[seat as usize]);
+                pending[seat as usize] = decide_at(
+                    &state,
+                    seat,
+                    levels[seat as usize],
+                    &mut rngs[seat as usize],
+                );
             }
         }
         report.end_tick = tick - g.start_tick();
@@ -135,8 +154,11 @@ mod arena {
                     uncredited += 1;
                 }
             }
-            let gained =
-                (now.bombs_max - was.bombs_max) + (now.range - was.range) + (now.speed - was.speed);
+            let gained = (now.bombs_max - was.bombs_max)
+                + (now.range - was.range)
+                + (now.speed - was.speed)
+                + (now.kick && !was.kick) as u8
+                + (now.remote && !was.remote) as u8;
             report.power_ups_taken += gained as u32;
         }
         report.kills += credited;
@@ -183,6 +205,61 @@ mod arena {
             power_ups / n >= 5.0,
             "{power_ups} power-ups taken in {n} games"
         );
+    }
+
+    /// A game of four bots of each level finishes (sudden death guarantees
+    /// it), and each level plays as it says: hard bots kick and detonate,
+    /// easy bots bomb far less than normal ones, and hard bots beat easy
+    /// ones more often than they lose to them.
+    #[test]
+    fn four_bots_of_each_level_finish_their_games_and_play_their_level() {
+        // Bombs planted per minute of play, per level.
+        let mut bombs = [0f64; 3];
+        for (k, level) in Level::ALL.into_iter().enumerate() {
+            let (mut planted, mut ticks) = (0, 0);
+            for seed in 0..6 {
+                let game = play_at(seed, [level; 4]);
+                assert!(
+                    game.winner.is_some() || game.draw,
+                    "{level}: game {seed} did not finish"
+                );
+                planted += game.bombs_planted;
+                ticks += game.end_tick;
+            }
+            bombs[k] = (planted as f64 / (ticks as f64 * 0.05 / 60.0) * 10.0).round() / 10.0;
+        }
+        let [easy, normal, _] = bombs;
+        assert!(
+            easy * 2.0 < normal,
+            "bombs a minute easy/normal/hard: {bombs:?}"
+        );
+
+        // Two hard bots against two easy ones; each map is played twice,
+        // the levels swapping seats.
+        let (mut hard_wins, mut easy_wins, mut kicks, mut detonations) = (0, 0, 0, 0);
+        for game in 0..16u64 {
+            let seed = game / 2;
+            let hard_seats = if game % 2 == 0 { [0, 3] } else { [1, 2] };
+            let mut levels = [Level::Easy; 4];
+            for s in hard_seats {
+                levels[s] = Level::Hard;
+            }
+            let game = play_at(100 + seed, levels);
+            kicks += game.kicks;
+            detonations += game.detonations;
+            match game.winner {
+                Some(w) if hard_seats.contains(&(w as usize)) => hard_wins += 1,
+                Some(_) => easy_wins += 1,
+                None => {}
+            }
+        }
+        eprintln!(
+            "bombs a minute easy/normal/hard {bombs:?}; hard vs easy: {hard_wins} wins to {easy_wins}, \
+             {kicks} kicks, {detonations} detonations"
+        );
+        assert!(hard_wins > easy_wins, "hard {hard_wins}, easy {easy_wins}");
+        assert!(detonations > 0, "no bot ever detonated");
+        assert!(kicks > 0, "no bot ever kicked");
     }
 
     #[test]

@@ -33,12 +33,19 @@ pub enum Step {
 /// A headless player's decisions; seeded, so runs repeat.
 pub struct Driver {
     rng: StdRng,
+    level: brain::Level,
 }
 
 impl Driver {
+    /// A driver of the normal bot level.
     pub fn new(seed: u64) -> Driver {
+        Driver::at_level(seed, brain::Level::Normal)
+    }
+
+    pub fn at_level(seed: u64, level: brain::Level) -> Driver {
         Driver {
             rng: StdRng::seed_from_u64(seed),
+            level,
         }
     }
 
@@ -56,7 +63,12 @@ impl Driver {
                     .prediction_counts()
                     .and_then(|_| session.shown_state());
                 let seen = shown.as_ref().unwrap_or(state);
-                Step::Act(brain::decide(seen, session.seat(), &mut self.rng))
+                Step::Act(brain::decide_at(
+                    seen,
+                    session.seat(),
+                    self.level,
+                    &mut self.rng,
+                ))
             }
             _ if session.lobby_idle_due() => Step::Act(pb::Action::Idle),
             _ => Step::Poll,

@@ -13,6 +13,7 @@
 //! - [`ui`]: the terminal screens (state, input and drawing kept apart).
 //! - [`play`]: `borbaman play`, the terminal game.
 //! - [`bot`]: `borbaman bot`, headless AI players.
+//! - [`rankings`]: `borbaman rankings`, the top players a page at a time.
 //! - [`bench`]: `borbaman bench`, RTT and jitter measurement runs.
 //! - [`chaos`]: `borbaman chaos`, fault-injection runs.
 //! - [`measure`]: the measurement engine both drive.
@@ -31,6 +32,7 @@ pub mod chaos;
 pub mod driver;
 pub mod measure;
 pub mod play;
+pub mod rankings;
 pub mod replay;
 pub mod shutdown;
 pub mod status;

@@ -33,6 +33,9 @@ enum Command {
     Watch(borbaman::watch::WatchArgs),
     /// Run headless AI players.
     Bot(borbaman::bot::BotArgs),
+    /// The top players: games, wins, draws and win rate, a page at a time,
+    /// your own line highlighted.
+    Rankings(borbaman::rankings::RankingsArgs),
     /// Run a game server (same as the `borbaman-server` binary).
     Server(Box<borbaman_server::cli::ServerArgs>),
     /// Measure RTT and jitter: headless bots play real games; writes
@@ -57,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Command::Play(args) => borbaman::play::run(args),
         Command::Watch(args) => borbaman::watch::run(args),
         Command::Bot(args) => borbaman::bot::run(args),
+        Command::Rankings(args) => borbaman::rankings::run(args),
         Command::Server(args) => borbaman_server::cli::run(*args),
         Command::Bench(args) => borbaman::bench::run(args),
         Command::Chaos(args) => borbaman::chaos::run(args),

@@ -116,6 +116,7 @@ fn start_play(cluster: &borbaman_cluster::local::LocalCluster, home: &std::path:
     let seat = Seat {
         name: "human".into(),
         map: String::new(),
+        bots: Default::default(),
         state_dir: StateDir::at(home),
         pool: PoolConfig::default(),
     };

@@ -61,6 +61,7 @@ fn state(phase: Phase) -> GameState {
             owner: 0,
             range: 3,
             fuse_ticks: 45,
+            ..Bomb::default()
         }],
         blasts: vec![Blast {
             x: 2,
@@ -435,4 +436,113 @@ fn a_watched_game_says_watching_and_shows_no_seat() {
     assert!(screen.contains("Tick   300"), "{screen}");
     assert!(!screen.contains("You "), "{screen}");
     assert!(!screen.contains("space bomb"), "{screen}");
+}
+
+/// The HUD names the kick and the remote control, and its legend shows
+/// their keys, only once the player holds them; their power-ups have glyphs
+/// of their own.
+#[test]
+fn the_legend_shows_the_kick_and_detonate_keys_only_when_held() {
+    use borbaman::ui::draw::{GLYPH_POWER_KICK, GLYPH_POWER_REMOTE};
+    let mut plain = state(Phase::Playing);
+    plain.cells[(W + 7) as usize] = Cell::PowerKick as u8;
+    plain.cells[(W + 9) as usize] = Cell::PowerRemote as u8;
+    let buffer = render(&view(plain.clone()), 80, 30, ColorMode::TrueColor);
+    assert_eq!(cell(&buffer, 7, 1), GLYPH_POWER_KICK);
+    assert_eq!(cell(&buffer, 9, 1), GLYPH_POWER_REMOTE);
+    let screen = text(&buffer);
+    assert!(screen.contains("space bomb"), "{screen}");
+    assert!(
+        !screen.contains("detonate") && !screen.contains("kick"),
+        "{screen}"
+    );
+
+    let mut remote = plain.clone();
+    remote.players[0].remote = true;
+    let screen = text(&render(&view(remote), 80, 30, ColorMode::TrueColor));
+    assert!(screen.contains("e/Enter detonate"), "{screen}");
+    assert!(screen.contains("Holds  remote"), "{screen}");
+    assert!(!screen.contains("kick"), "{screen}");
+
+    let mut both = plain;
+    both.players[0].kick = true;
+    both.players[0].remote = true;
+    let screen = text(&render(&view(both), 80, 30, ColorMode::TrueColor));
+    assert!(screen.contains("Holds  kick + remote"), "{screen}");
+    assert!(screen.contains("walk into a bomb: kick"), "{screen}");
+    assert!(screen.contains("e/Enter detonate"), "{screen}");
+}
+
+/// The rankings screen: 15 players a page with games, wins, draws and win
+/// rate, the viewer's own line highlighted (reversed) and marked, the page
+/// and its count in the title; over a lobby it says how to go back. The
+/// capture is printed (`--nocapture`) for the docs.
+#[test]
+fn the_rankings_screen_pages_the_players_and_highlights_your_line() {
+    use ratatui::style::Modifier;
+    let rankings: Vec<Ranking> = (0..20u32)
+        .map(|i| Ranking {
+            name: format!("player{:02}", i + 1),
+            games: 40 - i,
+            wins: 20 - i,
+            draws: i % 3,
+        })
+        .collect();
+    let mut v = View {
+        name: "player17".into(),
+        rankings,
+        ranking_page: Some(1),
+        ..View::default()
+    };
+    let buffer = render(&v, 80, 24, ColorMode::TrueColor);
+    let screen = text(&buffer);
+    println!("{screen}");
+    assert!(
+        screen.contains("rankings · page 2/2 · 20 players"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("player15 "),
+        "page 1's players are not on page 2"
+    );
+    let (row, line) = screen
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("player17"))
+        .expect("player17 on page 2");
+    // #17: 24 games, 4 wins, 1 draw, 17% (4/24 rounded), marked as yours.
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        fields[..8],
+        ["│17", "player17", "24", "4", "1", "17%", "◀", "you"],
+        "{line}"
+    );
+    let name_col = line.find("player17").unwrap();
+    let col = line[..name_col].chars().count() as u16;
+    assert!(
+        buffer[(col, row as u16)]
+            .modifier
+            .contains(Modifier::REVERSED),
+        "your line is highlighted"
+    );
+    let other = screen.lines().position(|l| l.contains("player18")).unwrap();
+    assert!(
+        !buffer[(col, other as u16)]
+            .modifier
+            .contains(Modifier::REVERSED)
+    );
+    assert!(screen.contains("←→ page · q quits"), "{screen}");
+
+    // Page 1 has the first 15; over a lobby the screen says how back.
+    v.ranking_page = Some(0);
+    v.state = Some(state(Phase::Waiting));
+    let screen = text(&render(&v, 80, 24, ColorMode::TrueColor));
+    assert!(screen.contains("page 1/2"), "{screen}");
+    assert!(
+        screen.contains("player01") && screen.contains("player15"),
+        "{screen}"
+    );
+    assert!(!screen.contains("player16"), "{screen}");
+    assert!(screen.contains("50%"), "player01: 20 of 40: {screen}");
+    assert!(screen.contains("k back to the lobby"), "{screen}");
 }

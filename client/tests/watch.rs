@@ -159,6 +159,7 @@ async fn a_waiting_player_watches_another_game_until_its_own_starts() {
     let seat = Seat {
         name: "waiter".into(),
         map: String::new(),
+        bots: Default::default(),
         state_dir: StateDir::at(home.path()),
         pool: PoolConfig::default(),
     };

@@ -73,6 +73,8 @@ impl ToProto for GameState {
                     connected: connected[seat],
                     seated: p.seated,
                     move_cooldown: p.move_cooldown as u32,
+                    kick: p.kick,
+                    remote: p.remote,
                 }
             })
             .collect();
@@ -85,6 +87,7 @@ impl ToProto for GameState {
             owner: b.owner as u32,
             range: b.range as u32,
             fuse_ticks: b.fuse_ticks as u32,
+            slide: b.slide.map_or(0, |d| i32::from(Action::Move(d).code())),
         }));
         let mut blasts = Vec::with_capacity(self.burning_cells());
         blasts.extend(self.blasts().map(|b| pb::Blast {
@@ -173,6 +176,7 @@ const _: () = {
     assert!(pb::Action::Right as i32 == Action::RIGHT_CODE as i32);
     assert!(pb::Action::Bomb as i32 == Action::BOMB_CODE as i32);
     assert!(pb::Action::Idle as i32 == Action::IDLE_CODE as i32);
+    assert!(pb::Action::Detonate as i32 == Action::DETONATE_CODE as i32);
     assert!(pb::Outcome::Applied as i32 == Outcome::APPLIED_CODE as i32);
     assert!(pb::Outcome::Queued as i32 == Outcome::QUEUED_CODE as i32);
     assert!(pb::Outcome::NoEffect as i32 == Outcome::NO_EFFECT_CODE as i32);
@@ -187,6 +191,8 @@ fn wire_cell(cell: Cell) -> pb::Cell {
         Cell::PowerUp(PowerUp::Bomb) => pb::Cell::PowerBomb,
         Cell::PowerUp(PowerUp::Range) => pb::Cell::PowerRange,
         Cell::PowerUp(PowerUp::Speed) => pb::Cell::PowerSpeed,
+        Cell::PowerUp(PowerUp::Kick) => pb::Cell::PowerKick,
+        Cell::PowerUp(PowerUp::Remote) => pb::Cell::PowerRemote,
         Cell::Closed => pb::Cell::Closed,
     }
 }
@@ -237,6 +243,66 @@ mod tests {
         assert_eq!(pb.seated, 4);
         assert_eq!(pb.round_ticks_left, ROUND_TICKS - 2);
         assert!(pb.winner.is_none() && !pb.draw && !pb.sudden_death);
+    }
+
+    /// The kick and the remote reach the client: held power-ups, their
+    /// cells on the board, a sliding bomb's way and a remote bomb's fuse.
+    #[test]
+    fn proto_carries_the_kick_and_the_remote() {
+        use borbaman_game::{Bomb, Dir, PowerUp, REMOTE_FUSE_TICKS, Seen};
+        let mut g = GameState::new(3, 0);
+        for t in 0..4 {
+            g.seat_player(t);
+        }
+        let mut players = *g.players();
+        players[0].kick = true;
+        players[1].remote = true;
+        let mut cells = *g.cells();
+        cells[index(1, 2)] = Cell::PowerUp(PowerUp::Kick);
+        cells[index(2, 1)] = Cell::PowerUp(PowerUp::Remote);
+        let seen = Seen {
+            arena: g.arena(),
+            tick: g.tick(),
+            phase: g.phase(),
+            round_ticks_left: g.round_ticks_left(),
+            sudden_death: false,
+            cells,
+            players,
+            bombs: vec![
+                Bomb {
+                    x: 13,
+                    y: 1,
+                    owner: 1,
+                    range: 2,
+                    fuse_ticks: REMOTE_FUSE_TICKS,
+                    slide: None,
+                },
+                Bomb {
+                    x: 1,
+                    y: 11,
+                    owner: 2,
+                    range: 2,
+                    fuse_ticks: 30,
+                    slide: Some(Dir::Left),
+                },
+            ],
+            blasts: vec![],
+        };
+        let names = ["a", "b", "c", "d"].map(String::from);
+        let pb = GameState::from_seen(&seen).to_proto(1, 1, &names, [true; 4]);
+        assert!(pb.players[0].kick && !pb.players[0].remote);
+        assert!(pb.players[1].remote && !pb.players[1].kick);
+        assert_eq!(pb.cells[index(1, 2)], pb::Cell::PowerKick as u8);
+        assert_eq!(pb.cells[index(2, 1)], pb::Cell::PowerRemote as u8);
+        let remote = pb.bombs.iter().find(|b| b.owner == 1).unwrap();
+        assert_eq!(remote.fuse_ticks, u32::from(REMOTE_FUSE_TICKS));
+        assert_eq!(remote.slide(), pb::Action::Unspecified);
+        let kicked = pb.bombs.iter().find(|b| b.owner == 2).unwrap();
+        assert_eq!(kicked.slide(), pb::Action::Left);
+        assert_eq!(
+            action_from_proto(pb::Action::Detonate as i32),
+            Some(Action::Detonate)
+        );
     }
 
     #[test]

@@ -178,3 +178,61 @@ async fn racing_copies_on_two_servers_apply_each_input_once() {
     assert_eq!(logged.len(), 1, "the game finished");
     assert_eq!(verify(&logged[0]), Verdict::Same);
 }
+
+/// A detonate is an input like any other: sent in a batch that is hedged to
+/// two servers at once and retried, it is logged once, as a detonate, and
+/// the finished game still replays from its log to its stored state.
+#[tokio::test]
+async fn a_hedged_and_retried_detonate_is_applied_once() {
+    let pg = start_db();
+    let a = ServerProcess::start(&pg.url());
+    let b = ServerProcess::start(&pg.url());
+    let (mut ca, mut cb) = (a.game().await, b.game().await);
+    let players = full_game(&mut ca).await;
+    let db = sql(&pg.url()).await;
+    let p = &players[0];
+
+    let sent = [pb::Action::Bomb, pb::Action::Right, pb::Action::Detonate];
+    let mut request = batch(p, 1..=3);
+    for (input, action) in request.inputs.iter_mut().zip(sent) {
+        input.action = action as i32;
+    }
+    request.action = pb::Action::Detonate as i32;
+    // The hedge: the same batch on both servers at once; then a retry.
+    let (ra, rb) = tokio::join!(ca.act(request.clone()), cb.act(request.clone()));
+    let applied: u32 = [ra, rb]
+        .into_iter()
+        .map(|r| r.expect("act").into_inner().applied)
+        .sum();
+    assert_eq!(applied, 3, "the two copies applied the three inputs once");
+    let retry = act(&mut cb, request).await;
+    assert!(retry.replayed && retry.applied == 0, "{retry:?}");
+    assert_eq!(retry.ack, 3);
+
+    let log = log_of(&db, p).await;
+    let logged: Vec<(i64, i16)> = log.iter().map(|r| (r.0, r.1)).collect();
+    assert_eq!(
+        logged,
+        [
+            (1, pb::Action::Bomb as i16),
+            (2, pb::Action::Right as i16),
+            (3, pb::Action::Detonate as i16),
+        ],
+        "each input once, the detonate as a detonate"
+    );
+
+    for q in &players[1..] {
+        ca.leave(pb::LeaveRequest {
+            token: q.token.clone(),
+            game_id: q.game_id,
+            seat: q.seat,
+            seq: 1,
+        })
+        .await
+        .expect("leave");
+    }
+    let game = p.game_id as i64;
+    let logged = finished_games(&db, Some(&[game])).await.unwrap();
+    assert_eq!(logged.len(), 1, "the game finished");
+    assert_eq!(verify(&logged[0]), Verdict::Same);
+}

@@ -127,6 +127,7 @@ pub(super) async fn start_bots(
     let team = bot::BotTeam {
         sessions: Some(sessions),
         map: seat.map.clone(),
+        level: seat.bots,
         follow: Some(follow),
         ..bot::BotTeam::new(LOCAL_BOTS)
     };

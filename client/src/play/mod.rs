@@ -60,9 +60,11 @@ static HUNG_UP: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
-Keys: arrows or WASD move, space plants a bomb, r plays again once a game is \
-over or you are out of it, q (or Esc, Ctrl-C) quits. While your game waits for \
-players, ↑↓ and Enter watch one of the live games until it starts.
+Keys: arrows or WASD move, space plants a bomb, e or Enter sets off your bombs \
+once you hold the remote control (walking into a bomb kicks it once you hold \
+the kick), r plays again once a game is over or you are out of it, q (or Esc, \
+Ctrl-C) quits. While your game waits for players, ↑↓ and Enter watch one of the \
+live games until it starts, and k shows the rankings (←→ turn their pages).
 
 Without --servers: the database is DATABASE_URL if set, else a private \
 PostgreSQL kept under your data directory (~/.local/share/borbaman, or \
@@ -99,6 +101,11 @@ pub struct PlayArgs {
     /// docs/internet.md.
     #[arg(long, value_name = "DELAY[,JITTER][,stall=P]", value_parser = crate::args::wan_spec)]
     pub wan: Option<borbaman_cluster::WanSpec>,
+    /// Without --servers: how well the 3 local bots play: easy (they
+    /// wander and bomb rarely), normal, or hard (they hunt, kick bombs at
+    /// you and hold remote bombs until you are in their blast).
+    #[arg(long, value_name = "LEVEL")]
+    pub bots: Option<crate::brain::Level>,
 }
 
 /// The network task of `borbaman play` on its own (no terminal, no local
@@ -132,6 +139,11 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         args.wan.is_none() || args.servers.servers.is_empty(),
         "--wan puts the servers of the local cluster at a distance; with --servers the \
          network between you and them is the real one (leave --servers out to emulate one)"
+    );
+    anyhow::ensure!(
+        args.bots.is_none() || args.servers.servers.is_empty(),
+        "--bots sets how well the local bots play, and with --servers none are started; \
+         to add bots to a cluster, run `borbaman bot --bots LEVEL --servers …`"
     );
     let name = match args.name {
         Some(name) => name,
@@ -171,6 +183,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         db: args.db.db,
         wan: args.wan,
         map: args.map.unwrap_or_default(),
+        bots: args.bots.unwrap_or_default(),
         data_dir,
         log_dir,
         state_dir,
@@ -325,6 +338,8 @@ struct Setup {
     wan: Option<borbaman_cluster::WanSpec>,
     /// The arena asked for (empty: any).
     map: String,
+    /// How well the local bots play.
+    bots: crate::brain::Level,
     data_dir: PathBuf,
     log_dir: PathBuf,
     state_dir: StateDir,
@@ -359,6 +374,7 @@ async fn network(
     let seat = Seat {
         name: setup.name,
         map: setup.map,
+        bots: setup.bots,
         state_dir: setup.state_dir,
         pool: if local {
             PoolConfig::default()
@@ -376,6 +392,8 @@ pub struct Seat {
     pub name: String,
     /// The arena asked for (empty: any).
     pub map: String,
+    /// How well the local bots play (with `local`).
+    pub bots: crate::brain::Level,
     pub state_dir: StateDir,
     pub pool: PoolConfig,
 }
@@ -445,7 +463,7 @@ fn progress(view: &watch::Sender<View>, step: &str) {
 }
 
 /// The login name, or "player".
-fn login_name() -> String {
+pub(crate) fn login_name() -> String {
     let name = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_default();

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 use crate::driver;
 use crate::shutdown::Shutdown;
 use crate::ui::input::Command;
+use crate::ui::rankings;
 use crate::ui::{NetStats, SERVERS_FULL, View, out_of_game, servers_full_line};
 
 /// How often the state is polled while nothing is being sent.
@@ -224,6 +225,7 @@ impl Player {
                 self.view.send_modify(|v| {
                     v.watching = false;
                     v.live_games = None;
+                    v.ranking_page = None;
                     v.note = None;
                     v.seat = Some(seat);
                     v.state = state;
@@ -245,6 +247,10 @@ impl Player {
                     // already out; then on as from the game-over screen.
                     self.leave(session).await;
                     return Next::PlayAgain;
+                }
+                Wake::Command(Command::Rankings) if waiting => {
+                    self.toggle_rankings().await;
+                    continue;
                 }
                 Wake::Command(command) if waiting => {
                     self.lobby_command(command, &mut lobby);
@@ -348,9 +354,42 @@ impl Player {
         }
     }
 
+    /// `k` in the lobby: the rankings screen opens (fetched afresh, on the
+    /// page of the player's own line) or closes.
+    async fn toggle_rankings(&mut self) {
+        if self.view.borrow().ranking_page.is_some() {
+            self.view.send_modify(|v| v.ranking_page = None);
+            return;
+        }
+        match session::rankings(&self.pool, rankings::FETCHED).await {
+            Ok(list) => self.view.send_modify(|v| {
+                v.ranking_page = Some(rankings::page_of(&list, &v.name).unwrap_or(0));
+                v.rankings = list;
+            }),
+            Err(e) => self.record_error(&e),
+        }
+    }
+
     /// A key pressed in the lobby: ↑↓ choose a live game, Enter watches it
-    /// (its own spectator, on the player's pool).
+    /// (its own spectator, on the player's pool); with the rankings open,
+    /// ←→ turn their pages and Enter closes them.
     fn lobby_command(&mut self, command: Command, lobby: &mut Lobby) {
+        let ranking_page = self.view.borrow().ranking_page;
+        if let Some(page) = ranking_page {
+            let delta = match command {
+                Command::Left | Command::Up => -1,
+                Command::Right | Command::Down => 1,
+                Command::Select => {
+                    self.view.send_modify(|v| v.ranking_page = None);
+                    return;
+                }
+                _ => return,
+            };
+            self.view.send_modify(|v| {
+                v.ranking_page = Some(rankings::turn(page, delta, v.rankings.len()));
+            });
+            return;
+        }
         match command {
             Command::Up => self
                 .view

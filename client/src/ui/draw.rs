@@ -38,6 +38,8 @@ pub const GLYPH_BLAST: &str = "░░";
 pub const GLYPH_POWER_BOMB: &str = "+b";
 pub const GLYPH_POWER_RANGE: &str = "+r";
 pub const GLYPH_POWER_SPEED: &str = "+s";
+pub const GLYPH_POWER_KICK: &str = "+k";
+pub const GLYPH_POWER_REMOTE: &str = "+e";
 /// A bomb is this glyph followed by its fuse in whole seconds.
 pub const GLYPH_BOMB: char = '●';
 
@@ -61,6 +63,17 @@ pub fn draw(frame: &mut Frame, view: &View, colors: ColorMode) {
         Screen::Lobby => draw_lobby(frame, view, area, &palette),
         Screen::Game => draw_game(frame, view, area, &palette),
         Screen::GameOver => draw_game_over(frame, view, area, &palette),
+        Screen::Rankings => {
+            // Over a lobby, the screen goes back to it; on its own, it is
+            // the whole program.
+            let back = if view.state.is_some() {
+                "k back to the lobby · q quits"
+            } else {
+                "q quits"
+            };
+            let page = view.ranking_page.unwrap_or(0);
+            super::rankings::draw_rankings(frame, view, page, back, area);
+        }
     }
 }
 
@@ -176,7 +189,11 @@ fn draw_lobby(frame: &mut Frame, view: &View, area: Rect, palette: &Palette) {
     }
     lines.extend(net_lines(&view.net));
     lines.push(Line::from(""));
-    lines.push(Line::from("q quits").dim());
+    if view.watching {
+        lines.push(Line::from("q quits").dim());
+    } else {
+        lines.push(Line::from("k rankings · q quits").dim());
+    }
     let title = if view.watching {
         " Borbaman · watching a lobby "
     } else {
@@ -394,6 +411,13 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
                 me.range,
                 me.speed
             )));
+            if me.kick || me.remote {
+                let held: Vec<&str> = [(me.kick, "kick"), (me.remote, "remote")]
+                    .into_iter()
+                    .filter_map(|(held, name)| held.then_some(name))
+                    .collect();
+                lines.push(Line::from(format!("Holds  {}", held.join(" + "))));
+            }
         }
         None => lines.push(Line::from(format!("You    {}", shown_name(&view.name)))),
     }
@@ -444,6 +468,13 @@ fn hud_lines(view: &View, state: &GameState, palette: &Palette) -> Vec<Line<'sta
         lines.push(Line::from("r next game · q quits").dim());
     } else {
         lines.push(Line::from("←↑↓→/WASD move").dim());
+        // The keys of the kick and the remote only once they are held.
+        if me.is_some_and(|p| p.kick) {
+            lines.push(Line::from("walk into a bomb: kick").dim());
+        }
+        if me.is_some_and(|p| p.remote) {
+            lines.push(Line::from("e/Enter detonate").dim());
+        }
         lines.push(Line::from("space bomb · q quit").dim());
     }
     lines
@@ -585,6 +616,8 @@ impl Palette {
             Cell::PowerBomb => Span::styled(GLYPH_POWER_BOMB, power),
             Cell::PowerRange => Span::styled(GLYPH_POWER_RANGE, power),
             Cell::PowerSpeed => Span::styled(GLYPH_POWER_SPEED, power),
+            Cell::PowerKick => Span::styled(GLYPH_POWER_KICK, power),
+            Cell::PowerRemote => Span::styled(GLYPH_POWER_REMOTE, power),
         }
     }
 }

@@ -1,7 +1,7 @@
-//! Key presses to commands. Arrows or WASD move, space plants a bomb, `r`
-//! plays again after a game (or once out of a running one), Enter picks a
-//! game to watch from a list, `q`, Esc or
-//! Ctrl-C quits.
+//! Key presses to commands. Arrows or WASD move, space plants a bomb, `e`
+//! or Enter sets off remote-controlled bombs, `r` plays again after a game
+//! (or once out of a running one), Enter picks a game to watch from a list
+//! in the lobby, `k` shows the rankings there, `q`, Esc or Ctrl-C quits.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
@@ -13,9 +13,13 @@ pub enum Command {
     Left,
     Right,
     Bomb,
+    /// `e`: set off the player's remote-controlled bombs.
+    Detonate,
     PlayAgain,
-    /// Enter: watch the highlighted game of a list.
+    /// Enter: watch the highlighted game of a list; in a game, detonate.
     Select,
+    /// `k`: show the rankings (in the lobby).
+    Rankings,
     Quit,
 }
 
@@ -29,7 +33,8 @@ impl Command {
             Command::Left => Action::Left,
             Command::Right => Action::Right,
             Command::Bomb => Action::Bomb,
-            Command::PlayAgain | Command::Select | Command::Quit => return None,
+            Command::Detonate | Command::Select => Action::Detonate,
+            Command::PlayAgain | Command::Rankings | Command::Quit => return None,
         })
     }
 }
@@ -48,6 +53,8 @@ pub fn command_for(key: KeyEvent) -> Option<Command> {
         KeyCode::Left | KeyCode::Char('a' | 'A') => Command::Left,
         KeyCode::Right | KeyCode::Char('d' | 'D') => Command::Right,
         KeyCode::Char(' ') => Command::Bomb,
+        KeyCode::Char('e' | 'E') => Command::Detonate,
+        KeyCode::Char('k' | 'K') => Command::Rankings,
         KeyCode::Char('r' | 'R') => Command::PlayAgain,
         KeyCode::Enter => Command::Select,
         KeyCode::Char('q' | 'Q') | KeyCode::Esc => Command::Quit,
@@ -73,6 +80,15 @@ mod tests {
         let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
         assert_eq!(command_for(ctrl_c), Some(Command::Quit));
         assert_eq!(command_for(press(KeyCode::Char('x'))), None);
+        // e and Enter set off remote bombs in a game.
+        let e = command_for(press(KeyCode::Char('e'))).unwrap();
+        let enter = command_for(press(KeyCode::Enter)).unwrap();
+        assert_eq!(e.action(), Some(borbaman_proto::pb::Action::Detonate));
+        assert_eq!(enter.action(), Some(borbaman_proto::pb::Action::Detonate));
+        assert_eq!(
+            command_for(press(KeyCode::Char('k'))),
+            Some(Command::Rankings)
+        );
         let mut release = press(KeyCode::Up);
         release.kind = KeyEventKind::Release;
         assert_eq!(command_for(release), None);

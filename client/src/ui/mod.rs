@@ -9,6 +9,7 @@
 
 pub mod draw;
 pub mod input;
+pub mod rankings;
 
 use std::time::Duration;
 
@@ -29,8 +30,11 @@ pub struct View {
     /// than one shown before), with the player's own unacknowledged inputs
     /// applied on top (predicted, see `borbaman_client::predict`).
     pub state: Option<GameState>,
-    /// Rankings, fetched when a game ends.
+    /// Rankings, fetched when a game ends or the rankings screen opens.
     pub rankings: Vec<Ranking>,
+    /// The rankings screen's page while it is open (over the lobby, or as
+    /// all of `borbaman rankings`).
+    pub ranking_page: Option<usize>,
     pub net: NetStats,
     /// A replay's status (one line per `\n`); the game is drawn as in
     /// play, to its end.
@@ -81,6 +85,8 @@ pub enum Screen {
     Lobby,
     Game,
     GameOver,
+    /// The rankings, a page at a time.
+    Rankings,
     Failed,
 }
 
@@ -88,6 +94,9 @@ impl View {
     pub fn screen(&self) -> Screen {
         if self.error.is_some() {
             return Screen::Failed;
+        }
+        if self.ranking_page.is_some() {
+            return Screen::Rankings;
         }
         match self.state.as_ref().map(|s| s.phase()) {
             None if self.live_games.is_some() => Screen::Pick,

@@ -194,6 +194,18 @@ pub async fn bot_game(
     within: Duration,
     what: &str,
 ) -> Vec<borbaman::bot::GameOutcome> {
+    bot_game_at(servers, pool, map, Default::default(), within, what).await
+}
+
+/// [`bot_game`] with bots of `level`.
+pub async fn bot_game_at(
+    servers: &[String],
+    pool: borbaman_client::pool::PoolConfig,
+    map: &str,
+    level: borbaman::brain::Level,
+    within: Duration,
+    what: &str,
+) -> Vec<borbaman::bot::GameOutcome> {
     use borbaman::bot::{BotTeam, spawn_bots};
     let (_stopper, stop) = borbaman::shutdown::channel();
     let (outcome_tx, mut outcomes) = tokio::sync::mpsc::unbounded_channel();
@@ -203,6 +215,7 @@ pub async fn bot_game(
         &BotTeam {
             games: Some(1),
             map: map.into(),
+            level,
             ..BotTeam::new(4)
         },
         stop,

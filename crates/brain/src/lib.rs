@@ -15,6 +15,15 @@
 //! can land at once: one sent during the move cooldown would be buffered and
 //! made later on a changed board.
 //!
+//! Three levels ([`Level`]) share this one brain. *Normal* is the bot above.
+//! *Easy* still flees and takes power-ups, but bombs only now and then and
+//! never hunts: it mostly wanders. *Hard* plays normal and also hunts
+//! before it clears blocks, kicks bombs down a lane at an opponent, and with
+//! the remote control keeps its bombs until an opponent is in their blast
+//! (its traps: a bomb that leaves an opponent no way out is planted even
+//! with one way out for itself). Every level sets off its remote bombs: easy
+//! and normal as soon as they are out of the blast.
+//!
 //! `arena` (tests) plays whole games of four brains on the real game core
 //! and checks that they make a game of it; its `report` prints the figures
 //! to tune by.
@@ -31,6 +40,59 @@ pub const STEP_TICKS: u32 = 5;
 /// An opponent this close (in steps, as the crow flies) could plant a bomb
 /// across a single way out.
 const NEAR_CELLS: i32 = 4;
+
+/// Ticks an opponent's remote-controlled bomb is taken to wait at most: it
+/// may go off whenever its owner likes.
+const REMOTE_DANGER_TICKS: u32 = 15;
+
+/// Share of the chances to bomb an easy bot takes, each tick it has one.
+const EASY_BOMB_CHANCE: f64 = 0.02;
+
+/// How well a bot plays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// Wanders, bombs rarely, never hunts.
+    Easy,
+    /// Clears blocks, takes power-ups, hunts, bombs only with a way out.
+    #[default]
+    Normal,
+    /// Hunts first, kicks bombs at opponents, holds its remote bombs for
+    /// them and lays traps.
+    Hard,
+}
+
+impl Level {
+    pub const ALL: [Level; 3] = [Level::Easy, Level::Normal, Level::Hard];
+
+    /// The name players type (`--bots NAME`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Level::Easy => "easy",
+            Level::Normal => "normal",
+            Level::Hard => "hard",
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Level {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Level, String> {
+        let wanted = name.trim().to_ascii_lowercase();
+        Level::ALL
+            .into_iter()
+            .find(|l| l.name() == wanted)
+            .ok_or_else(|| {
+                format!("unknown bot level {name:?}; the levels are: easy, normal, hard")
+            })
+    }
+}
 
 const DIRS: [(i32, i32, pb::Action); 4] = [
     (0, -1, pb::Action::Up),
@@ -82,10 +144,7 @@ impl<'a> Board<'a> {
 
     /// A player can stand here (floor or power-up; bombs are separate).
     pub fn walkable(&self, i: usize) -> bool {
-        matches!(
-            self.cell(i),
-            Cell::Floor | Cell::PowerBomb | Cell::PowerRange | Cell::PowerSpeed
-        )
+        matches!(self.cell(i), Cell::Floor) || is_power_cell(self.cell(i))
     }
 
     pub fn has_bomb(&self, i: usize) -> bool {
@@ -122,6 +181,14 @@ impl<'a> Board<'a> {
     }
 }
 
+/// A power-up lies here.
+fn is_power_cell(cell: Cell) -> bool {
+    matches!(
+        cell,
+        Cell::PowerBomb | Cell::PowerRange | Cell::PowerSpeed | Cell::PowerKick | Cell::PowerRemote
+    )
+}
+
 /// Per cell: in how many ticks a blast reaches it (0: a blast is on it now),
 /// or `None` if no bomb on the board will reach it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,8 +203,16 @@ impl DangerMap {
 }
 
 /// Builds the danger map of `state`, as if `extra` were also on the board.
-/// A bomb caught in another's blast explodes with it (chain reactions).
+/// A bomb caught in another's blast explodes with it (chain reactions). A
+/// remote-controlled bomb of a live player may go off at any time: it is
+/// taken to go off within [`REMOTE_DANGER_TICKS`].
 pub fn danger_map(state: &GameState, extra: Option<&pb::Bomb>) -> DangerMap {
+    danger_map_for(state, extra, None)
+}
+
+/// [`danger_map`] as `me` sees it: its own remote bombs go off when it
+/// says, so they count at their fuse.
+fn danger_map_for(state: &GameState, extra: Option<&pb::Bomb>, me: Option<u32>) -> DangerMap {
     let board = Board::new(state);
     let bombs: Vec<&pb::Bomb> = state.bombs.iter().chain(extra).collect();
     let at: Vec<Option<usize>> = bombs
@@ -152,7 +227,22 @@ pub fn danger_map(state: &GameState, extra: Option<&pb::Bomb>) -> DangerMap {
                 .unwrap_or_default()
         })
         .collect();
-    let mut explode_in: Vec<u32> = bombs.iter().map(|b| b.fuse_ticks).collect();
+    let remote = |owner: u32| {
+        state
+            .players
+            .iter()
+            .any(|p| p.seat == owner && p.alive && p.remote && Some(owner) != me)
+    };
+    let mut explode_in: Vec<u32> = bombs
+        .iter()
+        .map(|b| {
+            if remote(b.owner) {
+                b.fuse_ticks.min(REMOTE_DANGER_TICKS)
+            } else {
+                b.fuse_ticks
+            }
+        })
+        .collect();
     // Relax until stable: a bomb explodes no later than any bomb whose blast
     // covers it. At most n rounds.
     for _ in 0..bombs.len() {
@@ -370,6 +460,11 @@ fn escape_routes(board: &Board, danger: &DangerMap, from: usize, player: &pb::Pl
 /// compiled (and optimised, see the workspace's `Cargo.toml`) in this
 /// crate rather than in each caller's.
 pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action {
+    decide_at(state, seat, Level::Normal, rng)
+}
+
+/// [`decide`] for a bot of `level`.
+pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCore) -> pb::Action {
     let Some(me) = state.players.iter().find(|p| p.seat == seat) else {
         return pb::Action::Idle;
     };
@@ -380,12 +475,22 @@ pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action
     let Some(here) = board.index(me.x as i32, me.y as i32) else {
         return pb::Action::Idle;
     };
-    let danger = danger_map(state, None);
+    let danger = danger_map_for(state, None, Some(seat));
 
     // A move sent during the cooldown is buffered and made when it ends,
     // even if the board has changed by then (a stale step into a blast).
     // One sent when a single tick is left lands as the cooldown ends.
     let may_move = me.move_cooldown <= 1;
+
+    // 0. A hard bot with the kick sends a bomb beside it down a lane at an
+    // opponent, when that leaves it out of every blast.
+    if level == Level::Hard
+        && me.kick
+        && may_move
+        && let Some(action) = kick_at(state, &board, seat, here)
+    {
+        return action;
+    }
 
     // 1. Flee (in sudden death, toward the cell that closes last).
     if !danger.safe(here) {
@@ -410,22 +515,39 @@ pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action
         .iter()
         .filter_map(|p| board.index(p.x as i32, p.y as i32))
         .collect();
+
+    // 2. Set off our remote bombs once we are out of their blast: at once
+    // (easy, normal), or when they would catch an opponent (hard; after the
+    // normal fuse's time, whatever they catch).
+    if me.remote
+        && let Some(action) = detonate(state, level, seat, here, &opponents)
+    {
+        return action;
+    }
+
     let worth_bombing = |at: usize| {
         let blast = board.blast_cells(at, me.range.max(1));
         blast.iter().any(|&i| board.cell(i) == Cell::Soft)
             || opponents.iter().any(|o| blast.contains(o))
     };
 
-    // 2. Bomb, when it hits something and we can get away from it.
-    if me.bombs_placed < me.bombs_max && !board.has_bomb(here) && worth_bombing(here) {
+    // 3. Bomb, when it hits something and we can get away from it (an easy
+    // bot lets most chances go).
+    let takes_chance = level != Level::Easy || rng.random_bool(EASY_BOMB_CHANCE);
+    if me.bombs_placed < me.bombs_max
+        && !board.has_bomb(here)
+        && worth_bombing(here)
+        && takes_chance
+    {
         let bomb = pb::Bomb {
             x: me.x,
             y: me.y,
             owner: seat,
             range: me.range.max(1),
             fuse_ticks: u32::from(borbaman_game::FUSE_TICKS),
+            slide: 0,
         };
-        let with_bomb = danger_map(state, Some(&bomb));
+        let with_bomb = danger_map_for(state, Some(&bomb), Some(seat));
         let routes = escape_routes(&board, &with_bomb, here, me);
         let (x, y) = board.xy(here);
         let rival_near = opponents.iter().any(|&o| {
@@ -447,7 +569,7 @@ pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action
         return pb::Action::Idle;
     }
 
-    // 3. Walk, only over cells no bomb will reach.
+    // 4. Walk, only over cells no bomb will reach.
     let step = step_ticks(me);
     let safe_path = |i: usize, _t: u32| danger.safe(i);
     let go = |goal: &dyn Fn(usize) -> bool| {
@@ -458,28 +580,44 @@ pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action
     {
         return action;
     }
-    let is_power = |i: usize| {
-        matches!(
-            board.cell(i),
-            Cell::PowerBomb | Cell::PowerRange | Cell::PowerSpeed
-        )
-    };
+    let is_power = |i: usize| is_power_cell(board.cell(i));
     if let Some(action) = go(&is_power) {
         return action;
     }
-    if me.bombs_placed < me.bombs_max
-        && let Some(action) = go(&|i| worth_bombing(i) && !board.has_bomb(i))
+    // A hard bot's trap: the nearest cell where its bomb would leave an
+    // opponent no way out and itself one.
+    if level == Level::Hard
+        && me.bombs_placed < me.bombs_max
+        && let Some(action) = trap(state, &board, &danger, me, here, &rivals)
     {
         return action;
     }
     // Hunt: a cell from which a bomb would reach an opponent.
-    if let Some(action) = go(&|i| {
-        let blast = board.blast_cells(i, me.range.max(1));
-        opponents.iter().any(|o| blast.contains(o))
-    }) {
+    let hunt = || {
+        go(&|i| {
+            let blast = board.blast_cells(i, me.range.max(1));
+            opponents.iter().any(|o| blast.contains(o))
+        })
+    };
+    if level != Level::Easy
+        && me.bombs_placed < me.bombs_max
+        && let Some(action) = go(&|i| worth_bombing(i) && !board.has_bomb(i))
+    {
         return action;
     }
-    // 4. Wander.
+    if level != Level::Easy
+        && let Some(action) = hunt()
+    {
+        return action;
+    }
+    // 5. Wander (an easy bot also heads for blocks to clear, now and then).
+    if level == Level::Easy
+        && me.bombs_placed < me.bombs_max
+        && rng.random_bool(0.1)
+        && let Some(action) = go(&|i| worth_bombing(i) && !board.has_bomb(i))
+    {
+        return action;
+    }
     let moves: Vec<pb::Action> = board
         .neighbours(here)
         .filter(|&(n, _)| board.walkable(n) && !board.has_bomb(n) && danger.safe(n))
@@ -489,6 +627,149 @@ pub fn decide(state: &GameState, seat: u32, rng: &mut dyn RngCore) -> pb::Action
         return pb::Action::Idle;
     }
     moves[rng.random_range(0..moves.len())]
+}
+
+/// Cells near enough to weigh as a trap's place, nearest first.
+const TRAP_CELLS: usize = 24;
+
+/// The first step toward the nearest safe cell (among [`TRAP_CELLS`]) where
+/// a bomb of `me` would leave a rival in its blast with no way out, while
+/// `me` keeps one; `Bomb` when that cell is `here`.
+fn trap(
+    state: &GameState,
+    board: &Board,
+    danger: &DangerMap,
+    me: &pb::Player,
+    here: usize,
+    rivals: &[&pb::Player],
+) -> Option<pb::Action> {
+    let step = step_ticks(me);
+    let cells = explore(board, here, 0, step, |i, _| danger.safe(i));
+    for (at, first) in cells.into_iter().take(TRAP_CELLS) {
+        if board.has_bomb(at) {
+            continue;
+        }
+        let (x, y) = board.xy(at);
+        let bomb = pb::Bomb {
+            x: x as u32,
+            y: y as u32,
+            owner: me.seat,
+            range: me.range.max(1),
+            fuse_ticks: u32::from(borbaman_game::FUSE_TICKS),
+            slide: 0,
+        };
+        let with_bomb = danger_map_for(state, Some(&bomb), Some(me.seat));
+        let traps = rivals.iter().any(|r| {
+            board
+                .index(r.x as i32, r.y as i32)
+                .is_some_and(|o| !with_bomb.safe(o) && escape_routes(board, &with_bomb, o, r) == 0)
+        });
+        if !traps {
+            continue;
+        }
+        let there = pb::Player {
+            x: x as u32,
+            y: y as u32,
+            move_cooldown: 0,
+            ..me.clone()
+        };
+        if escape_routes(board, &with_bomb, at, &there) == 0 {
+            continue;
+        }
+        return Some(first.unwrap_or(pb::Action::Bomb));
+    }
+    None
+}
+
+/// Whether to set off `seat`'s remote bombs now: only when `here` is out of
+/// their blast (chains included); a hard bot waits for an opponent in it,
+/// or for the normal fuse's time to have passed.
+fn detonate(
+    state: &GameState,
+    level: Level,
+    seat: u32,
+    here: usize,
+    opponents: &[usize],
+) -> Option<pb::Action> {
+    let mine: Vec<&pb::Bomb> = state
+        .bombs
+        .iter()
+        .filter(|b| b.owner == seat && b.fuse_ticks > 1)
+        .collect();
+    if mine.is_empty() {
+        return None;
+    }
+    // Our bombs going off now, with whatever they set off.
+    let mut now = state.clone();
+    now.bombs = mine
+        .iter()
+        .map(|&b| pb::Bomb {
+            fuse_ticks: 0,
+            ..*b
+        })
+        .collect();
+    now.blasts.clear();
+    let danger = danger_map_for(&now, None, Some(seat));
+    if !danger.safe(here) {
+        return None;
+    }
+    let catches = opponents.iter().any(|&o| !danger.safe(o));
+    let aged = mine.iter().any(|b| {
+        b.fuse_ticks + u32::from(borbaman_game::FUSE_TICKS)
+            <= u32::from(borbaman_game::REMOTE_FUSE_TICKS)
+    });
+    (level != Level::Hard || catches || aged).then_some(pb::Action::Detonate)
+}
+
+/// With the kick: the move that kicks a neighbouring bomb down a lane to
+/// where its blast reaches an opponent, if after the kick the kicker stands
+/// in no blast.
+fn kick_at(state: &GameState, board: &Board, seat: u32, here: usize) -> Option<pb::Action> {
+    let opponents: Vec<usize> = state
+        .players
+        .iter()
+        .filter(|p| p.alive && p.seat != seat)
+        .filter_map(|p| board.index(p.x as i32, p.y as i32))
+        .collect();
+    let (x, y) = board.xy(here);
+    for (dx, dy, action) in DIRS {
+        let Some(at) = board.index(x + dx, y + dy) else {
+            continue;
+        };
+        let Some(k) = state
+            .bombs
+            .iter()
+            .position(|b| board.index(b.x as i32, b.y as i32) == Some(at))
+        else {
+            continue;
+        };
+        // Where it would stop: the last free floor cell down the lane.
+        let (mut cx, mut cy) = (x + dx, y + dy);
+        let mut stop = at;
+        while let Some(next) = board.index(cx + dx, cy + dy) {
+            let occupied = board.cell(next) != Cell::Floor
+                || board.has_bomb(next)
+                || opponents.contains(&next);
+            if occupied {
+                break;
+            }
+            (cx, cy) = (cx + dx, cy + dy);
+            stop = next;
+        }
+        if stop == at {
+            continue;
+        }
+        let blast = board.blast_cells(stop, state.bombs[k].range.max(1));
+        if !opponents.iter().any(|o| blast.contains(o)) {
+            continue;
+        }
+        let mut kicked = state.clone();
+        (kicked.bombs[k].x, kicked.bombs[k].y) = (cx as u32, cy as u32);
+        if danger_map_for(&kicked, None, Some(seat)).safe(here) {
+            return Some(action);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -548,6 +829,7 @@ pub(crate) mod tests {
                         owner: 9,
                         range: 2,
                         fuse_ticks: 30,
+                        slide: 0,
                     });
                 }
             }
@@ -637,6 +919,7 @@ pub(crate) mod tests {
             owner: 0,
             range: 2,
             fuse_ticks: 40,
+            slide: 0,
         });
         let mut rng = StdRng::seed_from_u64(1);
         // Down leads to (1,4), three cells away: out of a range-2 blast.
@@ -664,6 +947,7 @@ pub(crate) mod tests {
             owner: 0,
             range: 2,
             fuse_ticks: 40,
+            slide: 0,
         });
         let mut rng = StdRng::seed_from_u64(6);
         state.players[0].move_cooldown = 3;
@@ -786,6 +1070,80 @@ pub(crate) mod tests {
         (rival.seat, rival.x, rival.y) = (1, 7, 6);
         state.players.push(rival);
         assert_ne!(decide(&state, 0, &mut rng), pb::Action::Up);
+    }
+
+    #[test]
+    fn levels_are_named_as_typed() {
+        for level in Level::ALL {
+            assert_eq!(level.name().parse::<Level>(), Ok(level));
+        }
+        assert_eq!(" Hard ".parse::<Level>(), Ok(Level::Hard));
+        let err = "expert".parse::<Level>().unwrap_err();
+        assert!(err.contains("easy, normal, hard"), "{err}");
+        assert_eq!(Level::default(), Level::Normal);
+    }
+
+    #[test]
+    fn a_hard_bot_with_the_kick_sends_a_bomb_down_the_lane_at_an_opponent() {
+        let mut state = state_from(&[
+            "##########", //
+            "#0@.....1#", //
+            "#.########", //
+            "#.########", //
+            "##########",
+        ]);
+        state.players[0].kick = true;
+        let mut rng = StdRng::seed_from_u64(9);
+        assert_eq!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Right,
+            "kicks"
+        );
+        // Without the kick it would not walk into the bomb.
+        state.players[0].kick = false;
+        assert_ne!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Right
+        );
+    }
+
+    #[test]
+    fn a_bot_sets_off_its_remote_bombs_once_out_of_their_blast() {
+        // Its bomb at (1,1), range 2; the bot at (4,1) is out of it, an
+        // opponent at (6,3) is not in it either.
+        let mut state = state_from(&[
+            "#########", //
+            "#@..0...#", //
+            "#.#.###.#", //
+            "#.....1.#", //
+            "#########",
+        ]);
+        state.bombs[0].owner = 0;
+        state.bombs[0].fuse_ticks = 190;
+        state.players[0].remote = true;
+        state.players[0].bombs_placed = 1;
+        let mut rng = StdRng::seed_from_u64(10);
+        assert_eq!(
+            decide_at(&state, 0, Level::Normal, &mut rng),
+            pb::Action::Detonate
+        );
+        // A hard bot holds it for an opponent...
+        assert_ne!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Detonate
+        );
+        // ... and sets it off once one stands in the blast.
+        state.players[1].x = 1;
+        state.players[1].y = 3;
+        assert_eq!(
+            decide_at(&state, 0, Level::Hard, &mut rng),
+            pb::Action::Detonate
+        );
+        // Nobody detonates while standing in its own blast.
+        state.players[0].x = 2;
+        for level in Level::ALL {
+            assert_ne!(decide_at(&state, 0, level, &mut rng), pb::Action::Detonate);
+        }
     }
 
     #[test]

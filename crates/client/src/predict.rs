@@ -7,7 +7,8 @@
 //! not acknowledged yet, each at the tick the server will likely apply it
 //! (the base's tick, plus the time since the base arrived and one round
 //! trip), with the same rules the server will use. Only the player's own
-//! seat comes from the prediction (its position, cooldown and bombs);
+//! seat comes from the prediction (its position, cooldown and bombs, and,
+//! while it holds the kick, every bomb, so a kick slides its bomb at once);
 //! everything else is drawn as the server last sent it.
 //!
 //! When a newer state arrives it becomes the base, and the inputs still
@@ -22,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use borbaman_game::{
-    Action, Arena, Blast, Bomb, CELLS, Cell, GameState, Phase, Player, PowerUp, SEATS, Seen,
+    Action, Arena, Blast, Bomb, CELLS, Cell, Dir, GameState, Phase, Player, PowerUp, SEATS, Seen,
     TICK_MS, Tick,
 };
 use borbaman_proto::pb;
@@ -175,8 +176,9 @@ impl Predictor {
 }
 
 /// The player's own seat in `shown` as `predicted` has it: position,
-/// cooldown and bombs. Alive or dead, and everyone else, stay as the
-/// server sent them: only the server decides a death.
+/// cooldown and bombs; with the kick, every bomb (a kicked bomb may be
+/// anyone's). Alive or dead, and everyone else, stay as the server sent
+/// them: only the server decides a death.
 fn overlay_own_seat(shown: &mut pb::GameState, predicted: &GameState, seat: u32) {
     let Some(own) = predicted.player(seat as u8) else {
         return;
@@ -190,17 +192,19 @@ fn overlay_own_seat(shown: &mut pb::GameState, predicted: &GameState, seat: u32)
         p.move_cooldown = u32::from(own.move_cooldown);
         p.bombs_placed = u32::from(predicted.bombs_placed(seat as u8));
     }
-    shown.bombs.retain(|b| b.owner != seat);
+    let all = own.kick;
+    shown.bombs.retain(|b| !all && b.owner != seat);
     shown.bombs.extend(
         predicted
             .bombs()
-            .filter(|b| u32::from(b.owner) == seat)
+            .filter(|b| all || u32::from(b.owner) == seat)
             .map(|b| pb::Bomb {
                 x: u32::from(b.x),
                 y: u32::from(b.y),
                 owner: u32::from(b.owner),
                 range: u32::from(b.range),
                 fuse_ticks: u32::from(b.fuse_ticks),
+                slide: b.slide.map_or(0, |d| i32::from(Action::Move(d).code())),
             }),
     );
 }
@@ -221,6 +225,8 @@ pub fn seen_from_wire(state: &pb::GameState) -> Option<Seen> {
             pb::Cell::PowerBomb => Cell::PowerUp(PowerUp::Bomb),
             pb::Cell::PowerRange => Cell::PowerUp(PowerUp::Range),
             pb::Cell::PowerSpeed => Cell::PowerUp(PowerUp::Speed),
+            pb::Cell::PowerKick => Cell::PowerUp(PowerUp::Kick),
+            pb::Cell::PowerRemote => Cell::PowerUp(PowerUp::Remote),
             pb::Cell::Closed => Cell::Closed,
         };
     }
@@ -236,6 +242,8 @@ pub fn seen_from_wire(state: &pb::GameState) -> Option<Seen> {
         kills: 0,
         move_cooldown: 0,
         buffered_move: None,
+        kick: false,
+        remote: false,
     }; SEATS];
     for p in &state.players {
         let slot = players.get_mut(usize::try_from(p.seat).ok()?)?;
@@ -250,6 +258,8 @@ pub fn seen_from_wire(state: &pb::GameState) -> Option<Seen> {
             kills: byte(p.score).unwrap_or(u8::MAX),
             move_cooldown: byte(p.move_cooldown)?,
             buffered_move: None,
+            kick: p.kick,
+            remote: p.remote,
         };
     }
     let bombs = state
@@ -262,6 +272,13 @@ pub fn seen_from_wire(state: &pb::GameState) -> Option<Seen> {
                 owner: byte(b.owner)?,
                 range: byte(b.range)?,
                 fuse_ticks: byte(b.fuse_ticks)?,
+                slide: match b.slide() {
+                    pb::Action::Up => Some(Dir::Up),
+                    pb::Action::Down => Some(Dir::Down),
+                    pb::Action::Left => Some(Dir::Left),
+                    pb::Action::Right => Some(Dir::Right),
+                    _ => None,
+                },
             })
         })
         .collect::<Option<Vec<_>>>()?;
@@ -315,6 +332,8 @@ mod tests {
                 Cell::PowerUp(PowerUp::Bomb) => pb::Cell::PowerBomb,
                 Cell::PowerUp(PowerUp::Range) => pb::Cell::PowerRange,
                 Cell::PowerUp(PowerUp::Speed) => pb::Cell::PowerSpeed,
+                Cell::PowerUp(PowerUp::Kick) => pb::Cell::PowerKick,
+                Cell::PowerUp(PowerUp::Remote) => pb::Cell::PowerRemote,
                 Cell::Closed => pb::Cell::Closed,
             } as u8)
             .collect();
@@ -405,5 +424,45 @@ mod tests {
         p.reconcile(&blocked, &[], &[], now);
         assert_eq!(own(&p.shown(&[], now).unwrap()), (1, 1), "corrected");
         assert_eq!(p.counts(), (2, 1), "one misprediction");
+    }
+
+    /// With the kick, walking into a bomb draws it sliding away at once,
+    /// before the server has answered, whoever's bomb it is.
+    #[test]
+    fn an_unacknowledged_kick_is_drawn_at_once() {
+        let now = Instant::now();
+        let mut p = Predictor::new(0);
+        let mut base = running();
+        base.players[0].kick = true;
+        base.bombs.push(pb::Bomb {
+            x: 2,
+            y: 1,
+            owner: 1,
+            range: 2,
+            fuse_ticks: 40,
+            slide: 0,
+        });
+        // Clear the lane the bomb slides along.
+        for x in 3..6 {
+            base.cells[borbaman_game::index(x, 1)] = pb::Cell::Floor as u8;
+        }
+        p.reconcile(&base, &[], &[], now);
+        let kick = [Pressed {
+            action: pb::Action::Right,
+            at: now,
+        }];
+        let shown = p.shown(&kick, now).unwrap();
+        assert_eq!(own(&shown), (1, 1), "the kicker stays");
+        assert_eq!(shown.bombs.len(), 1);
+        assert_eq!(shown.bombs[0].slide(), pb::Action::Right, "sliding at once");
+        let later = p
+            .shown(&kick, now + Duration::from_millis(3 * u64::from(TICK_MS)))
+            .unwrap();
+        assert!(
+            later.bombs[0].x > 2,
+            "and drawn moving: {:?}",
+            later.bombs[0]
+        );
+        assert_eq!(later.bombs[0].owner, 1, "still the other player's bomb");
     }
 }

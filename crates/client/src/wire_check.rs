@@ -4,7 +4,9 @@
 //! of another version, or a hostile one, gets a clear refusal instead of a
 //! client that panics, allocates wildly or overflows.
 
-use borbaman_game::{BLAST_TICKS, FUSE_TICKS, HEIGHT, MAX_BOMBS, MAX_RANGE, SEATS, TICK_MS, WIDTH};
+use borbaman_game::{
+    BLAST_TICKS, HEIGHT, MAX_BOMBS, MAX_RANGE, REMOTE_FUSE_TICKS, SEATS, TICK_MS, WIDTH,
+};
 use borbaman_proto::pb;
 
 /// Longest player name a state may carry, in bytes (names are at most 16
@@ -61,7 +63,9 @@ pub fn check_state(state: &pb::GameState) -> Result<(), String> {
         return Err("more bombs or blasts than cells".into());
     }
     for b in &state.bombs {
-        if !on_board(b.x, b.y) || b.fuse_ticks > u32::from(FUSE_TICKS) || b.owner as usize >= SEATS
+        if !on_board(b.x, b.y)
+            || b.fuse_ticks > u32::from(REMOTE_FUSE_TICKS)
+            || b.owner as usize >= SEATS
         {
             return Err(format!("impossible bomb at ({}, {})", b.x, b.y));
         }
@@ -130,6 +134,7 @@ mod tests {
                         owner: 0,
                         range: 2,
                         fuse_ticks: u32::MAX,
+                        slide: 0,
                     })
                 }),
             ),

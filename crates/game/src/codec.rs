@@ -2,11 +2,11 @@
 //! row holds, read and written on every call, so it is small (at most
 //! [`MAX_ENCODED_BYTES`]) and the decoder trusts nothing.
 //!
-//! Format 3, integers little-endian, bit fields filled from the low bit:
+//! Format 4, integers little-endian, bit fields filled from the low bit:
 //!
 //! | bytes | field |
 //! | --- | --- |
-//! | 1 | version (3) |
+//! | 1 | version (4; 3 for a game with the basic power-ups) |
 //! | 8 | seed |
 //! | 4 | tick |
 //! | 4 | start tick (0 while waiting) |
@@ -14,31 +14,46 @@
 //! | 1 | arena: 0 classic, 1 open, 2 corridors (format 3; older formats are classic) |
 //! | 1 | phase (bits 0-1), ending 0 none / 1 winner / 2 draw (bits 2-3), winner seat (bits 4-5) |
 //! | 1 | cells closed by sudden death (a prefix of the spiral) |
-//! | 4 × 4 | players: flags (seated, alive, buffered move 0 none / 1-4 up-down-left-right in bits 2-4, speed in bits 5-6); x \| y << 4; bombs_max − 1 \| (range − 1) << 3 \| kills << 6; move cooldown |
-//! | 43–54 | 3 bits per open cell of the arena (113 classic, 143 open), in row-major order: floor, soft, soft hiding bomb / range / speed, power-up bomb / range / speed (a closed cell reads floor) |
+//! | 4 × 4 | players: flags (seated, alive, buffered move 0 none / 1-4 up-down-left-right in bits 2-4, speed in bits 5-6); x \| y << 4; bombs_max − 1 \| (range − 1) << 3 \| kills << 6; move cooldown \| kick << 3 \| remote << 4 |
+//! | 43–54 | 3 bits per open cell of the arena (113 classic, 143 open), in row-major order: floor, soft, soft hiding a power-up, power-up bomb / range / speed / kick / remote (a closed cell reads floor) |
+//! | 3 bits per hiding soft block | what it hides: bomb / range / speed / kick / remote |
 //! | 15–18 | bitmap of open cells holding a bomb |
-//! | 2 per bomb | owner \| (range − 1) << 2; fuse ticks |
+//! | 2 per bomb | owner \| (range − 1) << 2 \| slide << 5 (0 at rest / 1-4 up-down-left-right); fuse ticks |
 //! | 15–18 | bitmap of burning open cells |
 //! | ½ per burning cell | ticks left, one nibble each, low nibble first |
 //!
-//! A waiting classic game encodes in 111 bytes. The worst case is the open
-//! arena with 32 bombs (4 × [`MAX_BOMBS`]) and every other open cell
-//! burning: 248 bytes. A bomb's cell never burns, because fire sets bombs
-//! off.
+//! A waiting classic game encodes in 111 bytes plus 3 bits per soft block
+//! hiding a power-up (about 130). The worst case is the open arena with 32
+//! bombs (4 × [`MAX_BOMBS`]) and every other open cell burning: 248 bytes,
+//! whatever power-ups the players hold and however the bombs slide. A
+//! bomb's cell never burns, because fire sets bombs off; a burning cell
+//! hides nothing, so its half byte of fire costs more than the 3 bits a
+//! hiding soft block would.
+//!
+//! Format 3 is format 4 without the kick and the remote control: the cell
+//! codes are floor, soft, soft hiding bomb / range / speed, power-up bomb /
+//! range / speed with no list of hidden power-ups, and the kick, remote and
+//! slide bits are zero. A game with the basic power-ups
+//! ([`PowerSet::Basic`]) is written in it, so games stored before format 4
+//! encode back to their stored bytes and their replays still verify.
 //!
 //! Every value has exactly one encoding: padding bits are zero, empty seats
 //! hold fixed values, and closed cells read as floor. So a decoded state
 //! encodes back to the same bytes.
 
-use super::map::{self, Arena, CELLS, Cell, MAX_OPEN_CELLS, PowerUp};
+use super::map::{self, Arena, CELLS, Cell, MAX_OPEN_CELLS, PowerSet, PowerUp};
 use super::{
     BLAST_TICKS, BombSlot, CLOSE_EVERY_TICKS, DEFAULT_ROUND_TICKS, Dir, Ending, FUSE_TICKS,
-    GameState, MAX_BOMBS, MAX_RANGE, MAX_SPEED, Phase, Player, SEATS, START_RANGE,
+    GameState, MAX_BOMBS, MAX_RANGE, MAX_SPEED, Phase, Player, REMOTE_FUSE_TICKS, SEATS,
+    START_RANGE,
 };
 
-/// The format version written first; a decoder refuses versions it does
-/// not know.
-pub const CODEC_VERSION: u8 = 3;
+/// The format version written first for a game with the full power-ups; a
+/// decoder refuses versions it does not know.
+pub const CODEC_VERSION: u8 = 4;
+/// The third format: the basic power-ups only; still written for games
+/// made with them (see the module doc).
+const CODEC_VERSION_3: u8 = 3;
 /// The first format: no round length (every game had [`DEFAULT_ROUND_TICKS`])
 /// and no arena (every game was classic); still read, never written.
 const CODEC_VERSION_1: u8 = 1;
@@ -51,6 +66,7 @@ pub const MAX_ENCODED_BYTES: usize = 256;
 const HEADER_BYTES: usize = 1 + 8 + 4 + 4 + 2 + 1 + 1 + 1;
 const PLAYER_BYTES: usize = 4;
 const CELL_BITS: u32 = 3;
+const HIDDEN_BITS: u32 = 3;
 const BOMB_BYTES: usize = 2;
 const MAX_BOMBS_ON_BOARD: usize = SEATS * MAX_BOMBS as usize;
 
@@ -74,6 +90,11 @@ pub(crate) const WORST_CASE_BYTES: usize = base_bytes(MAX_OPEN_CELLS)
     + BOMB_BYTES * MAX_BOMBS_ON_BOARD
     + (MAX_OPEN_CELLS - MAX_BOMBS_ON_BOARD).div_ceil(2);
 const _: () = assert!(WORST_CASE_BYTES <= MAX_ENCODED_BYTES);
+/// The other extreme: no bomb and no fire, every open cell a soft block
+/// hiding a power-up. Smaller than the worst case above.
+const ALL_HIDING_BYTES: usize =
+    base_bytes(MAX_OPEN_CELLS) + (MAX_OPEN_CELLS * HIDDEN_BITS as usize).div_ceil(8);
+const _: () = assert!(ALL_HIDING_BYTES <= WORST_CASE_BYTES);
 
 /// Why stored bytes are not a valid game.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -108,7 +129,8 @@ impl GameState {
     /// query's parameter buffer) instead of allocating one per call.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         out.reserve(WORST_CASE_BYTES);
-        out.push(CODEC_VERSION);
+        let full = self.powers == PowerSet::Full;
+        out.push(if full { CODEC_VERSION } else { CODEC_VERSION_3 });
         out.extend_from_slice(&self.seed.to_le_bytes());
         out.extend_from_slice(&self.tick.to_le_bytes());
         out.extend_from_slice(&self.start_tick.to_le_bytes());
@@ -127,25 +149,36 @@ impl GameState {
         out.push(phase | ending << 2 | winner << 4);
         out.push(self.closed);
         for p in &self.players {
-            let buffered = match p.buffered_move {
-                None => 0,
-                Some(Dir::Up) => 1,
-                Some(Dir::Down) => 2,
-                Some(Dir::Left) => 3,
-                Some(Dir::Right) => 4,
-            };
+            let buffered = dir_code(p.buffered_move);
             out.push(p.seated as u8 | (p.alive as u8) << 1 | buffered << 2 | p.speed << 5);
             out.push(p.x | p.y << 4);
             out.push((p.bombs_max - 1) | (p.range - 1) << 3 | p.kills << 6);
-            out.push(p.move_cooldown);
+            out.push(p.move_cooldown | (p.kick as u8) << 3 | (p.remote as u8) << 4);
         }
 
         let open = self.arena.layout().open();
         let mut bits = BitWriter::new(out);
         for &i in open {
-            bits.put(cell_code(self.cells[i as usize]), CELL_BITS);
+            let cell = self.cells[i as usize];
+            bits.put(
+                if full {
+                    cell_code(cell)
+                } else {
+                    cell_code_v3(cell)
+                },
+                CELL_BITS,
+            );
         }
         bits.finish();
+        if full {
+            let mut bits = BitWriter::new(out);
+            for &i in open {
+                if let Cell::Soft { hidden: Some(p) } = self.cells[i as usize] {
+                    bits.put(power_code(p), HIDDEN_BITS);
+                }
+            }
+            bits.finish();
+        }
 
         let mut bits = BitWriter::new(out);
         for &i in open {
@@ -153,7 +186,7 @@ impl GameState {
         }
         bits.finish();
         for b in open.iter().filter_map(|&i| self.bombs[i as usize]) {
-            out.push(b.owner | (b.range - 1) << 2);
+            out.push(b.owner | (b.range - 1) << 2 | dir_code(b.slide) << 5);
             out.push(b.fuse_ticks);
         }
 
@@ -184,9 +217,18 @@ impl GameState {
         }
         let mut r = Reader { bytes, pos: 0 };
         let version = r.u8()?;
-        if !matches!(version, CODEC_VERSION | CODEC_VERSION_1 | CODEC_VERSION_2) {
+        if !matches!(
+            version,
+            CODEC_VERSION | CODEC_VERSION_1 | CODEC_VERSION_2 | CODEC_VERSION_3
+        ) {
             return Err(DecodeError::UnsupportedVersion(version));
         }
+        let full = version == CODEC_VERSION;
+        let powers = if full {
+            PowerSet::Full
+        } else {
+            PowerSet::Basic
+        };
         let seed = u64::from_le_bytes(r.array()?);
         let tick = u32::from_le_bytes(r.array()?);
         let start_tick = u32::from_le_bytes(r.array()?);
@@ -228,13 +270,34 @@ impl GameState {
 
         let mut players = [0, 1, 2, 3].map(Player::empty);
         for p in &mut players {
-            *p = decode_player(r.array()?)?;
+            *p = decode_player(r.array()?, full)?;
         }
 
         let mut cells = [Cell::Pillar; CELLS];
         let mut bits = BitReader::new(r.take(cell_bytes(open_cells))?);
+        let mut hiding = 0;
         for &i in open {
-            cells[i as usize] = cell_from_code(bits.get(CELL_BITS));
+            let code = bits.get(CELL_BITS);
+            cells[i as usize] = if full {
+                cell_from_code(code)
+            } else {
+                cell_from_code_v3(code)
+            };
+            hiding += (full && code == HIDING_CODE) as usize;
+        }
+        bits.end()?;
+        let mut bits = BitReader::new(r.take((hiding * HIDDEN_BITS as usize).div_ceil(8))?);
+        for &i in open {
+            if let Cell::Soft { hidden: Some(_) } = cells[i as usize]
+                && full
+            {
+                let power = power_from_code(bits.get(HIDDEN_BITS)).ok_or(DecodeError::Invalid(
+                    "a soft block hides an unknown power-up",
+                ))?;
+                cells[i as usize] = Cell::Soft {
+                    hidden: Some(power),
+                };
+            }
         }
         bits.end()?;
         for &i in &layout.spiral()[..closed as usize] {
@@ -254,13 +317,16 @@ impl GameState {
         for (slot, &i) in open.iter().enumerate() {
             if has_bomb[slot] {
                 let [packed, fuse_ticks] = r.array()?;
-                if packed >> 5 != 0 {
+                if !full && packed >> 5 != 0 {
                     return invalid("stray bits in a bomb");
                 }
+                let slide = dir_from_code(packed >> 5)
+                    .ok_or(DecodeError::Invalid("a bomb slides an unknown way"))?;
                 bombs[i as usize] = Some(BombSlot {
                     owner: packed & 3,
-                    range: (packed >> 2) + 1,
+                    range: ((packed >> 2) & 7) + 1,
                     fuse_ticks,
+                    slide,
                 });
             }
         }
@@ -293,6 +359,7 @@ impl GameState {
             start_tick,
             round_ticks,
             arena,
+            powers,
             phase,
             ending,
             closed,
@@ -363,6 +430,9 @@ impl GameState {
         }
         for p in &self.players {
             validate_player(p, layout)?;
+            if self.powers == PowerSet::Basic && (p.kick || p.remote) {
+                return invalid("a player holds a power-up its game does not have");
+            }
             let i = map::index(p.x, p.y);
             if p.alive && (self.cells[i] != Cell::Floor || self.burn[i] > 0) {
                 return invalid("a live player stands in a block, a closed cell or fire");
@@ -372,16 +442,32 @@ impl GameState {
         let mut placed = [0u8; SEATS];
         for &i in layout.open() {
             let i = i as usize;
+            if self.powers == PowerSet::Basic
+                && let Cell::Soft { hidden: Some(p) } | Cell::PowerUp(p) = self.cells[i]
+                && !matches!(p, PowerUp::Bomb | PowerUp::Range | PowerUp::Speed)
+            {
+                return invalid("a cell holds a power-up its game does not have");
+            }
             if let Some(b) = self.bombs[i] {
                 let owner = &self.players[b.owner as usize];
                 placed[b.owner as usize] += 1;
                 if self.cells[i] != Cell::Floor || self.burn[i] > 0 {
                     return invalid("a bomb lies in a block, a closed cell or fire");
                 }
-                if !(1..=FUSE_TICKS).contains(&b.fuse_ticks)
-                    || ((FUSE_TICKS - b.fuse_ticks) as u32) > played
-                {
+                let longest = if owner.alive && owner.remote {
+                    REMOTE_FUSE_TICKS
+                } else {
+                    FUSE_TICKS
+                };
+                // In a basic game a fuse also tells the bomb's age; a
+                // detonator or a death can shorten a full game's fuses.
+                let too_old = self.powers == PowerSet::Basic
+                    && ((FUSE_TICKS - b.fuse_ticks.min(FUSE_TICKS)) as u32) > played;
+                if !(1..=longest).contains(&b.fuse_ticks) || too_old {
                     return invalid("a bomb's fuse is out of range");
+                }
+                if self.powers == PowerSet::Basic && b.slide.is_some() {
+                    return invalid("a bomb slides in a game without the kick");
                 }
                 if !(START_RANGE..=owner.range).contains(&b.range) {
                     return invalid("a bomb's range is out of range");
@@ -424,7 +510,7 @@ impl GameState {
                 return invalid("a waiting player is not fresh in its corner");
             }
         }
-        if self.cells != map::generate(self.arena, self.seed) {
+        if self.cells != map::generate(self.arena, self.powers, self.seed) {
             return invalid("a waiting game's map does not match its seed");
         }
         Ok(())
@@ -436,19 +522,15 @@ fn invalid<T>(what: &'static str) -> Result<T, DecodeError> {
 }
 
 fn decode_player(
-    [flags, pos, stats, move_cooldown]: [u8; PLAYER_BYTES],
+    [flags, pos, stats, cooldown]: [u8; PLAYER_BYTES],
+    full: bool,
 ) -> Result<Player, DecodeError> {
-    if flags >> 7 != 0 {
+    if flags >> 7 != 0 || cooldown >> if full { 5 } else { 3 } != 0 {
         return invalid("stray bits in a player");
     }
-    let buffered_move = match (flags >> 2) & 7 {
-        0 => None,
-        1 => Some(Dir::Up),
-        2 => Some(Dir::Down),
-        3 => Some(Dir::Left),
-        4 => Some(Dir::Right),
-        _ => return invalid("unknown buffered move"),
-    };
+    let move_cooldown = cooldown & 7;
+    let buffered_move =
+        dir_from_code((flags >> 2) & 7).ok_or(DecodeError::Invalid("unknown buffered move"))?;
     Ok(Player {
         x: pos & 15,
         y: pos >> 4,
@@ -460,6 +542,31 @@ fn decode_player(
         kills: stats >> 6,
         move_cooldown,
         buffered_move,
+        kick: cooldown & 8 != 0,
+        remote: cooldown & 16 != 0,
+    })
+}
+
+/// 0 for none, 1-4 for up, down, left, right.
+fn dir_code(dir: Option<Dir>) -> u8 {
+    match dir {
+        None => 0,
+        Some(Dir::Up) => 1,
+        Some(Dir::Down) => 2,
+        Some(Dir::Left) => 3,
+        Some(Dir::Right) => 4,
+    }
+}
+
+/// The inverse of [`dir_code`]; `None` for a code that is no direction.
+fn dir_from_code(code: u8) -> Option<Option<Dir>> {
+    Some(match code {
+        0 => None,
+        1 => Some(Dir::Up),
+        2 => Some(Dir::Down),
+        3 => Some(Dir::Left),
+        4 => Some(Dir::Right),
+        _ => return None,
     })
 }
 
@@ -489,41 +596,64 @@ fn validate_player(p: &Player, layout: &map::Layout) -> Result<(), DecodeError> 
     Ok(())
 }
 
+/// Format 4's code of a soft block hiding a power-up (its kind follows in
+/// the list of hidden power-ups).
+const HIDING_CODE: u32 = 2;
+
+/// Format 4's 3-bit code of a cell.
 fn cell_code(cell: Cell) -> u32 {
     match cell {
         Cell::Floor | Cell::Pillar | Cell::Closed => 0,
         Cell::Soft { hidden: None } => 1,
-        Cell::Soft {
-            hidden: Some(PowerUp::Bomb),
-        } => 2,
-        Cell::Soft {
-            hidden: Some(PowerUp::Range),
-        } => 3,
-        Cell::Soft {
-            hidden: Some(PowerUp::Speed),
-        } => 4,
-        Cell::PowerUp(PowerUp::Bomb) => 5,
-        Cell::PowerUp(PowerUp::Range) => 6,
-        Cell::PowerUp(PowerUp::Speed) => 7,
+        Cell::Soft { hidden: Some(_) } => HIDING_CODE,
+        Cell::PowerUp(p) => 3 + power_code(p),
     }
 }
 
 fn cell_from_code(code: u32) -> Cell {
     match code {
         1 => Cell::Soft { hidden: None },
-        2 => Cell::Soft {
+        // The kind is read from the list that follows.
+        HIDING_CODE => Cell::Soft {
             hidden: Some(PowerUp::Bomb),
         },
-        3 => Cell::Soft {
-            hidden: Some(PowerUp::Range),
-        },
-        4 => Cell::Soft {
-            hidden: Some(PowerUp::Speed),
-        },
-        5 => Cell::PowerUp(PowerUp::Bomb),
-        6 => Cell::PowerUp(PowerUp::Range),
-        7 => Cell::PowerUp(PowerUp::Speed),
+        3..=7 => power_from_code(code - 3).map_or(Cell::Floor, Cell::PowerUp),
         _ => Cell::Floor,
+    }
+}
+
+/// A power-up's place in [`PowerUp::ALL`].
+fn power_code(power: PowerUp) -> u32 {
+    match power {
+        PowerUp::Bomb => 0,
+        PowerUp::Range => 1,
+        PowerUp::Speed => 2,
+        PowerUp::Kick => 3,
+        PowerUp::Remote => 4,
+    }
+}
+
+fn power_from_code(code: u32) -> Option<PowerUp> {
+    PowerUp::ALL.get(code as usize).copied()
+}
+
+/// Format 3's code of a cell of a basic game (which never holds a kick or
+/// a remote control: [`GameState::validate`] sees to it).
+fn cell_code_v3(cell: Cell) -> u32 {
+    match cell {
+        Cell::Soft { hidden: Some(p) } => 2 + power_code(p).min(2),
+        Cell::PowerUp(p) => 5 + power_code(p).min(2),
+        other => cell_code(other),
+    }
+}
+
+fn cell_from_code_v3(code: u32) -> Cell {
+    match code {
+        2..=4 => Cell::Soft {
+            hidden: power_from_code(code - 2),
+        },
+        5..=7 => power_from_code(code - 5).map_or(Cell::Floor, Cell::PowerUp),
+        other => cell_from_code(other),
     }
 }
 
@@ -649,10 +779,13 @@ mod tests {
         for (k, &i) in open.iter().enumerate() {
             let owner = (k / MAX_BOMBS as usize) as u8;
             if (owner as usize) < SEATS {
+                // Remote bombs at their longest fuse, sliding: every bit of
+                // a bomb's two bytes in use.
                 g.bombs[i as usize] = Some(BombSlot {
                     owner,
                     range: MAX_RANGE,
-                    fuse_ticks: 1,
+                    fuse_ticks: REMOTE_FUSE_TICKS,
+                    slide: Some(Dir::Right),
                 });
                 let (x, y) = map::coords(i as usize);
                 let p = &mut g.players[owner as usize];
@@ -661,29 +794,79 @@ mod tests {
                 g.burn[i as usize] = BLAST_TICKS;
             }
         }
+        // Every player holds every power-up.
         for p in &mut g.players {
             p.bombs_max = MAX_BOMBS;
             p.range = MAX_RANGE;
+            p.speed = MAX_SPEED;
+            p.kick = true;
+            p.remote = true;
         }
         g
     }
 
+    /// Soft blocks of `g` hiding a power-up.
+    fn hiding(g: &GameState) -> usize {
+        g.cells
+            .iter()
+            .filter(|c| matches!(c, Cell::Soft { hidden: Some(_) }))
+            .count()
+    }
+
     #[test]
-    fn a_new_game_round_trips_in_111_bytes() {
+    fn a_new_game_round_trips_in_111_bytes_and_3_bits_per_hidden_power_up() {
         for seed in [0, 1, u64::MAX] {
-            let g = GameState::new(seed, 12345);
-            let bytes = g.encode();
+            let basic = GameState::with_powers(
+                Arena::Classic,
+                PowerSet::Basic,
+                seed,
+                12345,
+                DEFAULT_ROUND_TICKS,
+            );
+            let bytes = basic.encode();
             assert_eq!(bytes.len(), base_bytes(113));
             assert_eq!(bytes.len(), 111);
+            assert_eq!(bytes[0], 3, "a basic game keeps format 3");
+            assert_eq!(GameState::decode(&bytes).unwrap(), basic);
+            let g = GameState::new(seed, 12345);
+            let bytes = g.encode();
+            assert_eq!(bytes.len(), 111 + (hiding(&g) * 3).div_ceil(8));
             assert_eq!(bytes[0], CODEC_VERSION);
             assert_eq!(GameState::decode(&bytes).unwrap(), g);
             for arena in Arena::ALL {
                 let g = GameState::on_arena(arena, seed, 5, 100);
                 let bytes = g.encode();
-                assert_eq!(bytes.len(), base_bytes(arena.layout().open_cells()));
+                assert_eq!(
+                    bytes.len(),
+                    base_bytes(arena.layout().open_cells()) + (hiding(&g) * 3).div_ceil(8)
+                );
                 assert_eq!(GameState::decode(&bytes).unwrap(), g);
             }
         }
+    }
+
+    /// The other candidate for the largest state: nothing on the board but
+    /// soft blocks, every one hiding a power-up. It stays below the bombs
+    /// and fire of the worst case.
+    #[test]
+    fn a_board_of_hidden_power_ups_is_smaller_than_the_worst_case() {
+        let mut g = GameState::on_arena(Arena::Open, 7, 0, DEFAULT_ROUND_TICKS);
+        for _ in 0..SEATS {
+            g.seat_player(0);
+        }
+        for (k, &i) in Arena::Open.layout().open().iter().enumerate() {
+            let (x, y) = map::coords(i as usize);
+            if !map::is_spawn_clear(x, y) {
+                g.cells[i as usize] = Cell::Soft {
+                    hidden: Some(PowerUp::ALL[k % 5]),
+                };
+            }
+        }
+        g.validate().unwrap();
+        let bytes = g.encode();
+        assert!(bytes.len() <= ALL_HIDING_BYTES, "{} bytes", bytes.len());
+        assert!(bytes.len() < WORST_CASE_BYTES);
+        assert_eq!(GameState::decode(&bytes).unwrap(), g);
     }
 
     #[test]
@@ -701,11 +884,18 @@ mod tests {
         g.validate().unwrap();
         let bytes = g.encode();
         assert_eq!(bytes.len(), WORST_CASE_BYTES);
+        eprintln!(
+            "worst case: open arena, every player holding every power-up, 32 sliding \
+             remote bombs, every other open cell burning: {} bytes (limit {MAX_ENCODED_BYTES})",
+            bytes.len()
+        );
         assert_eq!(bytes.len(), 248);
         assert!(bytes.len() <= MAX_ENCODED_BYTES, "{} bytes", bytes.len());
         assert_eq!(GameState::decode(&bytes).unwrap(), g);
-        // And the rules can run on it: all 32 bombs go off together.
+        // And the rules can run on it: the first detonator sets off all 32
+        // bombs together.
         let mut g = g;
+        g.apply(0, crate::Action::Detonate, 60);
         g.advance(61);
         assert_eq!(g.bombs().count(), 0);
         assert_eq!(g.ending(), Some(Ending::Draw));
@@ -775,6 +965,7 @@ mod tests {
                     owner: 0,
                     range: 2,
                     fuse_ticks: 50,
+                    slide: None,
                 })
             }
         });
@@ -795,8 +986,30 @@ mod tests {
                 owner: 0,
                 range: 2,
                 fuse_ticks: 51,
+                slide: None,
             })
         });
+        // A remote bomb's fuse without the remote control.
+        refused(&|s| {
+            s.bombs[16] = Some(BombSlot {
+                owner: 0,
+                range: 2,
+                fuse_ticks: REMOTE_FUSE_TICKS,
+                slide: None,
+            })
+        });
+        // Kick, remote and sliding bombs in a game made without them.
+        let basic = |edit: &dyn Fn(&mut GameState)| {
+            let mut bad = GameState::with_powers(Arena::Classic, PowerSet::Basic, 3, 0, 100);
+            for _ in 0..SEATS {
+                bad.seat_player(0);
+            }
+            edit(&mut bad);
+            bad.validate().unwrap_err()
+        };
+        basic(&|s| s.players[1].kick = true);
+        basic(&|s| s.players[2].remote = true);
+        basic(&|s| s.cells[16] = Cell::PowerUp(PowerUp::Kick));
         refused(&|s| s.closed = 1);
     }
 }
@@ -813,10 +1026,15 @@ mod golden {
     fn the_format_and_the_map_of_a_seed_do_not_drift() {
         let hex =
             |g: GameState| -> String { g.encode().iter().map(|b| format!("{b:02x}")).collect() };
-        assert_eq!(hex(GameState::new(42, 7)), GOLDEN_CLASSIC);
+        let basic =
+            |arena| GameState::with_powers(arena, PowerSet::Basic, 42, 7, DEFAULT_ROUND_TICKS);
+        assert_eq!(hex(basic(Arena::Classic)), GOLDEN_CLASSIC);
+        assert_eq!(hex(basic(Arena::Open)), GOLDEN_OPEN);
+        assert_eq!(hex(basic(Arena::Corridors)), GOLDEN_CORRIDORS);
+        assert_eq!(hex(GameState::new(42, 7)), GOLDEN_CLASSIC_4);
         assert_eq!(
             hex(GameState::on_arena(Arena::Open, 42, 7, DEFAULT_ROUND_TICKS)),
-            GOLDEN_OPEN
+            GOLDEN_OPEN_4
         );
         assert_eq!(
             hex(GameState::on_arena(
@@ -825,12 +1043,23 @@ mod golden {
                 7,
                 DEFAULT_ROUND_TICKS
             )),
-            GOLDEN_CORRIDORS
+            GOLDEN_CORRIDORS_4
         );
+        // Stored format-3 games decode as basic games and encode back to
+        // their stored bytes (so their replays still verify).
+        for golden in [GOLDEN_CLASSIC, GOLDEN_OPEN, GOLDEN_CORRIDORS] {
+            let bytes = from_hex(golden);
+            let g = GameState::decode(&bytes).unwrap();
+            assert_eq!(g.powers(), PowerSet::Basic);
+            assert_eq!(g.encode(), bytes);
+        }
     }
 
     const GOLDEN_CLASSIC: &str = "032a000000000000000700000000000000100e00000000110800001d080000b1080000bd0800009424c1000411000048964111112a01102049100018920458922480142459800148002002002459921000000000000000000000000000000000000000000000000000000000000000";
     const GOLDEN_OPEN: &str = "032a000000000000000700000000000000100e01000000110800001d080000b1080000bd0800009424c1000411000041964111112a01102049100018920458922480142459800148004440922509136c09120049200c008021c81000000000000000000000000000000000000000000000000000000000000000000000000000";
+    const GOLDEN_CLASSIC_4: &str = "042a000000000000000700000000000000100e00000000110800001d080000b1080000bd0800009424810004110000481441911029011020491000109204509224801424510001480020020024519208000936604c82241101000000000000000000000000000000000000000000000000000000000000";
+    const GOLDEN_OPEN_4: &str = "042a000000000000000700000000000000100e01000000110800001d080000b1080000bd08000094248100041100004114419110290110204910001092045092248014245100014800444012258912480912004920080000218810000936604c822411234801000000000000000000000000000000000000000000000000000000000000000000000000";
+    const GOLDEN_CORRIDORS_4: &str = "042a000000000000000700000000000000100e02000000110800001d080000b1080000bd0800009424810004880000481441911029011020491000109204509224801424810004108004000936604c82240000000000000000000000000000000000000000000000000000";
     const GOLDEN_CORRIDORS: &str = "032a000000000000000700000000000000100e02000000110800001d080000b1080000bd0800009424c1000488000048964111112a011020491000189204589224801424c10004188004000000000000000000000000000000000000000000000000000000";
 
     fn from_hex(hex: &str) -> Vec<u8> {
@@ -851,7 +1080,10 @@ mod golden {
             "0000",
         );
         let g = GameState::decode(&from_hex(v2)).unwrap();
-        assert_eq!(g, GameState::new(42, 7));
+        assert_eq!(
+            g,
+            GameState::with_powers(Arena::Classic, PowerSet::Basic, 42, 7, DEFAULT_ROUND_TICKS)
+        );
         assert_eq!(g.arena(), Arena::Classic);
     }
 
@@ -868,6 +1100,9 @@ mod golden {
             .step_by(2)
             .map(|i| u8::from_str_radix(&v1[i..i + 2], 16).unwrap())
             .collect();
-        assert_eq!(GameState::decode(&bytes).unwrap(), GameState::new(42, 7));
+        assert_eq!(
+            GameState::decode(&bytes).unwrap(),
+            GameState::with_powers(Arena::Classic, PowerSet::Basic, 42, 7, DEFAULT_ROUND_TICKS)
+        );
     }
 }

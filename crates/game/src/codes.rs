@@ -39,6 +39,7 @@ impl Action {
     pub const IDLE_CODE: i16 = 6;
     /// Not an action a player sends: the log's mark for a leave.
     pub const LEAVE_CODE: i16 = 7;
+    pub const DETONATE_CODE: i16 = 8;
 
     pub const fn code(self) -> i16 {
         match self {
@@ -48,6 +49,7 @@ impl Action {
             Action::Move(Dir::Right) => Self::RIGHT_CODE,
             Action::Bomb => Self::BOMB_CODE,
             Action::Idle => Self::IDLE_CODE,
+            Action::Detonate => Self::DETONATE_CODE,
         }
     }
 
@@ -60,6 +62,7 @@ impl Action {
             Self::RIGHT_CODE => Some(Action::Move(Dir::Right)),
             Self::BOMB_CODE => Some(Action::Bomb),
             Self::IDLE_CODE => Some(Action::Idle),
+            Self::DETONATE_CODE => Some(Action::Detonate),
             _ => None,
         }
     }
@@ -109,7 +112,7 @@ mod tests {
             assert_eq!(Phase::from_code(p.code()), Some(p));
         }
         let mut actions: Vec<Action> = Dir::ALL.iter().map(|&d| Action::Move(d)).collect();
-        actions.extend([Action::Bomb, Action::Idle]);
+        actions.extend([Action::Bomb, Action::Idle, Action::Detonate]);
         for a in actions {
             assert_eq!(Action::from_code(a.code()), Some(a));
             assert_ne!(a.code(), Action::LEAVE_CODE);

@@ -16,8 +16,11 @@
 //! linked by the edge columns, the centre column and the centre row). Each
 //! is symmetric about both centre lines, so every corner starts alike. The
 //! seed stored in the state fills about 65% of the open cells with soft
-//! blocks, and about 30% of soft blocks hide a power-up (extra bomb 40%,
-//! longer blast 40%, speed 20%). Each spawn corner and its two open
+//! blocks, and about 30% of soft blocks hide a power-up, in the arena's own
+//! mix ([`Arena::power_mix`]: on classic, extra bomb 30%, longer blast 30%,
+//! speed 15%, kick 15%, remote control 10%). Games made before the kick and
+//! the remote control keep their basic mix (extra bomb 40%, longer blast 40%,
+//! speed 20%; [`PowerSet::Basic`]). Each spawn corner and its two open
 //! neighbours (an L of three cells) are always clear: plant a bomb on one arm
 //! of the L, step back around the pillar onto the other arm, and the blast
 //! misses you.
@@ -48,6 +51,21 @@
 //! bomb left and no bomb already in the cell. A bomb's range is fixed when
 //! it is planted. Its fuse burns 50 ticks (2.5 s).
 //!
+//! **Kick.** A player holding the kick who walks into a bomb does not move:
+//! the bomb starts sliding that way, one cell per tick, and the player waits
+//! out its move cooldown. A bomb only starts (and only goes on) sliding onto
+//! floor with no bomb and no live player; anything else (a pillar, a block,
+//! a power-up, a bomb, a player, a closed cell) stops it for good. A kick
+//! that could not move the bomb a cell is a blocked move. A sliding bomb
+//! keeps its fuse; fire that reaches it sets it off as any bomb, and one that
+//! slides into a burning cell goes off in that tick.
+//!
+//! **Remote control.** The bombs of a player holding the remote control are
+//! planted with a fuse of [`REMOTE_FUSE_TICKS`] (10 s): they wait for
+//! [`Action::Detonate`], which sets every one of them off on the next tick,
+//! or for that fuse, or for another blast (chain reaction). When the player
+//! dies or leaves, its bombs fall back to at most the normal fuse.
+//!
 //! **Blasts.** An exploding bomb sets its own cell on fire, and the fire
 //! runs up to its range in each of the four directions. An arm stops before
 //! a pillar or closed cell. It stops *on* the first soft block it meets,
@@ -61,8 +79,9 @@
 //! no one.
 //!
 //! **Power-ups.** Walking onto one takes it: extra bomb (+1 bomb, up to 8),
-//! longer blast (+1 range, up to 8) or speed (−1 tick of move cooldown, up
-//! to 2 taken). One taken at its cap is used up with no effect.
+//! longer blast (+1 range, up to 8), speed (−1 tick of move cooldown, up
+//! to 2 taken), kick or remote control (held for the rest of the game). One
+//! taken at its cap (or held already) is used up with no effect.
 //!
 //! **Sudden death.** After a 3-minute round ([`ROUND_TICKS`]; a game may
 //! be created with a shorter one, see [`GameState::with_round`]), the arena
@@ -81,18 +100,19 @@
 //! 1. fires age, and fire that has burned 10 ticks goes out;
 //! 2. move cooldowns count down, and buffered moves whose cooldown ends are
 //!    made, in seat order;
-//! 3. fuses count down, and the bombs that reach zero explode together with
+//! 3. kicked bombs slide one cell, in row-major order of where they were;
+//! 4. fuses count down, and the bombs that reach zero explode together with
 //!    every bomb their fire reaches. All arms are traced on the board as it
 //!    was before this step. Then soft blocks are destroyed, power-ups burn
 //!    and the new fire is lit;
-//! 4. every player in a burning cell dies;
-//! 5. in sudden death, the next cell closes (killing anyone there);
-//! 6. the game ends if at most one player is alive.
+//! 5. every player in a burning cell dies;
+//! 6. in sudden death, the next cell closes (killing anyone there);
+//! 7. the game ends if at most one player is alive.
 //!
 //! An action requested at tick `t` runs after tick `t` is done. The result
 //! is [`Outcome::Applied`] (it happened), [`Outcome::Queued`] (a move was
-//! buffered) or [`Outcome::NoEffect`] (it was blocked, no bomb was left, the
-//! player is dead, the game is not running, or it was [`Action::Idle`], which
+//! buffered) or [`Outcome::NoEffect`] (it was blocked, no bomb was left, a
+//! detonate found no remote control or no bomb to set off, the player is dead, the game is not running, or it was [`Action::Idle`], which
 //! only advances time).
 //!
 //! # Modules
@@ -101,7 +121,9 @@
 //!   generation;
 //! - `rng`: the seeded generator the map is drawn from;
 //! - `rules`: the tick loop and the actions;
-//! - `codec`: the packed binary storage format (at most 256 bytes);
+//! - `codec`: the packed binary storage format (at most 256 bytes, 248 in
+//!   the worst case: every player holding every power-up, all 32 bombs on
+//!   the board);
 //! - `seen`: a game rebuilt from what a client is shown of it, on which a
 //!   client predicts its own inputs ([`GameState::from_seen`]);
 //! - `replay`: a game re-simulated from its creation and its log of
@@ -126,7 +148,7 @@ mod seen;
 mod props;
 
 pub use codec::{CODEC_VERSION, DecodeError, MAX_ENCODED_BYTES};
-pub use map::{Arena, CELLS, Cell, PowerUp, UnknownArena, index};
+pub use map::{Arena, CELLS, Cell, PowerSet, PowerUp, UnknownArena, index};
 pub use replay::{Event, ReplayError, resimulate};
 pub use seen::Seen;
 
@@ -159,6 +181,9 @@ pub const START_RANGE: u8 = 2;
 pub const MAX_RANGE: u8 = 8;
 /// Speed power-ups that count; each takes one tick off the move cooldown.
 pub const MAX_SPEED: u8 = 2;
+/// The longest a remote-controlled bomb waits for its detonator (10 s): a
+/// game cannot stall on bombs nobody sets off.
+pub const REMOTE_FUSE_TICKS: u8 = 200;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dir {
@@ -177,6 +202,8 @@ pub enum Action {
     Move(Dir),
     Bomb,
     Idle,
+    /// Sets off the player's bombs at once (with the remote control).
+    Detonate,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,6 +243,10 @@ pub struct Player {
     pub move_cooldown: u8,
     /// The move to make when the cooldown ends.
     pub buffered_move: Option<Dir>,
+    /// Holds the kick: walking into a bomb sends it sliding.
+    pub kick: bool,
+    /// Holds the remote control: its bombs wait for [`Action::Detonate`].
+    pub remote: bool,
 }
 
 impl Player {
@@ -233,6 +264,8 @@ impl Player {
             kills: 0,
             move_cooldown: 0,
             buffered_move: None,
+            kick: false,
+            remote: false,
         }
     }
 
@@ -258,8 +291,11 @@ pub struct Bomb {
     pub y: u8,
     pub owner: u8,
     pub range: u8,
-    /// Ticks until it explodes (1..=FUSE_TICKS).
+    /// Ticks until it explodes (1..=FUSE_TICKS, or up to
+    /// REMOTE_FUSE_TICKS while its owner holds the remote control).
     pub fuse_ticks: u8,
+    /// The way it slides after a kick; `None` at rest.
+    pub slide: Option<Dir>,
 }
 
 /// A burning cell.
@@ -277,6 +313,7 @@ struct BombSlot {
     owner: u8,
     range: u8,
     fuse_ticks: u8,
+    slide: Option<Dir>,
 }
 
 /// A whole game. Per-cell arrays (rather than lists) keep the in-memory
@@ -293,6 +330,10 @@ pub struct GameState {
     round_ticks: u16,
     /// The layout played on; chosen when the game is created.
     arena: Arena,
+    /// The power-ups its soft blocks may hide; chosen when the game is
+    /// created (games stored before the kick and the remote have the
+    /// basic set).
+    powers: PowerSet,
     phase: Phase,
     ending: Option<Ending>,
     /// Cells closed by sudden death so far (a prefix of the spiral).
@@ -317,19 +358,33 @@ impl GameState {
         Self::on_arena(Arena::Classic, seed, created_tick, round_ticks)
     }
 
-    /// [`GameState::with_round`] on `arena`.
+    /// [`GameState::with_round`] on `arena`, with the arena's full mix of
+    /// power-ups (kick and remote control included).
     pub fn on_arena(arena: Arena, seed: u64, created_tick: Tick, round_ticks: u16) -> Self {
+        Self::with_powers(arena, PowerSet::Full, seed, created_tick, round_ticks)
+    }
+
+    /// [`GameState::on_arena`] with the power-ups of `powers`: the basic
+    /// set is how every game was made before the kick and the remote.
+    pub fn with_powers(
+        arena: Arena,
+        powers: PowerSet,
+        seed: u64,
+        created_tick: Tick,
+        round_ticks: u16,
+    ) -> Self {
         GameState {
             seed,
             tick: created_tick,
             start_tick: 0,
             round_ticks: round_ticks.max(1),
             arena,
+            powers,
             phase: Phase::Waiting,
             ending: None,
             closed: 0,
             players: [0, 1, 2, 3].map(Player::empty),
-            cells: map::generate(arena, seed),
+            cells: map::generate(arena, powers, seed),
             bombs: [None; map::CELLS],
             burn: [0; map::CELLS],
         }
@@ -415,6 +470,11 @@ impl GameState {
         self.arena
     }
 
+    /// The power-ups this game's soft blocks may hide.
+    pub fn powers(&self) -> PowerSet {
+        self.powers
+    }
+
     /// The tick play started (0 while waiting).
     pub fn start_tick(&self) -> Tick {
         self.start_tick
@@ -457,6 +517,7 @@ impl GameState {
                 owner: b.owner,
                 range: b.range,
                 fuse_ticks: b.fuse_ticks,
+                slide: b.slide,
             })
         })
     }

@@ -29,6 +29,34 @@ pub enum PowerUp {
     Range,
     /// One tick less of move cooldown.
     Speed,
+    /// Walking into a bomb kicks it: it slides until something stops it.
+    Kick,
+    /// The player's bombs wait for its detonator, up to
+    /// [`REMOTE_FUSE_TICKS`](crate::REMOTE_FUSE_TICKS).
+    Remote,
+}
+
+impl PowerUp {
+    pub const ALL: [PowerUp; 5] = [
+        PowerUp::Bomb,
+        PowerUp::Range,
+        PowerUp::Speed,
+        PowerUp::Kick,
+        PowerUp::Remote,
+    ];
+}
+
+/// Which power-ups a game's soft blocks may hide: fixed when the game is
+/// created and kept in it, so a stored map always redraws the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum PowerSet {
+    /// Extra bomb, longer blast and speed (40/40/20%) on every arena: every
+    /// game stored before the kick and the remote control.
+    Basic,
+    /// The arena's full mix ([`Arena::power_mix`]), kick and remote
+    /// control included: every new game.
+    #[default]
+    Full,
 }
 
 pub const CELLS: usize = WIDTH as usize * HEIGHT as usize;
@@ -113,6 +141,18 @@ impl Arena {
             1 => Some(Arena::Open),
             2 => Some(Arena::Corridors),
             _ => None,
+        }
+    }
+
+    /// The shares, in percent, of the power-ups a soft block of a new game
+    /// on this arena hides, in the order of [`PowerUp::ALL`] (bomb, range,
+    /// speed, kick, remote). The kick is worth most where bombs have room to
+    /// slide; the remote where blasts are long.
+    pub const fn power_mix(self) -> [u32; 5] {
+        match self {
+            Arena::Classic => [30, 30, 15, 15, 10],
+            Arena::Open => [30, 25, 15, 20, 10],
+            Arena::Corridors => [30, 30, 10, 15, 15],
         }
     }
 
@@ -271,7 +311,7 @@ pub(crate) fn is_spawn_clear(x: u8, y: u8) -> bool {
 }
 
 /// Draws the starting map of a game on `arena` from its seed.
-pub(crate) fn generate(arena: Arena, seed: u64) -> [Cell; CELLS] {
+pub(crate) fn generate(arena: Arena, powers: PowerSet, seed: u64) -> [Cell; CELLS] {
     let mut rng = SplitMix64::new(seed);
     let mut cells = [Cell::Pillar; CELLS];
     for &i in arena.layout().open() {
@@ -279,10 +319,14 @@ pub(crate) fn generate(arena: Arena, seed: u64) -> [Cell; CELLS] {
         cells[i as usize] = if is_spawn_clear(x, y) || rng.below(100) >= SOFT_PERCENT {
             Cell::Floor
         } else if rng.below(100) < POWER_PERCENT {
-            let hidden = match rng.below(5) {
-                0 | 1 => PowerUp::Bomb,
-                2 | 3 => PowerUp::Range,
-                _ => PowerUp::Speed,
+            let hidden = match powers {
+                // The draw every basic game was made with: keep it as is.
+                PowerSet::Basic => match rng.below(5) {
+                    0 | 1 => PowerUp::Bomb,
+                    2 | 3 => PowerUp::Range,
+                    _ => PowerUp::Speed,
+                },
+                PowerSet::Full => pick(arena.power_mix(), rng.below(100)),
             };
             Cell::Soft {
                 hidden: Some(hidden),
@@ -292,6 +336,19 @@ pub(crate) fn generate(arena: Arena, seed: u64) -> [Cell; CELLS] {
         };
     }
     cells
+}
+
+/// The power-up whose share of `mix` (percent, in [`PowerUp::ALL`] order)
+/// holds `roll` (0..100).
+fn pick(mix: [u32; 5], roll: u32) -> PowerUp {
+    let mut upto = 0;
+    for (power, share) in PowerUp::ALL.into_iter().zip(mix) {
+        upto += share;
+        if roll < upto {
+            return power;
+        }
+    }
+    PowerUp::Bomb
 }
 
 #[cfg(test)]
@@ -414,7 +471,7 @@ mod tests {
             .into_iter()
             .flat_map(|a| (0..200).map(move |s| (a, s)))
         {
-            let cells = generate(arena, seed);
+            let cells = generate(arena, PowerSet::Full, seed);
             for &(sx, sy) in &SPAWNS {
                 assert_eq!(cells[index(sx, sy)], Cell::Floor);
                 let around = Dir::ALL
@@ -428,16 +485,25 @@ mod tests {
                 );
             }
         }
-        assert_eq!(generate(Arena::Open, 42), generate(Arena::Open, 42));
-        assert_ne!(generate(Arena::Open, 42), generate(Arena::Open, 43));
-        assert_ne!(generate(Arena::Open, 42), generate(Arena::Classic, 42));
+        assert_eq!(
+            generate(Arena::Open, PowerSet::Full, 42),
+            generate(Arena::Open, PowerSet::Full, 42)
+        );
+        assert_ne!(
+            generate(Arena::Open, PowerSet::Full, 42),
+            generate(Arena::Open, PowerSet::Full, 43)
+        );
+        assert_ne!(
+            generate(Arena::Open, PowerSet::Full, 42),
+            generate(Arena::Classic, PowerSet::Full, 42)
+        );
     }
 
     #[test]
     fn soft_blocks_and_power_ups_have_the_intended_density() {
         let (mut open, mut soft, mut power) = (0, 0, 0);
         for seed in 0..500 {
-            for cell in generate(Arena::Classic, seed) {
+            for cell in generate(Arena::Classic, PowerSet::Full, seed) {
                 match cell {
                     Cell::Pillar => {}
                     Cell::Soft { hidden } => {
@@ -453,5 +519,40 @@ mod tests {
         let power_pct = power * 100 / soft;
         assert!((55..=68).contains(&soft_pct), "soft {soft_pct}%");
         assert!((25..=35).contains(&power_pct), "power-ups {power_pct}%");
+    }
+
+    /// Each arena's mix adds up, and the drawn maps follow it: every kind
+    /// turns up near its share, and a basic game never hides a kick or a
+    /// remote control.
+    #[test]
+    fn each_arena_hides_its_own_mix_of_power_ups() {
+        for arena in Arena::ALL {
+            let mix = arena.power_mix();
+            assert_eq!(mix.iter().sum::<u32>(), 100, "{arena}");
+            let mut seen = [0u32; 5];
+            let mut basic = [0u32; 5];
+            for seed in 0..400 {
+                for (set, counts) in [(PowerSet::Full, &mut seen), (PowerSet::Basic, &mut basic)] {
+                    for cell in generate(arena, set, seed) {
+                        if let Cell::Soft { hidden: Some(p) } = cell {
+                            counts[PowerUp::ALL.iter().position(|&q| q == p).unwrap()] += 1;
+                        }
+                    }
+                }
+            }
+            let total: u32 = seen.iter().sum();
+            for k in 0..5 {
+                let pct = seen[k] * 100 / total;
+                assert!(
+                    pct.abs_diff(mix[k]) <= 3,
+                    "{arena}: kind {k} at {pct}%, mix {mix:?}"
+                );
+            }
+            assert_eq!(
+                basic[3] + basic[4],
+                0,
+                "{arena}: a basic game hid a kick or remote"
+            );
+        }
     }
 }

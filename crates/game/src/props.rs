@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use super::codec::MAX_ENCODED_BYTES;
-use super::{Action, Dir, GameState, Outcome, Phase, SEATS, Tick};
+use super::{Action, Dir, GameState, Outcome, Phase, REMOTE_FUSE_TICKS, SEATS, Tick};
 
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -32,6 +32,7 @@ fn action() -> impl Strategy<Value = Action> {
         6 => prop::sample::select(Dir::ALL.to_vec()).prop_map(Action::Move),
         2 => Just(Action::Bomb),
         1 => Just(Action::Idle),
+        1 => Just(Action::Detonate),
     ]
 }
 
@@ -164,11 +165,24 @@ fn run(g: &mut GameState, op: Op, at: Tick) {
             advanced.advance(at);
             let (p0, p1) = (advanced.player(seat).copied(), g.player(seat).copied());
             match (outcome, action) {
-                (Outcome::Applied, Action::Move(_)) => {
+                (Outcome::Applied, Action::Move(dir)) => {
                     let (p0, p1) = (p0.unwrap(), p1.unwrap());
                     let dist = p0.x.abs_diff(p1.x) + p0.y.abs_diff(p1.y);
-                    assert_eq!(dist, 1, "an applied move goes exactly one cell");
+                    let kicked = dist == 0
+                        && p0.kick
+                        && super::map::step(p0.x, p0.y, dir).is_some_and(|(x, y)| {
+                            g.bombs().any(|b| (b.x, b.y, b.slide) == (x, y, Some(dir)))
+                        });
+                    assert!(
+                        dist == 1 || kicked,
+                        "an applied move goes exactly one cell or kicks a bomb"
+                    );
                     assert!(p1.move_cooldown == p1.move_cooldown_ticks() || !p1.alive);
+                }
+                (Outcome::Applied, Action::Detonate) => {
+                    assert!(p0.unwrap().remote);
+                    assert!(g.bombs().any(|b| b.owner == seat && b.fuse_ticks == 1));
+                    assert!(g.bombs().all(|b| b.owner != seat || b.fuse_ticks == 1));
                 }
                 (Outcome::Applied, Action::Bomb) => {
                     assert_eq!(g.bombs_placed(seat), advanced.bombs_placed(seat) + 1);
@@ -180,7 +194,7 @@ fn run(g: &mut GameState, op: Op, at: Tick) {
                         (p1.unwrap().x, p1.unwrap().y)
                     );
                 }
-                (Outcome::NoEffect, Action::Bomb | Action::Idle) => {
+                (Outcome::NoEffect, Action::Bomb | Action::Idle | Action::Detonate) => {
                     assert_eq!(*g, advanced, "no effect means no change");
                 }
                 (Outcome::NoEffect, Action::Move(_)) => {
@@ -194,9 +208,52 @@ fn run(g: &mut GameState, op: Op, at: Tick) {
                 (o, a) => panic!("{a:?} cannot end {o:?}"),
             }
         }
-        Op::Advance => g.advance(at),
+        Op::Advance => advance_tick_by_tick(g, at),
         Op::Steer(..) => unreachable!("resolved above"),
     }
+}
+
+/// Advances one tick at a time to `at` (the first 200 ticks), checking
+/// what kicks and remote controls promise on every tick: a sliding bomb
+/// moves at most one cell and only onto open floor, never onto another bomb
+/// (no bomb vanishes without fire or a closing cell), and no bomb waits
+/// longer than [`REMOTE_FUSE_TICKS`].
+fn advance_tick_by_tick(g: &mut GameState, at: Tick) {
+    let stop = at.min(g.tick().saturating_add(200));
+    while g.tick() < stop && g.phase() == Phase::Playing {
+        let before = g.clone();
+        g.advance(g.tick() + 1);
+        let lit = g.blasts().any(|b| b.ticks_left == super::BLAST_TICKS);
+        let closed = g.closed != before.closed;
+        if !lit && !closed {
+            assert_eq!(
+                g.bombs().count(),
+                before.bombs().count(),
+                "a bomb vanished without fire"
+            );
+        }
+        for b in g.bombs() {
+            assert!(b.fuse_ticks <= REMOTE_FUSE_TICKS);
+            assert_eq!(
+                g.cell(b.x, b.y),
+                super::Cell::Floor,
+                "a bomb on a wall or block"
+            );
+            let was_here = before.bombs().any(|o| (o.x, o.y) == (b.x, b.y));
+            let slid_in = Dir::ALL.iter().any(|&d| {
+                super::map::step(b.x, b.y, d).is_some_and(|(x, y)| {
+                    before
+                        .bombs()
+                        .any(|o| (o.x, o.y) == (x, y) && o.slide.is_some())
+                })
+            });
+            assert!(
+                was_here || slid_in,
+                "a bomb moved more than one cell a tick"
+            );
+        }
+    }
+    g.advance(at);
 }
 
 fn check(g: &GameState, before_tick: Tick, at: Tick) {
@@ -231,6 +288,14 @@ fn play(seed: u64, created: Tick, ops: &[(Op, Tick)], checked: bool) -> Vec<Vec<
             }
         }
     }
+    // Half the time every player holds the kick and the remote control from
+    // the start, so scripts kick, slide and detonate often.
+    if seed & 4 == 0 {
+        for p in &mut g.players {
+            p.kick = p.seated;
+            p.remote = p.seated;
+        }
+    }
     let mut at = created;
     let mut trail = Vec::with_capacity(ops.len());
     for &(op, gap) in ops {
@@ -260,6 +325,19 @@ proptest! {
     #[test]
     fn random_play_keeps_invariants_and_round_trips((seed, created, ops) in script()) {
         play(seed, created, &ops, true);
+    }
+
+    /// Whatever happened before, once nobody acts every bomb on the board
+    /// is gone within the longest (remote) fuse, unless the game ended.
+    #[test]
+    fn every_bomb_goes_off_by_the_longest_fuse((seed, created, ops) in script()) {
+        let trail = play(seed, created, &ops, false);
+        if let Some(bytes) = trail.last() {
+            let mut g = GameState::decode(bytes).unwrap();
+            let t = g.tick();
+            g.advance(t + REMOTE_FUSE_TICKS as Tick);
+            prop_assert!(g.phase() != Phase::Playing || g.bombs().count() == 0);
+        }
     }
 
     #[test]
@@ -313,6 +391,7 @@ fn random_scripts_reach_every_part_of_the_rules() {
 
     let mut runner = TestRunner::deterministic();
     let (mut fires, mut kills, mut powers, mut sudden, mut wins, mut draws) = (0, 0, 0, 0, 0, 0);
+    let (mut slides, mut remote_waits) = (0, 0);
     for _ in 0..300 {
         let (seed, created, ops) = script().new_tree(&mut runner).unwrap().current();
         for bytes in play(seed, created, &ops, false) {
@@ -320,6 +399,8 @@ fn random_scripts_reach_every_part_of_the_rules() {
             fires += (g.blasts().count() > 0) as u32;
             kills += (0..4).any(|s| g.player(s).unwrap().kills > 0) as u32;
             sudden += g.sudden_death() as u32;
+            slides += g.bombs().any(|b| b.slide.is_some()) as u32;
+            remote_waits += g.bombs().any(|b| b.fuse_ticks > super::FUSE_TICKS) as u32;
             powers += (0..4).any(|s| {
                 let p = g.player(s).unwrap();
                 p.bombs_max > 1 || p.range > 2 || p.speed > 0
@@ -331,7 +412,19 @@ fn random_scripts_reach_every_part_of_the_rules() {
             }
         }
     }
-    let seen = [fires, kills, powers, sudden, wins, draws];
-    eprintln!("steps with fire, kills, power-ups, sudden death, win, draw: {seen:?}");
+    let seen = [
+        fires,
+        kills,
+        powers,
+        sudden,
+        wins,
+        draws,
+        slides,
+        remote_waits,
+    ];
+    eprintln!(
+        "steps with fire, kills, power-ups, sudden death, win, draw, a sliding bomb, \
+         a remote bomb waiting: {seen:?}"
+    );
     assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
 }

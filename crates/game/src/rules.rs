@@ -4,7 +4,7 @@
 use super::map::{self, CELLS, Cell, PowerUp};
 use super::{
     Action, BLAST_TICKS, BombSlot, CLOSE_EVERY_TICKS, Dir, Ending, FUSE_TICKS, GameState,
-    MAX_BOMBS, MAX_RANGE, MAX_SPEED, Outcome, Phase, SEATS, Tick,
+    MAX_BOMBS, MAX_RANGE, MAX_SPEED, Outcome, Phase, REMOTE_FUSE_TICKS, SEATS, Tick,
 };
 
 /// "No one" in the per-tick table of who lit each cell.
@@ -28,6 +28,7 @@ impl GameState {
     fn step(&mut self) {
         self.age_fires();
         self.make_buffered_moves();
+        self.slide_bombs();
         let lit_by = self.explode_bombs();
         self.burn_players(&lit_by);
         self.close_next_cell();
@@ -58,7 +59,50 @@ impl GameState {
         }
     }
 
-    /// Step 3: fuses burn down; due bombs explode with everything they set
+    /// Step 3: kicked bombs slide one cell, in row-major order of where
+    /// they were, each onto floor with no bomb and no live player; one that
+    /// cannot stops for good. One that slides into fire goes off this tick.
+    fn slide_bombs(&mut self) {
+        let mut sliding = [0u8; CELLS];
+        let mut len = 0;
+        for (i, b) in self.bombs.iter().enumerate() {
+            if b.is_some_and(|b| b.slide.is_some()) {
+                sliding[len] = i as u8;
+                len += 1;
+            }
+        }
+        for &from in &sliding[..len] {
+            let from = from as usize;
+            let Some(mut bomb) = self.bombs[from] else {
+                continue;
+            };
+            let Some(dir) = bomb.slide else { continue };
+            let (x, y) = map::coords(from);
+            let Some(to) = self.slide_target(x, y, dir) else {
+                bomb.slide = None;
+                self.bombs[from] = Some(bomb);
+                continue;
+            };
+            if self.burn[to] > 0 {
+                bomb.fuse_ticks = 1;
+            }
+            self.bombs[from] = None;
+            self.bombs[to] = Some(bomb);
+        }
+    }
+
+    /// The cell a bomb at (x, y) slides into going `dir`, if nothing stops
+    /// it there: a wall, a block, a power-up, another bomb or a live player.
+    fn slide_target(&self, x: u8, y: u8, dir: Dir) -> Option<usize> {
+        let (x, y) = map::step(x, y, dir)?;
+        let i = map::index(x, y);
+        let taken = self.cells[i] != Cell::Floor
+            || self.bombs[i].is_some()
+            || self.players.iter().any(|p| p.alive && (p.x, p.y) == (x, y));
+        (!taken).then_some(i)
+    }
+
+    /// Step 4: fuses burn down; due bombs explode with everything they set
     /// off. Returns, per cell, the owner of the bomb whose fire reached it
     /// first this tick (for kill credit), or `NO_OWNER`.
     fn explode_bombs(&mut self) -> [u8; CELLS] {
@@ -140,7 +184,7 @@ impl GameState {
         lit_by
     }
 
-    /// Step 4: every player in a burning cell dies; a kill counts for the
+    /// Step 5: every player in a burning cell dies; a kill counts for the
     /// owner of the fire lit there this tick, unless it is the victim.
     fn burn_players(&mut self, lit_by: &[u8; CELLS]) {
         for seat in 0..SEATS {
@@ -158,7 +202,7 @@ impl GameState {
         }
     }
 
-    /// Step 5: in sudden death, every `CLOSE_EVERY_TICKS` ticks the next
+    /// Step 6: in sudden death, every `CLOSE_EVERY_TICKS` ticks the next
     /// spiral cell closes, crushing whatever is there.
     fn close_next_cell(&mut self) {
         let Some(since) = (self.tick as u64).checked_sub(self.sudden_death_tick()) else {
@@ -181,7 +225,7 @@ impl GameState {
         }
     }
 
-    /// Step 6 (and after any death outside the tick loop): the game ends
+    /// Step 7 (and after any death outside the tick loop): the game ends
     /// when at most one player is alive.
     pub(super) fn check_ending(&mut self) {
         if self.phase != Phase::Playing {
@@ -197,11 +241,18 @@ impl GameState {
         self.ending = Some(ending);
     }
 
+    /// A player dies; its remote-controlled bombs fall back to the
+    /// normal fuse, since nobody is left to set them off.
     pub(super) fn kill(&mut self, seat: u8) {
         let p = &mut self.players[seat as usize];
         p.alive = false;
         p.move_cooldown = 0;
         p.buffered_move = None;
+        for b in self.bombs.iter_mut().flatten() {
+            if b.owner == seat {
+                b.fuse_ticks = b.fuse_ticks.min(FUSE_TICKS);
+            }
+        }
     }
 
     /// Applies one action at the current tick.
@@ -213,6 +264,7 @@ impl GameState {
         match action {
             Action::Idle => Outcome::NoEffect,
             Action::Bomb => self.plant_bomb(seat),
+            Action::Detonate => self.detonate(seat),
             Action::Move(dir) => {
                 let p = self.players[seat];
                 if p.move_cooldown == 0 {
@@ -222,7 +274,7 @@ impl GameState {
                     }
                     return Outcome::NoEffect;
                 }
-                if self.can_enter(p.x, p.y, dir).is_some() {
+                if self.can_enter(p.x, p.y, dir).is_some() || self.kickable(seat, dir).is_some() {
                     self.players[seat].buffered_move = Some(dir);
                     Outcome::Queued
                 } else {
@@ -241,10 +293,34 @@ impl GameState {
         (open && self.bombs[i].is_none()).then_some((x, y))
     }
 
+    /// The cell of the bomb `seat` would kick by moving `dir`: it holds the
+    /// kick, the next cell holds a bomb, and that bomb can slide on.
+    fn kickable(&self, seat: usize, dir: Dir) -> Option<usize> {
+        let p = self.players[seat];
+        if !p.kick {
+            return None;
+        }
+        let (x, y) = map::step(p.x, p.y, dir)?;
+        let at = map::index(x, y);
+        self.bombs[at]?;
+        self.slide_target(x, y, dir)?;
+        Some(at)
+    }
+
     /// Moves `seat` one cell if it may: starts its cooldown, burns it in
-    /// fire, or hands it a power-up. Returns whether it moved.
+    /// fire, or hands it a power-up. With the kick, walking into a bomb
+    /// that can slide sends it sliding instead, and the player stays and
+    /// waits out its cooldown. Returns whether it moved or kicked.
     fn try_move(&mut self, seat: usize, dir: Dir) -> bool {
         let p = self.players[seat];
+        if let Some(at) = self.kickable(seat, dir) {
+            if let Some(b) = &mut self.bombs[at] {
+                b.slide = Some(dir);
+            }
+            let p = &mut self.players[seat];
+            p.move_cooldown = p.move_cooldown_ticks();
+            return true;
+        }
         let Some((x, y)) = self.can_enter(p.x, p.y, dir) else {
             self.players[seat].buffered_move = None;
             return false;
@@ -263,6 +339,8 @@ impl GameState {
                 PowerUp::Bomb => p.bombs_max = (p.bombs_max + 1).min(MAX_BOMBS),
                 PowerUp::Range => p.range = (p.range + 1).min(MAX_RANGE),
                 PowerUp::Speed => p.speed = (p.speed + 1).min(MAX_SPEED),
+                PowerUp::Kick => p.kick = true,
+                PowerUp::Remote => p.remote = true,
             }
         }
         // Taken after the power-up, so a speed power-up counts at once.
@@ -279,9 +357,34 @@ impl GameState {
         self.bombs[i] = Some(BombSlot {
             owner: seat as u8,
             range: p.range,
-            fuse_ticks: FUSE_TICKS,
+            fuse_ticks: if p.remote {
+                REMOTE_FUSE_TICKS
+            } else {
+                FUSE_TICKS
+            },
+            slide: None,
         });
         Outcome::Applied
+    }
+
+    /// With the remote control, every bomb of `seat` goes off on the next
+    /// tick; without it, or with no bomb that is not already due, nothing.
+    fn detonate(&mut self, seat: usize) -> Outcome {
+        if !self.players[seat].remote {
+            return Outcome::NoEffect;
+        }
+        let mut set_off = false;
+        for b in self.bombs.iter_mut().flatten() {
+            if b.owner as usize == seat && b.fuse_ticks > 1 {
+                b.fuse_ticks = 1;
+                set_off = true;
+            }
+        }
+        if set_off {
+            Outcome::Applied
+        } else {
+            Outcome::NoEffect
+        }
     }
 }
 
@@ -322,6 +425,7 @@ mod tests {
             owner,
             range,
             fuse_ticks,
+            slide: None,
         });
     }
 
@@ -665,6 +769,165 @@ mod tests {
         assert_eq!(g.apply(0, Action::Bomb, 4), Outcome::Applied);
         assert_eq!(g.apply(0, Action::Move(Dir::Left), 4), Outcome::Applied);
         assert_eq!(g.apply(0, Action::Move(Dir::Right), 8), Outcome::NoEffect);
+    }
+
+    #[test]
+    fn a_kicked_bomb_slides_a_cell_a_tick_until_something_stops_it() {
+        let mut g = open_arena();
+        park_others(&mut g, &[0, 1]);
+        put(&mut g, 0, 1, 3);
+        put(&mut g, 1, 9, 3);
+        g.players[0].kick = true;
+        bomb(&mut g, 2, 3, 1, 2, FUSE_TICKS);
+        assert_eq!(g.apply(0, Action::Move(Dir::Right), 0), Outcome::Applied);
+        assert_eq!(pos(&g, 0), (1, 3), "the kicker stays");
+        assert_eq!(g.player(0).unwrap().move_cooldown, BASE_MOVE_COOLDOWN_TICKS);
+        for t in 1..=6 {
+            g.advance(t);
+            let b = g.bombs().next().unwrap();
+            assert_eq!((b.x, b.y), (2 + t as u8, 3), "tick {t}");
+            assert_eq!(b.fuse_ticks, FUSE_TICKS - t as u8, "it keeps its fuse");
+        }
+        // Seat 1 stands at (9, 3): the bomb stops next to it, for good.
+        g.advance(10);
+        let b = g.bombs().next().unwrap();
+        assert_eq!(((b.x, b.y), b.slide), ((8, 3), None));
+        g.validate().unwrap();
+    }
+
+    #[test]
+    fn a_kick_stops_at_blocks_power_ups_and_bombs_and_needs_the_power_up() {
+        let mut g = open_arena();
+        park_others(&mut g, &[0]);
+        put(&mut g, 0, 3, 3);
+        g.players[0].bombs_max = 3;
+        bomb(&mut g, 4, 3, 0, 2, FUSE_TICKS);
+        // Without the kick a bomb blocks as before.
+        assert_eq!(g.apply(0, Action::Move(Dir::Right), 0), Outcome::NoEffect);
+        g.players[0].kick = true;
+        // A bomb with a power-up behind it cannot be kicked.
+        set(&mut g, 5, 3, Cell::PowerUp(PowerUp::Range));
+        assert_eq!(g.apply(0, Action::Move(Dir::Right), 0), Outcome::NoEffect);
+        set(&mut g, 5, 3, Cell::Floor);
+        set(&mut g, 7, 3, Cell::Soft { hidden: None });
+        bomb(&mut g, 3, 4, 0, 2, FUSE_TICKS);
+        bomb(&mut g, 3, 6, 0, 2, FUSE_TICKS);
+        assert_eq!(g.apply(0, Action::Move(Dir::Right), 0), Outcome::Applied);
+        g.advance(5);
+        assert!(g.bombs().any(|b| (b.x, b.y, b.slide) == (6, 3, None)));
+        assert_eq!(g.apply(0, Action::Move(Dir::Down), 5), Outcome::Applied);
+        g.advance(9);
+        assert!(
+            g.bombs().any(|b| (b.x, b.y, b.slide) == (3, 5, None)),
+            "stopped by a bomb"
+        );
+        assert_eq!(g.bombs().count(), 3);
+        g.validate().unwrap();
+    }
+
+    #[test]
+    fn a_sliding_bomb_is_set_off_by_a_blast_and_by_sliding_into_fire() {
+        // Fuse 3: the fire crosses the lane at (5, 5) as the bomb gets
+        // there; fuse 1: it burns there already.
+        for fuse in [3, 1] {
+            let mut g = open_arena();
+            park_others(&mut g, &[0]);
+            put(&mut g, 0, 1, 5);
+            g.players[0].kick = true;
+            bomb(&mut g, 2, 5, 0, 1, FUSE_TICKS);
+            bomb(&mut g, 5, 4, 3, 1, fuse);
+            assert_eq!(g.apply(0, Action::Move(Dir::Right), 0), Outcome::Applied);
+            g.advance(2);
+            assert_eq!(g.bombs().count(), 2 - (fuse == 1) as usize);
+            g.advance(3);
+            assert_eq!(
+                g.bombs().count(),
+                0,
+                "fuse {fuse}: the sliding bomb went off"
+            );
+            assert!(g.is_burning(4, 5) && g.is_burning(6, 5), "fuse {fuse}");
+            g.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn remote_bombs_wait_for_the_detonator_up_to_the_longest_fuse() {
+        let mut g = open_arena();
+        park_others(&mut g, &[0]);
+        put(&mut g, 0, 3, 3);
+        assert_eq!(
+            g.apply(0, Action::Detonate, 0),
+            Outcome::NoEffect,
+            "no remote"
+        );
+        g.players[0].remote = true;
+        g.players[0].bombs_max = 2;
+        assert_eq!(g.apply(0, Action::Bomb, 0), Outcome::Applied);
+        g.apply(0, Action::Move(Dir::Right), 0);
+        g.apply(0, Action::Move(Dir::Right), 4);
+        assert_eq!(g.apply(0, Action::Bomb, 8), Outcome::Applied);
+        for t in [8, 12, 16] {
+            g.apply(0, Action::Move(Dir::Down), t);
+        }
+        assert_eq!(pos(&g, 0), (5, 6));
+        g.advance(100);
+        assert_eq!(g.bombs().count(), 2, "past the normal fuse they still wait");
+        assert_eq!(g.apply(0, Action::Detonate, 100), Outcome::Applied);
+        assert_eq!(g.apply(0, Action::Detonate, 100), Outcome::NoEffect, "once");
+        g.advance(101);
+        assert_eq!(g.bombs().count(), 0);
+        assert!(g.is_burning(3, 3) && g.is_burning(5, 3));
+        // Left alone, a remote bomb still goes off at its longest fuse.
+        g.advance(120);
+        g.apply(0, Action::Bomb, 120);
+        g.advance(120 + REMOTE_FUSE_TICKS as Tick - 1);
+        assert_eq!(g.bombs().count(), 1);
+        g.advance(120 + REMOTE_FUSE_TICKS as Tick);
+        assert_eq!(g.bombs().count(), 0);
+        g.validate().unwrap();
+    }
+
+    #[test]
+    fn a_chain_reaction_sets_off_remote_bombs_and_losing_the_player_restores_the_fuse() {
+        let mut g = open_arena();
+        park_others(&mut g, &[0, 1]);
+        put(&mut g, 0, 1, 1);
+        put(&mut g, 1, 9, 9);
+        g.players[0].remote = true;
+        g.players[0].bombs_max = 2;
+        g.apply(0, Action::Bomb, 0);
+        bomb(&mut g, 1, 3, 1, 2, 5);
+        g.advance(5);
+        assert_eq!(g.bombs().count(), 0, "the chain took the remote bomb too");
+        assert!(!g.is_alive(0));
+        // A player who leaves: its remote bombs fall back to the normal fuse.
+        let g = {
+            let mut g = open_arena();
+            park_others(&mut g, &[1, 2]);
+            put(&mut g, 1, 9, 9);
+            put(&mut g, 2, 1, 9);
+            g.players[1].remote = true;
+            g.apply(1, Action::Bomb, 0);
+            g.forfeit(1, 10);
+            g
+        };
+        assert_eq!(g.bombs().next().unwrap().fuse_ticks, FUSE_TICKS);
+        g.validate().unwrap();
+    }
+
+    #[test]
+    fn kick_and_remote_are_taken_by_walking_onto_them() {
+        let mut g = open_arena();
+        park_others(&mut g, &[0]);
+        put(&mut g, 0, 1, 5);
+        set(&mut g, 1, 6, Cell::PowerUp(PowerUp::Kick));
+        set(&mut g, 1, 7, Cell::PowerUp(PowerUp::Remote));
+        g.apply(0, Action::Move(Dir::Down), 0);
+        g.apply(0, Action::Move(Dir::Down), 4);
+        let p = g.player(0).unwrap();
+        assert!(p.kick && p.remote);
+        assert_eq!(g.apply(0, Action::Bomb, 8), Outcome::Applied);
+        assert_eq!(g.bombs().next().unwrap().fuse_ticks, REMOTE_FUSE_TICKS);
     }
 
     #[test]

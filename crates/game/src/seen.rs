@@ -47,6 +47,7 @@ impl GameState {
                     owner: b.owner,
                     range: b.range,
                     fuse_ticks: b.fuse_ticks.max(1),
+                    slide: b.slide,
                 });
             }
         }
@@ -62,6 +63,7 @@ impl GameState {
             start_tick,
             round_ticks,
             arena: seen.arena,
+            powers: super::PowerSet::Full,
             phase: seen.phase,
             ending: None,
             closed: closed.min(usize::from(u8::MAX)) as u8,
