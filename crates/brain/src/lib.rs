@@ -538,31 +538,9 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
         && !board.has_bomb(here)
         && worth_bombing(here)
         && takes_chance
+        && can_get_away(state, &board, me, here, &rivals, &opponents)
     {
-        let bomb = pb::Bomb {
-            x: me.x,
-            y: me.y,
-            owner: seat,
-            range: me.range.max(1),
-            fuse_ticks: u32::from(borbaman_game::FUSE_TICKS),
-            slide: 0,
-        };
-        let with_bomb = danger_map_for(state, Some(&bomb), Some(seat));
-        let routes = escape_routes(&board, &with_bomb, here, me);
-        let (x, y) = board.xy(here);
-        let rival_near = opponents.iter().any(|&o| {
-            let (ox, oy) = board.xy(o);
-            (ox - x).abs() + (oy - y).abs() <= NEAR_CELLS
-        });
-        // A bomb that leaves an opponent no way out is worth the risk.
-        let traps = rivals.iter().any(|r| {
-            board.index(r.x as i32, r.y as i32).is_some_and(|at| {
-                !with_bomb.safe(at) && escape_routes(&board, &with_bomb, at, r) == 0
-            })
-        });
-        if routes >= 2 || (routes == 1 && (!rival_near || traps)) {
-            return pb::Action::Bomb;
-        }
+        return pb::Action::Bomb;
     }
 
     if !may_move {
@@ -627,6 +605,40 @@ pub fn decide_at(state: &GameState, seat: u32, level: Level, rng: &mut dyn RngCo
         return pb::Action::Idle;
     }
     moves[rng.random_range(0..moves.len())]
+}
+
+/// Whether `me`, bombing at `here`, can get away from its own blast:
+/// two ways out, or one when no opponent is near (who could block it) or
+/// the bomb leaves an opponent no way out (worth the risk).
+fn can_get_away(
+    state: &GameState,
+    board: &Board,
+    me: &pb::Player,
+    here: usize,
+    rivals: &[&pb::Player],
+    opponents: &[usize],
+) -> bool {
+    let bomb = pb::Bomb {
+        x: me.x,
+        y: me.y,
+        owner: me.seat,
+        range: me.range.max(1),
+        fuse_ticks: u32::from(borbaman_game::FUSE_TICKS),
+        slide: 0,
+    };
+    let with_bomb = danger_map_for(state, Some(&bomb), Some(me.seat));
+    let routes = escape_routes(board, &with_bomb, here, me);
+    let (x, y) = board.xy(here);
+    let rival_near = opponents.iter().any(|&o| {
+        let (ox, oy) = board.xy(o);
+        (ox - x).abs() + (oy - y).abs() <= NEAR_CELLS
+    });
+    let traps = rivals.iter().any(|r| {
+        board
+            .index(r.x as i32, r.y as i32)
+            .is_some_and(|at| !with_bomb.safe(at) && escape_routes(board, &with_bomb, at, r) == 0)
+    });
+    routes >= 2 || (routes == 1 && (!rival_near || traps))
 }
 
 /// Cells near enough to weigh as a trap's place, nearest first.

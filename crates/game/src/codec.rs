@@ -246,23 +246,7 @@ impl GameState {
         let layout = arena.layout();
         let open = layout.open();
         let open_cells = layout.open_cells();
-        let status = r.u8()?;
-        let phase = match status & 3 {
-            0 => Phase::Waiting,
-            1 => Phase::Playing,
-            2 => Phase::Finished,
-            _ => return invalid("unknown phase"),
-        };
-        let winner = (status >> 4) & 3;
-        let ending = match (status >> 2) & 3 {
-            0 => None,
-            1 => Some(Ending::Winner(winner)),
-            2 => Some(Ending::Draw),
-            _ => return invalid("unknown ending"),
-        };
-        if status >> 6 != 0 || (winner != 0 && !matches!(ending, Some(Ending::Winner(_)))) {
-            return invalid("stray bits in the status byte");
-        }
+        let (phase, ending) = decode_status(r.u8()?)?;
         let closed = r.u8()?;
         if closed as usize > open_cells {
             return invalid("more cells closed than the arena has");
@@ -331,24 +315,7 @@ impl GameState {
             }
         }
 
-        let mut burn = [0u8; CELLS];
-        let mut bits = BitReader::new(r.take(bitmap_bytes(open_cells))?);
-        let mut burning = [false; MAX_OPEN_CELLS];
-        for slot in &mut burning[..open_cells] {
-            *slot = bits.get(1) == 1;
-        }
-        bits.end()?;
-        let count = burning.iter().filter(|&&b| b).count();
-        let mut bits = BitReader::new(r.take(count.div_ceil(2))?);
-        for (slot, &i) in open.iter().enumerate() {
-            if burning[slot] {
-                burn[i as usize] = bits.get(4) as u8;
-                if burn[i as usize] == 0 {
-                    return invalid("a burning cell has no time left");
-                }
-            }
-        }
-        bits.end()?;
+        let burn = decode_burn(&mut r, open)?;
 
         if r.pos != bytes.len() {
             return Err(DecodeError::TrailingBytes(bytes.len() - r.pos));
@@ -515,6 +482,54 @@ impl GameState {
         }
         Ok(())
     }
+}
+
+/// The status byte: the phase (bits 0-1), the ending (bits 2-3) and the
+/// winner's seat (bits 4-5); the top two bits are never set.
+fn decode_status(status: u8) -> Result<(Phase, Option<Ending>), DecodeError> {
+    let phase = match status & 3 {
+        0 => Phase::Waiting,
+        1 => Phase::Playing,
+        2 => Phase::Finished,
+        _ => return invalid("unknown phase"),
+    };
+    let winner = (status >> 4) & 3;
+    let ending = match (status >> 2) & 3 {
+        0 => None,
+        1 => Some(Ending::Winner(winner)),
+        2 => Some(Ending::Draw),
+        _ => return invalid("unknown ending"),
+    };
+    if status >> 6 != 0 || (winner != 0 && !matches!(ending, Some(Ending::Winner(_)))) {
+        return invalid("stray bits in the status byte");
+    }
+    Ok((phase, ending))
+}
+
+/// The fire: a bit per open cell (`open`, the arena's open cells in
+/// order) for whether it burns, then each burning cell's time left in 4
+/// bits (never 0).
+fn decode_burn(r: &mut Reader, open: &[u8]) -> Result<[u8; CELLS], DecodeError> {
+    let open_cells = open.len();
+    let mut burn = [0u8; CELLS];
+    let mut bits = BitReader::new(r.take(bitmap_bytes(open_cells))?);
+    let mut burning = [false; MAX_OPEN_CELLS];
+    for slot in &mut burning[..open_cells] {
+        *slot = bits.get(1) == 1;
+    }
+    bits.end()?;
+    let count = burning.iter().filter(|&&b| b).count();
+    let mut bits = BitReader::new(r.take(count.div_ceil(2))?);
+    for (slot, &i) in open.iter().enumerate() {
+        if burning[slot] {
+            burn[i as usize] = bits.get(4) as u8;
+            if burn[i as usize] == 0 {
+                return invalid("a burning cell has no time left");
+            }
+        }
+    }
+    bits.end()?;
+    Ok(burn)
 }
 
 fn invalid<T>(what: &'static str) -> Result<T, DecodeError> {
