@@ -2,7 +2,8 @@
 //!
 //! `pb` holds the messages and the `game` / `registry` client and server
 //! stubs. Both the server and the client crates speak only these types on
-//! the wire.
+//! the wire. [`ready`] is the other contract between a server and its
+//! launcher: the one line it prints once it serves.
 
 pub mod pb {
     tonic::include_proto!("borbaman.v1");
@@ -15,6 +16,7 @@ pub use pb::*;
 pub const MAX_REQUEST_BYTES: usize = 4 * 1024;
 
 pub mod codec;
+pub mod ready;
 pub mod reason;
 pub mod timing;
 pub use reason::Reason;

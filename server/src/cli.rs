@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use borbaman_cluster::ReadyLine;
+use borbaman_proto::ready::ReadyLine;
 use tracing_subscriber::EnvFilter;
 
 use crate::admission::AdmissionLimits;

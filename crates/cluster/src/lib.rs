@@ -12,8 +12,10 @@
 //!   servers at a distance from their clients.
 //! - [`wan`]: `WanSpec`/`WanMix`, the distance a delay proxy emulates
 //!   (`TcpProxy::with_wan`) between clients and game servers.
-//! - [`ready`]: the line a server prints when it serves, which launchers
-//!   wait for.
+//! - [`cgroup`]: `CpuGroup`, a CPU quota for the database's or the
+//!   servers' processes.
+//! - [`ReadyLine`]: the line a server prints when it serves, which
+//!   launchers wait for (the contract lives in `borbaman-proto`).
 //! - `scratch`: where throwaway databases live (in memory when they run
 //!   without fsync).
 //! - [`wait`]: waiting for a condition with a deadline (a log line, a row),
@@ -29,11 +31,11 @@ mod ports;
 pub mod postgres;
 mod process;
 pub mod proxy;
-pub mod ready;
 mod scratch;
 pub mod wait;
 pub mod wan;
 
+pub use borbaman_proto::ready::ReadyLine;
 pub use cgroup::{CgroupError, CpuGroup, CpuQuotas};
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{
@@ -42,5 +44,4 @@ pub use local::{
 };
 pub use postgres::{LocalPostgres, PgError, PgOptions};
 pub use proxy::TcpProxy;
-pub use ready::ReadyLine;
 pub use wan::{WanError, WanMix, WanSpec};

@@ -52,8 +52,8 @@ use crate::ha::{HaError, HaOptions, LocalHa};
 use crate::postgres::{LocalPostgres, PgError, PgOptions};
 use crate::process::{Spawner, signal, wait_or_kill, wait_stopped};
 use crate::proxy::{self, TcpProxy};
-use crate::ready::ReadyLine;
 use crate::wan::WanSpec;
+use borbaman_proto::ready::ReadyLine;
 
 /// The longest [`LocalCluster::hang`] waits for a SIGSTOPped server's
 /// threads to stop (a few milliseconds, unless the host holds a core).
