@@ -123,6 +123,7 @@ pub struct KeyChange {
 
 impl ClusterKeys {
     /// The highest revision applied: a watch resumes after it.
+    #[cfg(test)]
     pub fn revision(&self) -> i64 {
         self.revision
     }

@@ -28,22 +28,27 @@
 //! - [`cli`]: the `borbaman-server` command line.
 //! - [`error`]: failures and their gRPC statuses.
 //! - [`token`]: session tokens.
+//!
+//! Only what other crates use is public (the store's audit and replay, the
+//! wire mapping, the command line, the server's assembly and its limits);
+//! the services, the Patroni and etcd followers, health, slow mode and the
+//! errors are the crate's own.
 
 pub mod admission;
 pub mod cli;
-pub mod company;
-pub mod error;
-pub mod etcd;
-pub mod health;
+pub(crate) mod company;
+pub(crate) mod error;
+pub(crate) mod etcd;
+pub(crate) mod health;
 pub mod incoming;
 pub mod limits;
 pub mod metrics;
-pub mod patroni;
-pub mod registry;
+pub(crate) mod patroni;
+pub(crate) mod registry;
 pub mod seating;
 pub mod server;
-pub mod service;
-pub mod slow;
+pub(crate) mod service;
+pub(crate) mod slow;
 pub mod status;
 pub mod store;
 pub mod token;
