@@ -240,16 +240,20 @@ fn advance_tick_by_tick(g: &mut GameState, at: Tick) {
                 "a bomb on a wall or block"
             );
             let was_here = before.bombs().any(|o| (o.x, o.y) == (b.x, b.y));
+            // From a neighbouring cell, by a slide under way or one a kick
+            // started this tick (a buffered move that walks into a bomb).
             let slid_in = Dir::ALL.iter().any(|&d| {
                 super::map::step(b.x, b.y, d).is_some_and(|(x, y)| {
                     before
                         .bombs()
-                        .any(|o| (o.x, o.y) == (x, y) && o.slide.is_some())
+                        .any(|o| (o.x, o.y) == (x, y) && (o.slide.is_some() || b.slide.is_some()))
                 })
             });
             assert!(
                 was_here || slid_in,
-                "a bomb moved more than one cell a tick"
+                "a bomb moved more than one cell a tick: {b:?} at tick {}; before: {:?}",
+                g.tick(),
+                before.bombs().collect::<Vec<_>>()
             );
         }
     }
