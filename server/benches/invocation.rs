@@ -226,6 +226,7 @@ async fn run(url: &str, label: &str, rounds: usize, calls: usize, pg_pid: u32) {
         database_url: url.to_string(),
         server_id: None,
         store: StoreOptions::default(),
+        db_clusters: Vec::new(),
         heartbeat: Duration::from_millis(250),
         server_ttl: Duration::from_millis(1000),
         startup_timeout: Duration::from_secs(10),

@@ -24,6 +24,7 @@ use crate::seating::SeatingLimits;
 use crate::server::{self, ServerConfig, TlsFiles};
 use crate::slow::SlowMode;
 use crate::status::OperatorToken;
+use crate::store::partitions::ClusterSpec;
 use crate::store::retention::RetentionOptions;
 use crate::store::{FollowOptions, StoreOptions};
 
@@ -42,6 +43,18 @@ pub struct ServerArgs {
     /// password, database and the other parameters still apply.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
+    /// A database cluster holding partitions of the games besides home
+    /// (--database-url), as NAME=URL; repeat for each (see
+    /// docs/scaling.md). Registered at home at start; on a fresh install
+    /// the partitions are spread evenly over home and these. Give every
+    /// server the same list.
+    #[arg(long = "db-cluster", value_name = "NAME=URL")]
+    pub db_clusters: Vec<ClusterSpec>,
+    /// The Patroni members of a --db-cluster, as NAME=URL[,URL...]: the
+    /// server follows that cluster's primary as it follows home's (with
+    /// --etcd, at the etcd scope NAME beside home's). Repeat per cluster.
+    #[arg(long = "db-cluster-patroni", value_name = "NAME=URLS")]
+    pub db_cluster_patroni: Vec<String>,
     /// Follow the primary of a Patroni cluster: every member's REST API,
     /// comma-separated (http://host:port,...). Each member is asked
     /// `GET /primary` every --patroni-interval-ms and at once after a
@@ -343,12 +356,36 @@ pub enum LogFormat {
 }
 
 impl ServerArgs {
+    /// The --db-cluster list with each cluster's --db-cluster-patroni.
+    fn db_clusters(&self) -> Result<Vec<ClusterSpec>, String> {
+        let mut specs = self.db_clusters.clone();
+        for given in &self.db_cluster_patroni {
+            let (name, urls) = given.split_once('=').ok_or_else(|| {
+                format!("--db-cluster-patroni: expected NAME=URLS, got {given:?}")
+            })?;
+            let spec = specs.iter_mut().find(|s| s.name == name).ok_or_else(|| {
+                format!("--db-cluster-patroni names {name}, which no --db-cluster gives")
+            })?;
+            spec.patroni = urls
+                .split(',')
+                .map(|u| u.trim().parse::<Member>())
+                .collect::<Result<_, _>>()?;
+        }
+        for (i, spec) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|s| s.name == spec.name) {
+                return Err(format!("--db-cluster {} is given twice", spec.name));
+            }
+        }
+        Ok(specs)
+    }
+
     fn config(&self) -> ServerConfig {
         ServerConfig {
             listen: self.listen,
             advertise: self.advertise.clone(),
             database_url: self.database_url.clone(),
             server_id: self.id.clone(),
+            db_clusters: self.db_clusters().unwrap_or_default(),
             store: StoreOptions {
                 db_timeout: Duration::from_millis(self.db_timeout_ms),
                 acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
@@ -457,6 +494,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         runtime.worker_threads(usize::from(threads));
     }
     let runtime = runtime.enable_all().build()?;
+    args.db_clusters().map_err(anyhow::Error::msg)?;
     runtime.block_on(async {
         let config = args.config();
         // Before the ready line: a launcher may signal as soon as it reads

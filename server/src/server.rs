@@ -47,6 +47,7 @@ use crate::seating::{self, SeatingLimits, Seats};
 use crate::service::GameService;
 use crate::slow::SlowMode;
 use crate::status::{self, CensusCache, OperatorToken, StatusService, Window};
+use crate::store::partitions::ClusterSpec;
 use crate::store::retention::RetentionOptions;
 use crate::store::{Store, StoreOptions};
 use crate::token::SessionKey;
@@ -61,6 +62,10 @@ pub struct ServerConfig {
     /// Server id in the registry; `None`: a random UUID.
     pub server_id: Option<String>,
     pub store: StoreOptions,
+    /// Partition clusters besides home (`--db-cluster`), registered at home
+    /// at start (see [`crate::store::partitions`]); empty: only those home
+    /// already lists.
+    pub db_clusters: Vec<ClusterSpec>,
     pub heartbeat: Duration,
     pub server_ttl: Duration,
     /// How long start-up waits for the database to accept migrations and
@@ -194,6 +199,20 @@ async fn open_store(
         store.session_key()
     })
     .await?;
+    retry_until(deadline, "registering the database clusters", || {
+        store.register_clusters(&config.db_clusters)
+    })
+    .await?;
+    let store = loop {
+        match store.clone().open_clusters(&config.store).await {
+            Ok(store) => break store,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                tracing::info!(error = %err, "opening the database clusters; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => return Err(err).context("opening the database clusters"),
+        }
+    };
     let (rekeyed, dropped) =
         retry_until(deadline, "recomputing name keys", || store.rekey_names()).await?;
     if rekeyed + dropped > 0 {
@@ -309,11 +328,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         stopped.clone(),
     ));
     let metrics_addr = serve_metrics(config.metrics_listen, &census, &stopped).await?;
-    tokio::spawn(
-        store
-            .clone()
-            .retention_task(config.retention.clone(), stopped.clone()),
-    );
+    for cluster in store.every_cluster() {
+        tokio::spawn(cluster.retention_task(config.retention.clone(), stopped.clone()));
+    }
+    tokio::spawn(store.clone().follow_map(stopped.clone()));
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<pb::game_server::GameServer<GameService>>()
@@ -328,7 +346,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let admission = Admission::new(config.admission);
     let admission_stats = admission.clone();
     let line = admission.clone();
-    store.not_lingering_when(move || line.has_line());
+    for cluster in store.every_cluster() {
+        let line = line.clone();
+        cluster.not_lingering_when(move || line.has_line());
+    }
     let status = Observed::new(
         pb::status_server::StatusServer::new(StatusService::new(
             server_id.clone(),

@@ -36,6 +36,18 @@ WHERE active > 0";
 impl Store {
     /// Counts the active games and seated players.
     pub async fn census(&self) -> Result<Census, Error> {
+        let mut total = self.census_here().await?;
+        for store in self.other_clusters() {
+            let more = store.census_here().await?;
+            total.games_waiting += more.games_waiting;
+            total.games_running += more.games_running;
+            total.players_seated += more.players_seated;
+        }
+        Ok(total)
+    }
+
+    /// [`Store::census`] of this cluster only.
+    async fn census_here(&self) -> Result<Census, Error> {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let row: Result<(i64, i64, i64), _> = sqlx::query_as(CENSUS)

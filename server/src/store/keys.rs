@@ -42,6 +42,9 @@ impl Store {
         window: Duration,
     ) -> Result<bool, Error> {
         let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        if let Some(super::partitions::Routed::Other(store)) = self.placed(token_hash).await? {
+            return Box::pin(store.session_older_than(token_hash, window)).await;
+        }
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let old: Result<Option<bool>, _> = sqlx::query_scalar(SESSION_OLDER_THAN)

@@ -55,6 +55,7 @@ pub mod follow;
 mod gates;
 pub mod keys;
 pub mod names;
+pub mod partitions;
 pub mod play;
 mod queries;
 pub mod replay;
@@ -289,6 +290,17 @@ pub struct Store {
     known: Arc<play::KnownGames>,
     /// Where database latency, CAS retries and gate waits are counted.
     metrics: Metrics,
+    /// The other clusters and the partition map, on a home store with
+    /// several clusters (see [`partitions`]); `None`: every game is here.
+    partitions: Option<Arc<partitions::Partitions>>,
+    /// This is the home cluster's store (rankings are written in a game's
+    /// finishing statement) and not another's (they go to its outbox).
+    home: bool,
+    /// Told when a game finished on a cluster other than home, so its
+    /// results are folded into the rankings soon.
+    finished: Arc<tokio::sync::Notify>,
+    /// The partitions this cluster holds (new games take one); empty: any.
+    held: Arc<std::sync::RwLock<Vec<u16>>>,
 }
 
 impl Store {
@@ -383,6 +395,10 @@ impl Store {
             gates: Arc::new(play::CallGates::default().lingering(LINGER)),
             known: Arc::default(),
             metrics: Metrics::new(),
+            partitions: None,
+            home: true,
+            finished: Arc::default(),
+            held: Arc::default(),
         })
     }
 
@@ -555,6 +571,29 @@ impl Store {
                     return Err(err);
                 }
             }
+        }
+    }
+
+    /// `sql`, or its variant for a cluster other than home when it may
+    /// finish a game: results go to the cluster's outbox, not to rankings
+    /// (see [`partitions`]).
+    fn outboxed(&self, sql: &'static str) -> &'static str {
+        if self.home {
+            sql
+        } else if sql == queries::WRITE_CALLS {
+            queries::WRITE_CALLS_OUTBOX
+        } else if sql == queries::WRITE_ADVANCE {
+            queries::WRITE_ADVANCE_OUTBOX
+        } else {
+            sql
+        }
+    }
+
+    /// A game finished here: on a cluster other than home its results wait
+    /// in the outbox, to be folded soon.
+    fn game_finished(&self) {
+        if !self.home {
+            self.finished.notify_one();
         }
     }
 

@@ -238,6 +238,31 @@ macro_rules! rankings {
     };
 }
 
+/// [`rankings!`] for a game on a cluster other than home: the same rows,
+/// into the cluster's `results` outbox, which a fold moves into home's
+/// rankings exactly once (see `store::partitions`).
+macro_rules! results {
+    ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
+        concat!(
+            "rk AS (INSERT INTO results (game_id, identity_hash, name, games, wins, draws) \
+               SELECT ",
+            $game,
+            "::bigint, identity_hash, min(name), count(*), count(*) FILTER (WHERE seat = ",
+            $winner,
+            "::smallint), CASE WHEN ",
+            $draw,
+            "::boolean THEN count(*) ELSE 0 END FROM seats WHERE ",
+            $when,
+            " AND EXISTS (SELECT 1 FROM g) AND game_id = ",
+            $game,
+            "::bigint AND NOT EXISTS (SELECT 1 FROM seats anon WHERE anon.game_id = ",
+            $game,
+            "::bigint AND NOT anon.identified) \
+             GROUP BY identity_hash ON CONFLICT DO NOTHING)"
+        )
+    };
+}
+
 /// The callers' sessions (`$1`, token hashes), each with its newest
 /// action-log row (its last applied sequence number and reply), its game
 /// and the database clock in microseconds, as one snapshot; locks nothing.
@@ -410,41 +435,51 @@ macro_rules! read_again {
 /// `$16` seq, `$17` seat, `$18` action, `$19` outcome. `$20` the callers'
 /// token hashes and `$21` the tick length, for the read again. `$22` the
 /// game's tick the caller took for now (the tick guard of `cas_game!`).
-pub const WRITE_CALLS: &str = concat!(
-    "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
+macro_rules! write_calls {
+    ($count:ident) => {
+        concat!(
+            "WITH w AS (SELECT * FROM unnest($11::bigint[], $12::smallint[], $13::boolean[], \
                                      $14::boolean[]) AS w(session, seat, leaving, freed)), ",
-    sessions_guard!("$3", "true"),
-    ", ",
-    cas_game!(
-        "$1",
-        "$2",
-        "$3",
-        ", active_at = ARRAY(SELECT CASE \
+            sessions_guard!("$3", "true"),
+            ", ",
+            cas_game!(
+                "$1",
+                "$2",
+                "$3",
+                ", active_at = ARRAY(SELECT CASE \
              WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1 AND w.leaving) THEN NULL \
              WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1) THEN now() \
              ELSE active_at[i] END FROM generate_series(1, 4) i ORDER BY i), \
            names = ARRAY(SELECT CASE \
              WHEN EXISTS (SELECT 1 FROM w WHERE w.seat = i - 1 AND w.freed) THEN '' \
              ELSE names[i] END FROM generate_series(1, 4) i ORDER BY i)",
-        "$4",
-        "$5",
-        "$6",
-        "$11",
-        "$22",
-        "$21"
-    ),
-    ", ",
-    log_actions!(),
-    ", s AS (UPDATE sessions SET in_game = false WHERE id = ANY($11::bigint[]) \
+                "$4",
+                "$5",
+                "$6",
+                "$11",
+                "$22",
+                "$21"
+            ),
+            ", ",
+            log_actions!(),
+            ", s AS (UPDATE sessions SET in_game = false WHERE id = ANY($11::bigint[]) \
              AND id IN (SELECT session FROM w WHERE leaving) AND EXISTS (SELECT 1 FROM g)), \
        d AS (DELETE FROM seats WHERE game_id = $3::bigint \
              AND seat IN (SELECT seat FROM w WHERE freed) AND EXISTS (SELECT 1 FROM g)), \
        l AS (UPDATE seats SET left_at = now() WHERE game_id = $3::bigint \
              AND seat IN (SELECT seat FROM w WHERE leaving AND NOT freed) \
              AND EXISTS (SELECT 1 FROM g)), ",
-    rankings!("$3", "$8", "$9", "$10::boolean"),
-    read_again!("$20", "$21")
-);
+            $count!("$3", "$8", "$9", "$10::boolean"),
+            read_again!("$20", "$21")
+        )
+    };
+}
+
+pub const WRITE_CALLS: &str = write_calls!(rankings);
+
+/// [`WRITE_CALLS`] on a cluster other than home: the results of a game it
+/// finishes go to the cluster's outbox (`results!`).
+pub const WRITE_CALLS_OUTBOX: &str = write_calls!(results);
 
 /// [`WRITE_CALLS`] for the hot path: a commit of Acts only that does not
 /// finish the game. The same compare-and-set (`cas_game!`'s conditions,
@@ -508,13 +543,23 @@ pub const WRITE_ACTS: &str = concat!(
 /// again. Any stalled writer computes the same state (the clock alone moved
 /// it), so no lag bound is needed. `$1` state, `$2` phase, `$3` game, `$4`
 /// winner or -1, `$5` draw, `$6` finishing, `$7` version read.
-pub const WRITE_ADVANCE: &str = concat!(
-    "WITH ",
-    update_game!("$1", "$2", "$3", "", " AND version = $7::bigint"),
-    ", ",
-    rankings!("$3", "$4", "$5", "$6::boolean"),
-    " SELECT version FROM g"
-);
+macro_rules! write_advance {
+    ($count:ident) => {
+        concat!(
+            "WITH ",
+            update_game!("$1", "$2", "$3", "", " AND version = $7::bigint"),
+            ", ",
+            $count!("$3", "$4", "$5", "$6::boolean"),
+            " SELECT version FROM g"
+        )
+    };
+}
+
+pub const WRITE_ADVANCE: &str = write_advance!(rankings);
+
+/// [`WRITE_ADVANCE`] on a cluster other than home (see
+/// [`WRITE_CALLS_OUTBOX`]).
+pub const WRITE_ADVANCE_OUTBOX: &str = write_advance!(results);
 
 /// Seats a session (new or existing) of identity `$8` (`$9`: a long-lived
 /// one) at `$3` of game `g`. With `$4` false
@@ -568,10 +613,13 @@ macro_rules! initial_active {
 }
 
 /// Seats a session in a new game. Parameters as [`WRITE_JOIN_WAITING`],
-/// but `$7` is the new game's arena.
+/// but `$7` is the new game's arena, and `$10` its partition (one this
+/// cluster holds): its id is the id sequence's next value times 64 plus
+/// the partition.
 pub const WRITE_JOIN_NEW: &str = concat!(
-    "WITH g AS (INSERT INTO games (state, phase, arena, names, active_at) \
-     VALUES ($5::bytea, $6::smallint, $7::smallint, ARRAY[",
+    "WITH g AS (INSERT INTO games (id, state, phase, arena, names, active_at) \
+     VALUES (nextval(pg_get_serial_sequence('games', 'id')) * 64 + $10::smallint, \
+             $5::bytea, $6::smallint, $7::smallint, ARRAY[",
     initial_name!(0),
     ", ",
     initial_name!(1),
@@ -666,6 +714,8 @@ pub const ALL: &[&str] = &[
     WRITE_CALLS,
     WRITE_ACTS,
     WRITE_ADVANCE,
+    WRITE_CALLS_OUTBOX,
+    WRITE_ADVANCE_OUTBOX,
     WRITE_JOIN_WAITING,
     WRITE_JOIN_NEW,
     LOG_SEATS,

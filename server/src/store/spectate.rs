@@ -15,6 +15,9 @@ impl Store {
     pub async fn watch(&self, game_id: u64) -> Result<Snapshot, Error> {
         let id = i64::try_from(game_id)
             .map_err(|_| Error::InvalidArgument(format!("game id {game_id} is out of range")))?;
+        if let super::partitions::Routed::Other(store) = self.route(game_id) {
+            return Box::pin(store.watch(game_id)).await;
+        }
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let row = sqlx::query(READ_GAME)
@@ -37,6 +40,21 @@ impl Store {
     /// Games waiting for players or running at the current tick, newest
     /// first, at most `limit`.
     pub async fn live_games(&self, limit: u32) -> Result<Vec<Snapshot>, Error> {
+        let others = self.other_clusters();
+        if !others.is_empty() {
+            let mut games = self.live_games_here(limit).await?;
+            for store in others {
+                games.extend(store.live_games_here(limit).await?);
+            }
+            games.sort_by(|a, b| b.game_id.cmp(&a.game_id));
+            games.truncate(limit as usize);
+            return Ok(games);
+        }
+        self.live_games_here(limit).await
+    }
+
+    /// [`Store::live_games`] of this cluster only.
+    async fn live_games_here(&self, limit: u32) -> Result<Vec<Snapshot>, Error> {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let rows = sqlx::query(LIVE_GAMES)

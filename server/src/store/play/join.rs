@@ -91,12 +91,18 @@ impl Store {
         arena: Option<Arena>,
         seats: &Seats,
     ) -> Result<Joined, Error> {
-        self.retrying(|| self.join_once(token_hash, identity, name, arena, seats))
+        // With several clusters, first where the join goes (see
+        // [`partitions`](crate::store::partitions)); the name is checked at
+        // home, the seat taken there.
+        let target = self.place(token_hash).await?;
+        target
+            .retrying(|| target.join_once(self, token_hash, identity, name, arena, seats))
             .await
     }
 
     pub(super) async fn join_once(
         &self,
+        home: &Store,
         token_hash: &TokenHash,
         identity: &Identity,
         name: &str,
@@ -109,7 +115,7 @@ impl Store {
         if seats.with(|s| s.full_without_looking(Instant::now())) {
             return Err(no_room());
         }
-        self.check_name(identity, name).await?;
+        home.check_name(identity, name).await?;
         // Leased: a join cut anywhere in its transaction closes the
         // connection instead of pooling it (see [`Lease`]).
         let mut lease = self.lease().await?;
@@ -228,6 +234,9 @@ impl Store {
             query.bind(to_db_id(snapshot.game_id)?)
         };
         query = query.bind(&identity_hash[..]).bind(identity.claims_names);
+        if new_game {
+            query = query.bind(self.new_game_partition() as i16);
+        }
         let Some(row) = query.fetch_optional(&mut *tx).await? else {
             return Err(Error::Transient(
                 "another join with the same token won the race".into(),
@@ -259,7 +268,10 @@ impl Store {
     /// A token whose session sits in a game that has not finished goes back
     /// to it: one read, no lock. `None`: there is no such session, and the
     /// join seats the player.
-    pub(super) async fn rejoin(&self, token_hash: &TokenHash) -> Result<Option<Joined>, Error> {
+    pub(in crate::store) async fn rejoin(
+        &self,
+        token_hash: &TokenHash,
+    ) -> Result<Option<Joined>, Error> {
         let mut lease = self.lease().await?;
         let row = sqlx::query(READ_JOINER)
             .bind(&token_hash[..])

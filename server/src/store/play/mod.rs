@@ -134,7 +134,11 @@ impl Store {
     /// Applies one action at the current tick, exactly once per sequence
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
-        match self.write(Call::Act(call.clone())).await? {
+        match self
+            .route(call.game_id)
+            .write(Call::Act(call.clone()))
+            .await?
+        {
             Reply::Acted(acted) => Ok(*acted),
             Reply::Left(_) => Err(Error::Internal("an Act was answered as a Leave".into())),
         }
@@ -143,7 +147,11 @@ impl Store {
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
     /// number.
     pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
-        match self.write(Call::Leave(call.clone())).await? {
+        match self
+            .route(call.game_id)
+            .write(Call::Leave(call.clone()))
+            .await?
+        {
             Reply::Left(left) => Ok(left),
             Reply::Acted(_) => Err(Error::Internal("a Leave was answered as an Act".into())),
         }

@@ -221,6 +221,7 @@ async fn every_statement_prepares_against_the_schema() {
         .chain(super::super::retention::ALL)
         .chain(super::super::names::ALL)
         .chain(super::super::keys::ALL)
+        .chain(super::super::partitions::ALL)
     {
         if let Err(e) = conn.prepare(sqlx::SqlSafeStr::into_sql_str(*sql)).await {
             panic!("{e}\n{sql}");

@@ -26,13 +26,14 @@ pub(in crate::store) fn advance_to(snapshot: &mut Snapshot, now_tick: Tick) -> O
 /// are recorded once. `false`: another call wrote the game since the read;
 /// nothing was written.
 pub(super) async fn commit_clock(
+    store: &Store,
     conn: &mut PgConnection,
     snapshot: &mut Snapshot,
     before: Phase,
 ) -> Result<bool, Error> {
     let state = &snapshot.state;
     let ending = finishing(before, state);
-    let row = sqlx::query(WRITE_ADVANCE)
+    let row = sqlx::query(store.outboxed(WRITE_ADVANCE))
         .bind(Packed(state))
         .bind(state.phase().code())
         .bind(to_db_id(snapshot.game_id)?)
@@ -46,6 +47,9 @@ pub(super) async fn commit_clock(
         return Ok(false);
     };
     snapshot.version = row.try_get::<i64, _>(0)? as u64;
+    if ending.is_some() {
+        store.game_finished();
+    }
     Ok(true)
 }
 
@@ -54,6 +58,9 @@ impl Store {
     /// when the clock alone finished the game is that committed (once,
     /// through the write path) so the rankings are recorded.
     pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
+        if let super::super::partitions::Routed::Other(store) = self.route(game_id) {
+            return Box::pin(store.state(token_hash, game_id)).await;
+        }
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let result = async {
@@ -98,7 +105,7 @@ impl Store {
             )));
         }
         if let Some(before) = advance_to(&mut snapshot, now_tick)
-            && !commit_clock(conn, &mut snapshot, before).await?
+            && !commit_clock(self, conn, &mut snapshot, before).await?
         {
             return Ok(Cas::Missed(None));
         }

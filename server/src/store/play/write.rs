@@ -185,14 +185,14 @@ impl Store {
                 return Ok(Cas::ReadFirst);
             }
             if let Some(before) = advance_to(&mut snapshot, game.now_tick)
-                && !commit_clock(conn, &mut snapshot, before).await?
+                && !commit_clock(self, conn, &mut snapshot, before).await?
             {
                 return Ok(Cas::Missed(None));
             }
         } else {
             let commit = &applied.commit;
             let ending = finishing(before, &snapshot.state);
-            let rows = sqlx::query(write_statement(commit, ending))
+            let rows = sqlx::query(self.outboxed(write_statement(commit, ending)))
                 .bind(Packed(&snapshot.state))
                 .bind(snapshot.state.phase().code())
                 .bind(to_db_id(game_id)?)
@@ -232,6 +232,9 @@ impl Store {
                 Cas::ReadFirst => return Ok(Cas::ReadFirst),
             };
             snapshot.version = done.version as u64;
+            if ending.is_some() {
+                self.game_finished();
+            }
             for writer in &commit.writers {
                 let seat = seat_index(writer.seat)?;
                 snapshot.roster.connected[seat] = !writer.leaving;
