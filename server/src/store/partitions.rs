@@ -209,7 +209,7 @@ const MAP_VERSION: &str = "SELECT version FROM partition_map_version WHERE id = 
 
 const PLACE: &str = "WITH t AS (UPDATE join_turn SET turn = turn + 1 WHERE id = 1 RETURNING turn) \
      INSERT INTO placements AS p (token_hash, cluster, placed_at) \
-     SELECT $1::bytea, ($2::text[])[1 + (t.turn / $3::bigint) % cardinality($2::text[])], now() \
+     SELECT $1::bytea, ($2::text[])[1 + ((t.turn - 1) / $3::bigint) % cardinality($2::text[])], now() \
      FROM t \
      ON CONFLICT (token_hash) DO UPDATE SET \
        cluster = CASE WHEN p.placed_at > now() - $4::bigint * interval '1 millisecond' \

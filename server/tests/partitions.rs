@@ -1,0 +1,210 @@
+//! Games partitioned over two database clusters: real servers on a home
+//! PostgreSQL and a second one (`--db-cluster c1=...`). Every game lives on
+//! the cluster its partition names, every call of it runs there, joins meet
+//! in one lobby, and a ranked game finished on the second cluster counts
+//! once in home's rankings.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use borbaman_cluster::wait;
+use borbaman_proto::pb;
+use common::*;
+use sqlx::PgPool;
+
+/// The cluster holding each partition, as home's map says.
+async fn partition_map(home: &PgPool) -> BTreeMap<i64, String> {
+    sqlx::query_as::<_, (i16, String)>("SELECT partition, cluster FROM partition_map")
+        .fetch_all(home)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(p, c)| (i64::from(p), c))
+        .collect()
+}
+
+async fn count(pool: &PgPool, sql: &'static str, game_id: u64) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(game_id as i64)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Two servers, both given the second cluster.
+fn two_clusters() -> (
+    borbaman_cluster::LocalPostgres,
+    borbaman_cluster::LocalPostgres,
+    Vec<ServerProcess>,
+) {
+    let (home, other) = (start_db(), start_db());
+    let cluster = format!("--db-cluster=c1={}", other.url());
+    let servers = (0..2)
+        .map(|_| ServerProcess::start_with(&home.url(), &[&cluster]))
+        .collect();
+    (home, other, servers)
+}
+
+#[tokio::test]
+async fn each_game_and_every_call_of_it_live_on_its_partitions_cluster() {
+    let (home_pg, other_pg, servers) = two_clusters();
+    let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
+    let map = partition_map(&home).await;
+    let on_home = map.values().filter(|c| *c == "home").count();
+    assert_eq!((on_home, map.len()), (32, 64), "spread evenly: {map:?}");
+
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(s.game().await);
+    }
+    // Four games' players, joining through either server.
+    let mut games: BTreeMap<u64, Vec<Player>> = BTreeMap::new();
+    for g in 0..4 {
+        let players = full_game(&mut clients[g % 2]).await;
+        games.insert(players[0].game_id, players);
+    }
+    assert_eq!(games.len(), 4, "four games of four");
+    let mut clusters_used = std::collections::BTreeSet::new();
+    for (&game_id, players) in &mut games {
+        let cluster = &map[&((game_id % 64) as i64)];
+        clusters_used.insert(cluster.clone());
+        let (mine, theirs) = if cluster == "home" {
+            (&home, &other)
+        } else {
+            (&other, &home)
+        };
+        // Acts and a state read, alternating servers.
+        for (i, player) in players.iter_mut().enumerate() {
+            for n in 0..3 {
+                let req = player.act_request(action(player.next_seq));
+                clients[(i + n) % 2].clone().act(req).await.unwrap();
+            }
+            let state = clients[i % 2]
+                .clone()
+                .get_state(pb::GetStateRequest {
+                    token: player.token.clone(),
+                    game_id,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(state.state.unwrap().game_id, game_id);
+        }
+        let watched = clients[0]
+            .clone()
+            .watch_state(pb::WatchStateRequest { game_id })
+            .await;
+        assert!(watched.is_ok(), "game {game_id} watched: {watched:?}");
+        for (what, sql) in [
+            ("game", "SELECT count(*) FROM games WHERE id = $1"),
+            ("seats", "SELECT count(*) FROM seats WHERE game_id = $1"),
+            (
+                "sessions",
+                "SELECT count(*) FROM sessions WHERE game_id = $1",
+            ),
+            ("actions", "SELECT count(*) FROM actions WHERE game_id = $1"),
+        ] {
+            let here = count(mine, sql, game_id).await;
+            let there = count(theirs, sql, game_id).await;
+            let expected = match what {
+                "game" => 1,
+                "actions" => 12,
+                _ => 4,
+            };
+            assert_eq!(
+                (here, there),
+                (expected, 0),
+                "game {game_id}'s {what} on {cluster} only"
+            );
+        }
+    }
+    assert_eq!(
+        clusters_used.len(),
+        2,
+        "new games spread over both clusters: {:?}",
+        games.keys().collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_join_retried_on_another_server_gets_the_same_seat_on_its_cluster() {
+    let (_home_pg, _other_pg, servers) = two_clusters();
+    let (mut a, mut b) = (servers[0].game().await, servers[1].game().await);
+    // Past the first game's worth of joiners, so this one is placed on the
+    // second cluster's turn.
+    let _first = full_game(&mut a).await;
+    let nonce = token();
+    let (first, _) = join_as(&mut a, &[], "again", nonce.clone()).await.unwrap();
+    let (retried, reply) = join_as(&mut b, &[], "again", nonce).await.unwrap();
+    assert_eq!(
+        (retried.game_id, retried.seat, retried.token.clone()),
+        (first.game_id, first.seat, first.token.clone())
+    );
+    assert!(
+        reply.rejoined,
+        "the retry found the seat the first try took"
+    );
+}
+
+#[tokio::test]
+async fn a_ranked_game_finished_on_the_second_cluster_counts_once_at_home() {
+    let (home_pg, other_pg, servers) = two_clusters();
+    let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
+    let map = partition_map(&home).await;
+    let mut client = servers[0].game().await;
+    // The first game's worth of joiners goes to home, the next to c1.
+    let first = full_game(&mut client).await;
+    assert_eq!(map[&((first[0].game_id % 64) as i64)], "home");
+    let players = full_ranked_game(&mut client).await;
+    let game_id = players[0].game_id;
+    assert_eq!(map[&((game_id % 64) as i64)], "c1");
+    // Everyone leaves: the game ends, on the second cluster.
+    for (i, player) in players.iter().enumerate() {
+        servers[i % 2]
+            .game()
+            .await
+            .leave(pb::LeaveRequest {
+                token: player.token.clone(),
+                game_id,
+                seat: player.seat,
+                seq: player.next_seq,
+            })
+            .await
+            .unwrap();
+    }
+    wait::until(
+        "the game folded into home's rankings",
+        Duration::from_secs(10),
+        || {
+            let home = home.clone();
+            async move {
+                let folded: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM folded_games WHERE game_id = $1)",
+                )
+                .bind(game_id as i64)
+                .fetch_one(&home)
+                .await
+                .unwrap();
+                folded.then_some(())
+            }
+        },
+    )
+    .await;
+    let rows: Vec<(String, i32)> = sqlx::query_as("SELECT name, games FROM rankings ORDER BY name")
+        .fetch_all(&home)
+        .await
+        .unwrap();
+    let names: Vec<(String, i32)> = (0..4).map(|i| (format!("r{i}"), 1)).collect();
+    assert_eq!(rows, names, "every player of the game counted once");
+    let left: i64 = count(
+        &other,
+        "SELECT count(*) FROM results WHERE game_id = $1",
+        game_id,
+    )
+    .await;
+    assert_eq!(left, 0, "the outbox was emptied");
+    let at_home: i64 = count(&home, "SELECT count(*) FROM games WHERE id = $1", game_id).await;
+    assert_eq!(at_home, 0);
+}
