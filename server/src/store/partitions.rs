@@ -163,7 +163,7 @@ struct Map {
 struct Cluster {
     name: String,
     /// `None` for home: the store holding this.
-    store: Option<Store>,
+    store: Option<Arc<Store>>,
 }
 
 /// The clusters a home store routes to, and the map.
@@ -178,7 +178,7 @@ pub(crate) struct Partitions {
 /// The store a call runs on: home's own, or another cluster's.
 pub enum Routed<'a> {
     Home(&'a Store),
-    Other(Store),
+    Other(Arc<Store>),
 }
 
 impl std::ops::Deref for Routed<'_> {
@@ -371,7 +371,7 @@ impl Store {
             }
             let store = match &row.url {
                 None => None,
-                Some(url) => Some(self.open_cluster(partitions, row, url).await?),
+                Some(url) => Some(Arc::new(self.open_cluster(partitions, row, url).await?)),
             };
             opened.push(Arc::new(Cluster {
                 name: row.name.clone(),
@@ -419,7 +419,7 @@ impl Store {
             if !row.partitions.is_empty() {
                 serving.push(at);
             }
-            let store = opened[at].store.as_ref().unwrap_or(self);
+            let store = opened[at].store.as_deref().unwrap_or(self);
             *store.held.write().expect("held partitions") = row.partitions.clone();
         }
         tracing::info!(version, clusters = rows.len(), "partition map loaded");
@@ -525,7 +525,7 @@ impl Store {
                 .read()
                 .expect("clusters")
                 .iter()
-                .filter_map(|c| c.store.clone())
+                .filter_map(|c| c.store.as_deref().cloned())
                 .collect(),
         }
     }

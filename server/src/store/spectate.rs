@@ -46,7 +46,7 @@ impl Store {
             for store in others {
                 games.extend(store.live_games_here(limit).await?);
             }
-            games.sort_by(|a, b| b.game_id.cmp(&a.game_id));
+            games.sort_by_key(|g| std::cmp::Reverse(g.game_id));
             games.truncate(limit as usize);
             return Ok(games);
         }
