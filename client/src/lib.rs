@@ -29,6 +29,7 @@ pub use borbaman_client::brain;
 #[cfg(test)]
 mod brain_tests;
 pub mod chaos;
+pub mod db;
 pub mod driver;
 pub mod measure;
 pub mod play;

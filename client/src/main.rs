@@ -52,6 +52,10 @@ enum Command {
     /// p99 and database member, the games waiting and running, and the
     /// refusals of the last minute (--json for machines).
     Status(borbaman::status::StatusArgs),
+    /// The database clusters the games are partitioned over: `db clusters`
+    /// lists them with their partitions, primaries and games; `db
+    /// add-cluster` registers one more.
+    Db(borbaman::db::DbArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,6 +69,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => borbaman::bench::run(args),
         Command::Chaos(args) => borbaman::chaos::run(args),
         Command::Replay(args) => borbaman::replay::run(args),
+        Command::Db(args) => borbaman::db::run(args),
         Command::Status(args) => borbaman::status::run(args),
     }
 }

@@ -366,10 +366,8 @@ impl ServerArgs {
             let spec = specs.iter_mut().find(|s| s.name == name).ok_or_else(|| {
                 format!("--db-cluster-patroni names {name}, which no --db-cluster gives")
             })?;
-            spec.patroni = urls
-                .split(',')
-                .map(|u| u.trim().parse::<Member>())
-                .collect::<Result<_, _>>()?;
+            let urls: Vec<String> = urls.split(',').map(str::to_string).collect();
+            *spec = spec.clone().with_patroni(&urls)?;
         }
         for (i, spec) in specs.iter().enumerate() {
             if specs[..i].iter().any(|s| s.name == spec.name) {

@@ -200,7 +200,7 @@ async fn open_store(
     })
     .await?;
     retry_until(deadline, "registering the database clusters", || {
-        store.register_clusters(&config.db_clusters)
+        store.register_clusters(&config.db_clusters, true)
     })
     .await?;
     let store = loop {

@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_game::{GameState, SEATS};
 use borbaman_proto::pb;
+use borbaman_server::store::partitions;
 use borbaman_server::store::replay::{self, ReplayAudit};
 use borbaman_server::wire::event_from_wire;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -60,7 +61,15 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot connect to the database at {url}"))?;
         let ids = args.game_id.map(|id| vec![id]);
         let read_at = Instant::now();
-        let games = replay::finished_games(&db, ids.as_deref()).await?;
+        // Every cluster's games: home lists the others (docs/scaling.md).
+        let mut games = replay::finished_games(&db, ids.as_deref()).await?;
+        for other in partitions::other_cluster_urls(&db).await? {
+            let pool = PgPool::connect(&other)
+                .await
+                .with_context(|| format!("cannot connect to the database cluster at {other}"))?;
+            games.extend(replay::finished_games(&pool, ids.as_deref()).await?);
+            pool.close().await;
+        }
         let read_ms = read_at.elapsed().as_secs_f64() * 1e3;
         if let Some(id) = args.game_id
             && games.is_empty()

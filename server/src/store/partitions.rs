@@ -116,6 +116,18 @@ impl FromStr for ClusterSpec {
     }
 }
 
+impl ClusterSpec {
+    /// This cluster, replicated: its Patroni members' REST APIs
+    /// (`http://host:port` each).
+    pub fn with_patroni(mut self, urls: &[String]) -> Result<ClusterSpec, String> {
+        self.patroni = urls
+            .iter()
+            .map(|u| u.trim().parse::<Member>())
+            .collect::<Result<_, _>>()?;
+        Ok(self)
+    }
+}
+
 /// A cluster's name: a lower-case letter, then up to 31 lower-case letters,
 /// digits, `-` or `_`; not `home`.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -259,11 +271,15 @@ pub const ALL: &[&str] = &[
 
 impl Store {
     /// Registers `specs` at home (their URLs and members updated if known)
-    /// and, on a fresh install (the map never changed and home holds no
+    /// and, with `spread` on a fresh install (the map never changed and home holds no
     /// game yet), spreads the partitions evenly over home and them:
     /// partition `p` to the `p % n`-th cluster in number order. Start-up
     /// only; servers starting at once take turns (an advisory lock).
-    pub async fn register_clusters(&self, specs: &[ClusterSpec]) -> Result<(), Error> {
+    pub async fn register_clusters(
+        &self,
+        specs: &[ClusterSpec],
+        spread: bool,
+    ) -> Result<(), Error> {
         if specs.is_empty() {
             return Ok(());
         }
@@ -289,7 +305,7 @@ impl Store {
             )
             .fetch_one(&mut *tx)
             .await?;
-            if version == 1 && !games {
+            if spread && version == 1 && !games {
                 let names: Vec<String> = std::iter::once(HOME.to_string())
                     .chain(specs.iter().map(|s| s.name.clone()))
                     .collect();
@@ -684,6 +700,22 @@ impl Store {
             None => Routed::Home(self),
         }
     }
+}
+
+/// The URLs of the clusters other than home that home (`db`) lists, in
+/// number order, for tools that read every cluster's games (replay
+/// --verify, the invariant audit). Empty on a database from before
+/// partitions.
+pub async fn other_cluster_urls(home: &sqlx::PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let listed: bool = sqlx::query_scalar("SELECT to_regclass('db_clusters') IS NOT NULL")
+        .fetch_one(home)
+        .await?;
+    if !listed {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT url FROM db_clusters WHERE url IS NOT NULL ORDER BY number")
+        .fetch_all(home)
+        .await
 }
 
 /// The etcd prefix of cluster `name`'s Patroni group: home's namespace

@@ -1,0 +1,201 @@
+//! `borbaman db`: the database clusters the games are partitioned over
+//! (see docs/scaling.md): list them, register one more.
+
+use anyhow::Context;
+use borbaman_server::store::partitions::{ClusterRow, ClusterSpec, check_name};
+use borbaman_server::store::{Store, StoreOptions};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use sqlx::PgPool;
+
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    #[command(subcommand)]
+    pub command: DbCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// The clusters, each with its partitions, its primary and its games.
+    Clusters(ClustersArgs),
+    /// Register one more cluster at home. It gets the schema now; servers
+    /// open it when they start (give them --db-cluster NAME=URL too). It
+    /// holds no partition, so it serves no game until partitions move to
+    /// it.
+    AddCluster(AddClusterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ClustersArgs {
+    /// The home cluster: the database the servers are given with
+    /// --database-url.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AddClusterArgs {
+    /// Its name: a lower-case letter, then up to 31 lower-case letters,
+    /// digits, '-' or '_' (with Patroni, also the group's etcd scope).
+    pub name: String,
+    /// Its PostgreSQL URL, e.g. postgres://borbaman@10.0.0.7:5432/borbaman.
+    #[arg(long)]
+    pub url: String,
+    /// Its Patroni members' REST APIs, comma-separated, for a replicated
+    /// cluster (servers follow its primary).
+    #[arg(long, value_delimiter = ',', value_name = "URLS")]
+    pub patroni: Vec<String>,
+    /// The home cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A cluster as `db clusters` shows it.
+#[derive(Debug, Serialize)]
+struct Shown {
+    #[serde(flatten)]
+    row: ClusterRow,
+    /// `host:port` of the server that answered (the primary), or why none
+    /// did.
+    primary: Result<String, String>,
+    games_waiting: Option<i64>,
+    games_running: Option<i64>,
+    games_stored: Option<i64>,
+}
+
+pub fn run(args: DbArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match args.command {
+            DbCommand::Clusters(args) => clusters(args).await,
+            DbCommand::AddCluster(args) => add_cluster(args).await,
+        }
+    })
+}
+
+async fn home(url: &str) -> anyhow::Result<Store> {
+    let opts = StoreOptions {
+        db_timeout: std::time::Duration::from_secs(10),
+        acquire_timeout: std::time::Duration::from_secs(10),
+        idle_txn_timeout: std::time::Duration::from_secs(10),
+        min_connections: 0,
+        max_connections: 2,
+        ..StoreOptions::default()
+    };
+    let store = Store::connect(url, &opts)?;
+    store
+        .migrate()
+        .await
+        .with_context(|| format!("cannot reach the home cluster at {url}"))?;
+    Ok(store)
+}
+
+async fn clusters(args: ClustersArgs) -> anyhow::Result<()> {
+    let store = home(&args.database_url).await?;
+    let rows = store.clusters().await?;
+    let mut shown = Vec::new();
+    for row in rows {
+        let url = row.url.clone().unwrap_or_else(|| args.database_url.clone());
+        let (primary, games) = match look(&url).await {
+            Ok((primary, games)) => (Ok(primary), Some(games)),
+            Err(err) => (Err(format!("{err:#}")), None),
+        };
+        shown.push(Shown {
+            row,
+            primary,
+            games_waiting: games.map(|g| g.0),
+            games_running: games.map(|g| g.1),
+            games_stored: games.map(|g| g.2),
+        });
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "clusters": shown }))?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:>3} {:>10}  {:<22} {:>7} {:>7} {:>8}  url",
+        "cluster", "#", "partitions", "primary", "waiting", "running", "stored"
+    );
+    for s in &shown {
+        let count = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+        println!(
+            "{:<10} {:>3} {:>10}  {:<22} {:>7} {:>7} {:>8}  {}",
+            s.row.name,
+            s.row.number,
+            s.row.partitions.len(),
+            s.primary.as_deref().unwrap_or("unreachable"),
+            count(s.games_waiting),
+            count(s.games_running),
+            count(s.games_stored),
+            s.row.url.as_deref().unwrap_or("(home: --database-url)")
+        );
+        if let Err(why) = &s.primary {
+            println!("{:>14} {why}", "");
+        }
+    }
+    Ok(())
+}
+
+/// The address of the server answering at `url` and its games: waiting,
+/// running, stored.
+async fn look(url: &str) -> anyhow::Result<(String, (i64, i64, i64))> {
+    let pool = tokio::time::timeout(std::time::Duration::from_secs(5), PgPool::connect(url))
+        .await
+        .context("no answer within 5 s")??;
+    let row: (Option<String>, i32, i64, i64, i64) = sqlx::query_as(
+        "SELECT host(inet_server_addr()), inet_server_port(), \
+                count(*) FILTER (WHERE phase = 1), count(*) FILTER (WHERE phase = 2), count(*) \
+         FROM games",
+    )
+    .fetch_one(&pool)
+    .await?;
+    pool.close().await;
+    let host = row.0.unwrap_or_else(|| "local socket".into());
+    Ok((format!("{host}:{}", row.1), (row.2, row.3, row.4)))
+}
+
+async fn add_cluster(args: AddClusterArgs) -> anyhow::Result<()> {
+    check_name(&args.name).map_err(anyhow::Error::msg)?;
+    let spec = format!("{}={}", args.name, args.url)
+        .parse::<ClusterSpec>()
+        .and_then(|spec| spec.with_patroni(&args.patroni))
+        .map_err(anyhow::Error::msg)?;
+    // The new cluster's schema first: a cluster home lists is one servers
+    // can open.
+    let cluster = home(&args.url)
+        .await
+        .with_context(|| format!("cannot prepare cluster {}", args.name))?;
+    cluster.close().await;
+    let store = home(&args.database_url).await?;
+    store.register_clusters(&[spec], false).await?;
+    let rows = store.clusters().await?;
+    let added = rows
+        .into_iter()
+        .find(|r| r.name == args.name)
+        .context("the cluster is not listed after registering it")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&added)?);
+    } else {
+        println!(
+            "cluster {} registered as number {} ({} partitions); start servers with \
+             --db-cluster {}={}",
+            added.name,
+            added.number,
+            added.partitions.len(),
+            added.name,
+            args.url
+        );
+    }
+    Ok(())
+}
