@@ -79,14 +79,46 @@ pub enum DbKind {
     Ha,
 }
 
-/// `--db single|ha`.
-#[derive(Clone, Debug, Default, clap::Args)]
+/// `--db single|ha` and `--db-clusters N`.
+#[derive(Clone, Debug, clap::Args)]
 pub struct DbArg {
     /// The local cluster's database: `single` (one PostgreSQL) or `ha`
     /// (3 etcd + 3 Patroni members, synchronous replication, survives the
     /// loss of its primary).
     #[arg(long, value_enum, default_value_t = DbKind::Single)]
     pub db: DbKind,
+    /// Partition the games over N database clusters of the local cluster
+    /// (each one what --db says: a PostgreSQL, or a group of 3 Patroni
+    /// members sharing one etcd). Cluster 0 is home (names, rankings, the
+    /// lobby, the partition map) and holds games too; the 64 partitions
+    /// are spread evenly, a game going to cluster `partition % N`. See
+    /// docs/scaling.md.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = db_clusters)]
+    pub db_clusters: usize,
+}
+
+impl Default for DbArg {
+    fn default() -> Self {
+        DbArg {
+            db: DbKind::Single,
+            db_clusters: 1,
+        }
+    }
+}
+
+/// The most database clusters a local cluster starts: one per partition
+/// at most would do, but each is a PostgreSQL (or three) on this machine.
+pub const MAX_DB_CLUSTERS: usize = 16;
+
+/// A `--db-clusters` value: 1 to [`MAX_DB_CLUSTERS`].
+pub fn db_clusters(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_DB_CLUSTERS).contains(&n) => Ok(n),
+        Ok(n) => Err(format!(
+            "{n} database clusters: give 1 (one database, the default) to {MAX_DB_CLUSTERS}"
+        )),
+        Err(_) => Err(format!("{text:?} is not a number of database clusters")),
+    }
 }
 
 /// `--db-cpu-quota` and `--server-cpu-quota`: CPU quotas for a local
@@ -96,7 +128,9 @@ pub struct CpuQuotaArgs {
     /// Cap the local cluster's PostgreSQL at CORES of CPU (e.g. 0.5): the
     /// postmaster starts in a control group of its own with that quota,
     /// and every backend it forks inherits it (with `--db ha`, the three
-    /// Patroni members and their PostgreSQL share it). cgroup v1's `cpu`
+    /// Patroni members and their PostgreSQL share it). With
+    /// `--db-clusters N`, each cluster gets a group of its own with that
+    /// quota (N × CORES in all). cgroup v1's `cpu`
     /// controller (/sys/fs/cgroup/cpu) or cgroup v2's `cpu.max`; needs
     /// root. The group's CPU time and throttling are reported at the end.
     #[arg(long, value_name = "CORES")]
@@ -239,6 +273,16 @@ mod tests {
         };
         assert_eq!(mix.links().len(), 2);
         assert!(wan_spec("far").unwrap_err().contains("not a duration"));
+    }
+
+    #[test]
+    fn db_clusters_are_one_or_more() {
+        assert_eq!(db_clusters("2"), Ok(2));
+        assert_eq!(db_clusters(" 1 "), Ok(1));
+        for bad in ["0", "17", "two", "-1", ""] {
+            assert!(db_clusters(bad).is_err(), "{bad:?}");
+        }
+        assert!(db_clusters("0").unwrap_err().contains("give 1"));
     }
 
     #[test]

@@ -103,6 +103,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.local_servers,
             measure::LocalSetup {
                 db: args.db.db,
+                db_clusters: args.db.db_clusters,
                 fsync: !args.no_fsync,
                 cpu: args.cpu.quotas(),
             },

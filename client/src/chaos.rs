@@ -264,6 +264,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         args.servers,
         measure::LocalSetup {
             db: args.db.db,
+            db_clusters: args.db.db_clusters,
             fsync: !args.no_fsync,
             cpu: args.cpu.quotas(),
         },

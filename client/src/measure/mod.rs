@@ -75,6 +75,8 @@ use workload::WorkloadConfig;
 #[derive(Clone, Copy, Debug)]
 pub struct LocalSetup {
     pub db: DbKind,
+    /// Database clusters the games are partitioned over (`--db-clusters`).
+    pub db_clusters: usize,
     pub fsync: bool,
     pub cpu: CpuQuotas,
 }
@@ -106,6 +108,7 @@ pub fn start_cluster(
             DbKind::Single => Database::Temporary,
             DbKind::Ha => Database::Replicated,
         },
+        db_clusters: setup.db_clusters,
         ..ClusterConfig::temporary(servers)
     };
     let cluster = LocalCluster::start(config, |step| eprintln!("{step}"))

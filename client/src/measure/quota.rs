@@ -10,15 +10,16 @@ use serde::Serialize;
 /// One group's counters at one moment.
 #[derive(Clone, Debug)]
 pub struct GroupReading {
-    /// What the group holds: `database` or `servers`.
-    pub name: &'static str,
+    /// What the group holds: `database` (home's), `database-c1`... (the
+    /// other database clusters') or `servers`.
+    pub name: String,
     pub cores: f64,
     pub used: Option<Duration>,
     pub throttled: Option<(u64, Duration)>,
 }
 
 impl GroupReading {
-    pub fn of(name: &'static str, group: &CpuGroup) -> GroupReading {
+    pub fn of(name: String, group: &CpuGroup) -> GroupReading {
         GroupReading {
             name,
             cores: group.cores(),
@@ -99,7 +100,7 @@ mod tests {
 
     fn reading(used_ms: u64, throttled: u64) -> GroupReading {
         GroupReading {
-            name: "database",
+            name: "database".into(),
             cores: 0.5,
             used: Some(Duration::from_millis(used_ms)),
             throttled: Some((throttled, Duration::from_millis(throttled * 40))),

@@ -35,7 +35,7 @@ pub(super) async fn start(
     let pg_dir = postgres_dir(&setup.data_dir);
     let config = ClusterConfig {
         servers: LOCAL_SERVERS,
-        database: match setup.db {
+        database: match setup.db.db {
             DbKind::Single => Database::from_env_or(Database::Persistent(pg_dir)),
             DbKind::Ha => Database::Replicated,
         },
@@ -46,6 +46,7 @@ pub(super) async fn start(
         database_proxy: false,
         wan: setup.wan.into_iter().collect(),
         cpu: Default::default(),
+        db_clusters: setup.db.db_clusters,
     };
     let steps = view.clone();
     let slot = slot.clone();

@@ -43,7 +43,7 @@ use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::state_dir::StateDir;
 use borbaman_cluster::local::LocalCluster;
 
-use crate::args::{DbArg, DbKind, ServersArg};
+use crate::args::{DbArg, ServersArg};
 use crate::shutdown::{self, Shutdown, Stopper};
 use crate::ui::input::{Command, command_for};
 use crate::ui::{ColorMode, View, draw};
@@ -180,7 +180,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         name,
         pool: args.servers.pool_config()?,
         servers: args.servers.servers,
-        db: args.db.db,
+        db: args.db.clone(),
         wan: args.wan,
         map: args.map.unwrap_or_default(),
         bots: args.bots.unwrap_or_default(),
@@ -333,7 +333,7 @@ struct Setup {
     servers: Vec<String>,
     /// How to reach `servers` (TLS or not); a local cluster is plaintext.
     pool: PoolConfig,
-    db: DbKind,
+    db: DbArg,
     /// The distance the local cluster's servers are put at, if any.
     wan: Option<borbaman_cluster::WanSpec>,
     /// The arena asked for (empty: any).

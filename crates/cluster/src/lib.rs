@@ -5,8 +5,9 @@
 //!   own binaries.
 //! - [`ha`]: `LocalHa`, a replicated PostgreSQL (3 etcd + 3 Patroni
 //!   members) and the faults failover tests inject into it.
-//! - [`local`]: `LocalCluster`, a database plus N game-server processes, and
-//!   the faults chaos runs inject into them.
+//! - [`local`]: `LocalCluster`, a database (or several database clusters
+//!   the games are partitioned over) plus N game-server processes, and the
+//!   faults chaos runs inject into them.
 //! - [`proxy`]: `TcpProxy`, a TCP forwarder that can be cut, to partition
 //!   one server from the database, or delay every byte, to put the game
 //!   servers at a distance from their clients.
@@ -39,8 +40,8 @@ pub use borbaman_proto::ready::ReadyLine;
 pub use cgroup::{CgroupError, CpuGroup, CpuQuotas};
 pub use ha::{HaError, HaOptions, LocalHa, MemberStatus, Switchover};
 pub use local::{
-    ClusterConfig, ClusterError, Database, LocalCluster, no_warm_up_pace_unless_set,
-    unlimited_unless_set,
+    ClusterConfig, ClusterError, Database, LocalCluster, db_cluster_name,
+    no_warm_up_pace_unless_set, unlimited_unless_set,
 };
 pub use postgres::{LocalPostgres, PgError, PgOptions};
 pub use proxy::TcpProxy;

@@ -36,6 +36,18 @@
 //! the distances dials the same servers through that link's proxies
 //! ([`LocalCluster::wan_routes`], for `PoolConfig::dial`).
 //!
+//! Database clusters: with [`ClusterConfig::db_clusters`] N > 1 the games
+//! are partitioned over N databases of the same kind. Cluster 0 is home
+//! (the database above, given with `--database-url`); cluster k is `c<k>`
+//! ([`db_cluster_name`]), given to every server with `--db-cluster
+//! c<k>=URL`: another throwaway PostgreSQL, a kept one beside home's data
+//! directory ([`persistent_dir`]), or a Patroni group of its own (scope
+//! `c<k>`, namespace `/borbaman/`) sharing home's etcd, given with
+//! `--db-cluster-patroni` too. Each has its own CPU group under a quota.
+//! The replicated database's faults name their cluster
+//! ([`LocalCluster::kill_database_primary`],
+//! [`LocalCluster::switch_database_over`]).
+//!
 //! A server that dies by other hands (a crash, a `kill -9` from a shell) is
 //! started again by [`LocalCluster::revive_exited`], as a supervisor would.
 
@@ -48,7 +60,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::{CgroupError, CpuGroup, CpuQuotas};
-use crate::ha::{HaError, HaOptions, LocalHa};
+use crate::ha::{HaError, HaOptions, LocalHa, Switchover};
 use crate::postgres::{LocalPostgres, PgError, PgOptions};
 use crate::process::{Spawner, signal, wait_or_kill, wait_stopped};
 use crate::proxy::{self, TcpProxy};
@@ -121,6 +133,14 @@ pub struct ClusterConfig {
     /// CPU quotas for the database and the servers (see [`crate::cgroup`]);
     /// uncapped by default.
     pub cpu: CpuQuotas,
+    /// Database clusters the games are partitioned over (at least 1, the
+    /// default). Cluster 0 is home (the database above, as with one);
+    /// each other one is a database of the same kind (a throwaway
+    /// PostgreSQL, one beside a kept one, or a Patroni group sharing the
+    /// replicated database's etcd), named `c1`, `c2`... and given to every
+    /// server with `--db-cluster` (and `--db-cluster-patroni`). An
+    /// existing database ([`Database::Url`]) is one cluster only.
+    pub db_clusters: usize,
 }
 
 impl ClusterConfig {
@@ -138,6 +158,7 @@ impl ClusterConfig {
             database_proxy: false,
             wan: Vec::new(),
             cpu: CpuQuotas::default(),
+            db_clusters: 1,
         }
     }
 
@@ -188,6 +209,40 @@ pub enum ClusterError {
     Cgroup(#[from] CgroupError),
     #[error("a CPU quota for the database needs a database of ours, not {0}")]
     QuotaOnExternalDatabase(String),
+    #[error("the games need at least one database cluster (asked for {0})")]
+    NoDatabaseCluster(usize),
+    #[error(
+        "an existing database (DATABASE_URL) is one cluster: {0} database clusters need \
+         databases of ours (unset DATABASE_URL)"
+    )]
+    ClustersOnExternalDatabase(usize),
+    #[error(
+        "no database cluster {cluster} (there are {clusters}: 0 is home, 1..{clusters} the others)"
+    )]
+    NoSuchDatabaseCluster { cluster: usize, clusters: usize },
+}
+
+/// The name of database cluster `k` of a local cluster: `home` for 0 (the
+/// `--database-url` servers are given), `c1`, `c2`... for the others (as
+/// given with `--db-cluster`, and Patroni's scope of their group).
+pub fn db_cluster_name(k: usize) -> String {
+    if k == 0 {
+        "home".to_string()
+    } else {
+        format!("c{k}")
+    }
+}
+
+/// Where kept database cluster `k` lives beside home's data directory
+/// `home`: home itself for 0, else `<home>-c<k>` (for
+/// `~/.local/share/borbaman/postgres`, `postgres-c1` beside it).
+pub fn persistent_dir(home: &Path, k: usize) -> PathBuf {
+    if k == 0 {
+        return home.to_path_buf();
+    }
+    let mut name = home.file_name().unwrap_or_default().to_os_string();
+    name.push(format!("-{}", db_cluster_name(k)));
+    home.with_file_name(name)
 }
 
 /// One server process.
@@ -204,13 +259,21 @@ struct ServerProcess {
 
 /// A running local cluster. Dropping it stops every process it started.
 pub struct LocalCluster {
-    postgres: Option<LocalPostgres>,
-    ha: Option<LocalHa>,
-    database_url: String,
+    /// The private PostgreSQLs, by cluster (home first); empty for a URL
+    /// or the replicated database.
+    postgres: Vec<LocalPostgres>,
+    /// The Patroni groups, by cluster (home first, which runs the etcd
+    /// the others share); empty unless the database is replicated.
+    /// Dropped last to first, after the servers.
+    ha: Vec<LocalHa>,
+    /// Each cluster's database URL, home first (for the replicated
+    /// database, its primary's at the start).
+    database_urls: Vec<String>,
     servers: Vec<ServerProcess>,
-    /// One per server slot when the database is proxied, else empty.
-    /// Dropped after the servers are stopped.
-    proxies: Vec<TcpProxy>,
+    /// By server slot, when the database is proxied, one proxy per
+    /// database cluster (home first); else empty. Dropped after the
+    /// servers are stopped.
+    proxies: Vec<Vec<TcpProxy>>,
     /// With `ClusterConfig::wan`: by slot, a delay proxy per link in front
     /// of that slot's server; else empty.
     links: Vec<Vec<TcpProxy>>,
@@ -224,9 +287,10 @@ pub struct LocalCluster {
     /// Every server runs in this group when the servers have a CPU quota.
     /// Last: removed after the servers and the database have stopped.
     server_group: Option<CpuGroup>,
-    /// The database's group, when it has a CPU quota (the database holds
-    /// it too, and stops before it is removed).
-    db_group: Option<Arc<CpuGroup>>,
+    /// Each database cluster's group, by cluster, when the database has a
+    /// CPU quota (the database holds them too, and stops before they are
+    /// removed); else empty.
+    db_groups: Vec<Arc<CpuGroup>>,
 }
 
 impl LocalCluster {
@@ -259,65 +323,126 @@ impl LocalCluster {
             fsync: config.fsync,
             port: None,
         };
+        let clusters = config.db_clusters;
+        if clusters == 0 {
+            return Err(ClusterError::NoDatabaseCluster(clusters));
+        }
+        if clusters > 1 && matches!(config.database, Database::Url(_)) {
+            return Err(ClusterError::ClustersOnExternalDatabase(clusters));
+        }
         let mut server_args = config.server_args;
-        let db_group = match config.cpu.database {
-            None => None,
+        let db_groups = match config.cpu.database {
+            None => Vec::new(),
             Some(_) if matches!(config.database, Database::Url(_)) => {
                 return Err(ClusterError::QuotaOnExternalDatabase(
                     "an existing database (DATABASE_URL)".into(),
                 ));
             }
-            Some(cores) => Some(Arc::new(CpuGroup::create("db0", cores)?)),
+            Some(cores) => (0..clusters)
+                .map(|k| CpuGroup::create(&format!("db{k}"), cores).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()?,
         };
-        let db_group_kept = db_group.clone();
         let server_group = match config.cpu.servers {
             Some(cores) => Some(CpuGroup::create("servers", cores)?),
             None => None,
         };
-        let (postgres, ha, database_url) = match &config.database {
-            Database::Url(url) => (None, None, url.clone()),
+        let group = |k: usize| db_groups.get(k).cloned();
+        let step = |what: &str, k: usize| match clusters {
+            1 => format!("starting {what}…"),
+            n => format!(
+                "starting {what} for database cluster {} ({}/{n})…",
+                db_cluster_name(k),
+                k + 1
+            ),
+        };
+        let mut postgres = Vec::new();
+        let mut ha: Vec<LocalHa> = Vec::new();
+        let mut database_urls = Vec::new();
+        match &config.database {
+            Database::Url(url) => database_urls.push(url.clone()),
             Database::Persistent(dir) => {
-                progress("starting database…");
-                let pg = LocalPostgres::start_in_group(dir, opts, db_group)?;
-                let url = pg.url();
-                (Some(pg), None, url)
+                for k in 0..clusters {
+                    progress(&step("database", k));
+                    let pg =
+                        LocalPostgres::start_in_group(&persistent_dir(dir, k), opts, group(k))?;
+                    database_urls.push(pg.url());
+                    postgres.push(pg);
+                }
             }
             Database::Temporary => {
-                progress("starting database…");
-                let pg = LocalPostgres::start_temp_in(opts, db_group)?;
-                let url = pg.url();
-                (Some(pg), None, url)
+                for k in 0..clusters {
+                    progress(&step("database", k));
+                    let pg = LocalPostgres::start_temp_in(opts, group(k))?;
+                    database_urls.push(pg.url());
+                    postgres.push(pg);
+                }
             }
             Database::Replicated => {
-                progress("starting the replicated database (3 etcd, 3 Patroni members)…");
-                let ha = LocalHa::start(HaOptions {
-                    fsync: config.fsync,
-                    log_dir: Some(log_dir.join("ha")),
-                    cpu_group: db_group,
-                    ..HaOptions::default()
-                })?;
-                let url = ha.database_url();
-                server_args.push(format!("--patroni={}", ha.patroni_urls().join(",")));
-                server_args.push(format!("--etcd={}", ha.etcd_urls().join(",")));
-                (None, Some(ha), url)
+                for k in 0..clusters {
+                    let what = if k == 0 {
+                        "the replicated database (3 etcd, 3 Patroni members)"
+                    } else {
+                        "3 Patroni members"
+                    };
+                    progress(&step(what, k));
+                    let etcd = ha.first().map(LocalHa::etcd_urls).unwrap_or_default();
+                    let (scope, logs) = match k {
+                        0 => (crate::ha::SCOPE.to_string(), log_dir.join("ha")),
+                        k => {
+                            let name = db_cluster_name(k);
+                            (name.clone(), log_dir.join(format!("ha-{name}")))
+                        }
+                    };
+                    let group = LocalHa::start(HaOptions {
+                        fsync: config.fsync,
+                        log_dir: Some(logs),
+                        cpu_group: group(k),
+                        scope,
+                        etcd,
+                        ..HaOptions::default()
+                    })?;
+                    database_urls.push(group.database_url());
+                    if k == 0 {
+                        server_args.push(format!("--patroni={}", group.patroni_urls().join(",")));
+                        server_args.push(format!("--etcd={}", group.etcd_urls().join(",")));
+                    } else {
+                        server_args.push(format!(
+                            "--db-cluster-patroni={}={}",
+                            db_cluster_name(k),
+                            group.patroni_urls().join(",")
+                        ));
+                    }
+                    ha.push(group);
+                }
             }
         };
         let proxies = if config.database_proxy {
-            if ha.is_some() {
+            if !ha.is_empty() {
                 return Err(ClusterError::Proxy(
                     "the replicated database is reached through Patroni, not one address".into(),
                 ));
             }
-            let upstream = proxy::url_host_port(&database_url).ok_or_else(|| {
-                ClusterError::Proxy(format!("no host:port in the database URL {database_url:?}"))
-            })?;
+            let upstreams = database_urls
+                .iter()
+                .map(|url| {
+                    proxy::url_host_port(url).ok_or_else(|| {
+                        ClusterError::Proxy(format!("no host:port in the database URL {url:?}"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             (0..config.servers)
-                .map(|_| TcpProxy::start(&upstream))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|source| ClusterError::Io {
-                    context: format!("starting a proxy to {upstream}"),
-                    source,
-                })?
+                .map(|_| {
+                    upstreams
+                        .iter()
+                        .map(|upstream| {
+                            TcpProxy::start(upstream).map_err(|source| ClusterError::Io {
+                                context: format!("starting a proxy to {upstream}"),
+                                source,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .collect::<Result<Vec<_>, _>>()?
         } else {
             Vec::new()
         };
@@ -347,7 +472,7 @@ impl LocalCluster {
         let mut cluster = LocalCluster {
             postgres,
             ha,
-            database_url,
+            database_urls,
             servers: Vec::new(),
             proxies,
             links,
@@ -362,7 +487,7 @@ impl LocalCluster {
                 source,
             })?,
             server_group,
-            db_group: db_group_kept,
+            db_groups,
         };
         progress(&format!("starting {} servers…", config.servers));
         // Start them all, then wait for each: migrations run once, the
@@ -378,12 +503,22 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    /// The control groups with a CPU quota, by what they hold (`database`,
+    /// The control groups with a CPU quota, by what they hold (`database`
+    /// for home's, `database-c1`... for the other database clusters',
     /// `servers`), for a run's report.
-    pub fn cpu_groups(&self) -> Vec<(&'static str, &CpuGroup)> {
-        let db = self.db_group.as_deref().map(|g| ("database", g));
-        let servers = self.server_group.as_ref().map(|g| ("servers", g));
-        db.into_iter().chain(servers).collect()
+    pub fn cpu_groups(&self) -> Vec<(String, &CpuGroup)> {
+        let db = self.db_groups.iter().enumerate().map(|(k, g)| {
+            let name = match k {
+                0 => "database".to_string(),
+                k => format!("database-{}", db_cluster_name(k)),
+            };
+            (name, g.as_ref())
+        });
+        let servers = self
+            .server_group
+            .as_ref()
+            .map(|g| ("servers".to_string(), g));
+        db.chain(servers).collect()
     }
 
     /// Stops server `i` (SIGKILL if still running) and starts a new one in
@@ -501,27 +636,38 @@ impl LocalCluster {
             .ok_or(ClusterError::NoSuchServer(i))
     }
 
-    /// Cuts server `i` off the database: its proxy closes every connection
+    /// Cuts server `i` off the database (every database cluster): its
+    /// proxies close every connection
     /// and resets new ones until [`Self::heal_database`]. The server keeps
     /// answering its clients (with "database unavailable"). A replacement
     /// started in slot `i` meanwhile would find no database either.
     pub fn partition_database(&mut self, i: usize) -> Result<(), ClusterError> {
-        self.proxy(i)?.cut();
+        self.slot_proxies(i)?.iter().for_each(TcpProxy::cut);
         Ok(())
     }
 
     /// Lets server `i` reach the database again.
     pub fn heal_database(&mut self, i: usize) -> Result<(), ClusterError> {
-        self.proxy(i)?.heal();
+        self.slot_proxies(i)?.iter().for_each(TcpProxy::heal);
         Ok(())
     }
 
-    /// The proxy between server slot `i` and the database.
+    /// The proxy between server slot `i` and the (home) database.
     pub fn proxy(&self, i: usize) -> Result<&TcpProxy, ClusterError> {
+        self.slot_proxies(i)?
+            .first()
+            .ok_or(ClusterError::NoProxy(i))
+    }
+
+    /// Server slot `i`'s proxies, one per database cluster.
+    fn slot_proxies(&self, i: usize) -> Result<&[TcpProxy], ClusterError> {
         if i >= self.servers.len() {
             return Err(ClusterError::NoSuchServer(i));
         }
-        self.proxies.get(i).ok_or(ClusterError::NoProxy(i))
+        self.proxies
+            .get(i)
+            .map(Vec::as_slice)
+            .ok_or(ClusterError::NoProxy(i))
     }
 
     /// SIGTERM, then waits for the server to drain and exit (SIGKILL after a
@@ -542,7 +688,7 @@ impl LocalCluster {
     pub fn restart_database(&mut self) -> Result<(), ClusterError> {
         let pg = self
             .postgres
-            .as_mut()
+            .first_mut()
             .ok_or(ClusterError::ExternalDatabase)?;
         pg.stop()?;
         pg.start()?;
@@ -553,7 +699,7 @@ impl LocalCluster {
     pub fn stop_database(&mut self) -> Result<(), ClusterError> {
         let pg = self
             .postgres
-            .as_mut()
+            .first_mut()
             .ok_or(ClusterError::ExternalDatabase)?;
         pg.stop()?;
         Ok(())
@@ -563,7 +709,7 @@ impl LocalCluster {
     pub fn start_database(&mut self) -> Result<(), ClusterError> {
         let pg = self
             .postgres
-            .as_mut()
+            .first_mut()
             .ok_or(ClusterError::ExternalDatabase)?;
         pg.start()?;
         Ok(())
@@ -657,24 +803,44 @@ impl LocalCluster {
         self.servers.is_empty()
     }
 
-    /// The database's URL; with the replicated database, the current
-    /// primary's (it moves on a failover).
+    /// The (home) database's URL; with the replicated database, the
+    /// current primary's (it moves on a failover).
     pub fn database_url(&self) -> String {
-        match &self.ha {
-            Some(ha) => ha.database_url(),
-            None => self.database_url.clone(),
+        self.database_urls().swap_remove(0)
+    }
+
+    /// Every database cluster's URL, home first, in the order the servers
+    /// are given them (`--database-url`, then each `--db-cluster`); with
+    /// the replicated database, each group's current primary's.
+    pub fn database_urls(&self) -> Vec<String> {
+        if self.ha.is_empty() {
+            return self.database_urls.clone();
         }
+        self.ha.iter().map(LocalHa::database_url).collect()
+    }
+
+    /// How many database clusters the games are partitioned over.
+    pub fn db_clusters(&self) -> usize {
+        self.database_urls.len()
     }
 
     /// Process ids of the database the cluster started (none for a URL it
     /// was given): the postmaster of the single PostgreSQL, or every
     /// process of the replicated database (Patroni, etcd, postmasters and
     /// their children). For measuring what the database costs.
+    /// Every database cluster's, home first.
     pub fn database_pids(&self) -> Vec<u32> {
-        if let Some(ha) = &self.ha {
+        (0..self.db_clusters())
+            .flat_map(|k| self.database_pids_of(k))
+            .collect()
+    }
+
+    /// [`Self::database_pids`] of database cluster `k` only.
+    pub fn database_pids_of(&self, k: usize) -> Vec<u32> {
+        if let Some(ha) = self.ha.get(k) {
             return ha.pids();
         }
-        let Some(pg) = &self.postgres else {
+        let Some(pg) = self.postgres.get(k) else {
             return Vec::new();
         };
         std::fs::read_to_string(pg.data_dir().join("postmaster.pid"))
@@ -689,8 +855,8 @@ impl LocalCluster {
     /// goes with it), or each Patroni member's `pgN.log` (PostgreSQL's
     /// log interleaved with Patroni's, already in the log directory).
     pub fn database_logs(&self) -> Vec<PathBuf> {
-        if let Some(ha) = &self.ha {
-            return ha.postgres_logs();
+        if !self.ha.is_empty() {
+            return self.ha.iter().flat_map(LocalHa::postgres_logs).collect();
         }
         self.postgres
             .iter()
@@ -698,14 +864,52 @@ impl LocalCluster {
             .collect()
     }
 
-    /// The replicated database, when the cluster runs one: for faults and
-    /// their timing.
+    /// The replicated database (home's Patroni group), when the cluster
+    /// runs one: for faults and their timing.
     pub fn replicated(&self) -> Option<&LocalHa> {
-        self.ha.as_ref()
+        self.ha.first()
     }
 
     pub fn replicated_mut(&mut self) -> Result<&mut LocalHa, ClusterError> {
-        self.ha.as_mut().ok_or(ClusterError::NotReplicated)
+        self.replicated_cluster_mut(0)
+    }
+
+    /// Database cluster `k`'s Patroni group (0 is home's).
+    pub fn replicated_cluster(&self, k: usize) -> Result<&LocalHa, ClusterError> {
+        self.check_db_cluster(k)?;
+        self.ha.get(k).ok_or(ClusterError::NotReplicated)
+    }
+
+    pub fn replicated_cluster_mut(&mut self, k: usize) -> Result<&mut LocalHa, ClusterError> {
+        self.check_db_cluster(k)?;
+        self.ha.get_mut(k).ok_or(ClusterError::NotReplicated)
+    }
+
+    /// SIGKILLs database cluster `k`'s primary postmaster (its Patroni
+    /// stays, and another member of that group takes over); returns the
+    /// member killed and when. The other clusters are not touched.
+    pub fn kill_database_primary(&mut self, k: usize) -> Result<(usize, Instant), ClusterError> {
+        let ha = self.replicated_cluster_mut(k)?;
+        let primary = ha.primary().ok_or(HaError::NoPrimary)?;
+        let at = ha.kill_postmaster(primary)?;
+        Ok((primary, at))
+    }
+
+    /// A planned switchover of database cluster `k`'s Patroni group.
+    pub fn switch_database_over(&mut self, k: usize) -> Result<Switchover, ClusterError> {
+        Ok(self.replicated_cluster(k)?.switchover()?)
+    }
+
+    fn check_db_cluster(&self, k: usize) -> Result<(), ClusterError> {
+        let clusters = self.db_clusters();
+        if k < clusters {
+            Ok(())
+        } else {
+            Err(ClusterError::NoSuchDatabaseCluster {
+                cluster: k,
+                clusters,
+            })
+        }
     }
 
     /// The address server slot `i` is advertised at.
@@ -737,17 +941,31 @@ impl LocalCluster {
     /// The database URL server slot `slot` is given: its proxy's, when the
     /// database is proxied.
     fn server_database_url(&self, slot: usize) -> Result<String, ClusterError> {
-        match self.proxies.get(slot) {
-            None => Ok(self.database_url.clone()),
-            Some(proxy) => {
-                proxy::redirect_url(&self.database_url, proxy.address()).ok_or_else(|| {
-                    ClusterError::Proxy(format!(
-                        "cannot point the database URL {:?} at a proxy",
-                        self.database_url
-                    ))
-                })
-            }
+        self.server_cluster_url(slot, 0)
+    }
+
+    /// Database cluster `k`'s URL as server slot `slot` is given it: its
+    /// proxy's, when the database is proxied; with the replicated
+    /// database, the primary's at the start (the server follows it).
+    fn server_cluster_url(&self, slot: usize, k: usize) -> Result<String, ClusterError> {
+        let url = &self.database_urls[k];
+        match self.proxies.get(slot).and_then(|proxies| proxies.get(k)) {
+            None => Ok(url.clone()),
+            Some(proxy) => proxy::redirect_url(url, proxy.address()).ok_or_else(|| {
+                ClusterError::Proxy(format!("cannot point the database URL {url:?} at a proxy"))
+            }),
         }
+    }
+
+    /// `--db-cluster c<k>=URL` for every database cluster but home, as
+    /// server slot `slot` reaches them.
+    fn db_cluster_args(&self, slot: usize) -> Result<Vec<String>, ClusterError> {
+        (1..self.database_urls.len())
+            .map(|k| {
+                let url = self.server_cluster_url(slot, k)?;
+                Ok(format!("--db-cluster={}={url}", db_cluster_name(k)))
+            })
+            .collect()
     }
 
     /// Spawns a server process for slot `slot`; a reader thread passes on
@@ -767,6 +985,7 @@ impl LocalCluster {
         ClusterError,
     > {
         let database_url = self.server_database_url(slot)?;
+        let db_clusters = self.db_cluster_args(slot)?;
         let index = self.started_servers;
         self.started_servers += 1;
         let log = self.log_dir.join(format!("server-{index}.log"));
@@ -778,6 +997,7 @@ impl LocalCluster {
         command
             .args(&self.program_args)
             .args(["--listen", listen, "--database-url", &database_url])
+            .args(&db_clusters)
             .args(
                 self.links
                     .get(slot)
@@ -880,7 +1100,11 @@ impl Drop for LocalCluster {
             wait_or_kill(&mut server.child, left);
             server.running = false;
         }
-        // `postgres` and `ha` drop after this: they stop the database.
+        // The other clusters' Patroni groups before home's, whose etcd they
+        // use; `postgres` and home's group drop after this.
+        while self.ha.len() > 1 {
+            drop(self.ha.pop());
+        }
     }
 }
 

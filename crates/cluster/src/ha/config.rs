@@ -7,12 +7,8 @@ use super::*;
 impl LocalHa {
     pub(super) fn write_patroni_config(&self, i: usize) -> Result<(), HaError> {
         let m = &self.members[i];
-        let etcd_hosts = self
-            .etcds
-            .iter()
-            .map(|e| format!("127.0.0.1:{}", e.client_port))
-            .collect::<Vec<_>>()
-            .join(",");
+        let etcd_hosts = self.etcd_hosts.join(",");
+        let scope = &self.opts.scope;
         let fsync = if self.opts.fsync { "on" } else { "off" };
         let log_level = patroni_log_level();
         // PostgreSQL's socket in the member's directory if the path fits in
@@ -34,8 +30,8 @@ impl LocalHa {
         };
         let yaml = format!(
             r#"# Patroni member {name} of a LocalHa (crates/cluster/src/ha.rs explains the settings).
-scope: {SCOPE}
-namespace: /{SCOPE}/
+scope: {scope}
+namespace: /{NAMESPACE}/
 name: {name}
 
 log:

@@ -125,8 +125,13 @@ use procfs::*;
 /// Patroni (and PostgreSQL) members; etcd has as many.
 pub const MEMBERS: usize = 3;
 
-/// Patroni's cluster name, also PostgreSQL's `cluster_name`.
-const SCOPE: &str = "borbaman";
+/// Patroni's cluster name of the home cluster (also PostgreSQL's
+/// `cluster_name`), and the etcd namespace every group of a local cluster
+/// shares: the servers follow home at `/borbaman/borbaman/` and cluster
+/// `c1` at `/borbaman/c1/`.
+pub const SCOPE: &str = "borbaman";
+/// The etcd namespace (`/borbaman/`) every group lives under.
+const NAMESPACE: &str = SCOPE;
 /// What to install when Patroni or etcd is missing.
 const INSTALL: &str = "apt-get install patroni etcd-server etcd-client";
 /// Leader lease, HA loop period and DCS/PostgreSQL retry budget (seconds).
@@ -175,6 +180,14 @@ pub struct HaOptions {
     /// A CPU quota for the whole replicated cluster: every Patroni member
     /// (and the PostgreSQL it runs) starts in this group. etcd stays out.
     pub cpu_group: Option<Arc<CpuGroup>>,
+    /// Patroni's scope (the group's name under the `/borbaman/`
+    /// namespace): [`SCOPE`] for the home cluster, `c1`, `c2`... for the
+    /// others.
+    pub scope: String,
+    /// The client URLs of an etcd another group started, to share it
+    /// (`http://127.0.0.1:<port>`); empty: start three etcd members of
+    /// its own.
+    pub etcd: Vec<String>,
 }
 
 impl Default for HaOptions {
@@ -186,6 +199,8 @@ impl Default for HaOptions {
             start_timeout: Duration::from_secs(120),
             heal_timeout: Duration::from_secs(90),
             cpu_group: None,
+            scope: SCOPE.to_string(),
+            etcd: Vec::new(),
         }
     }
 }
@@ -334,7 +349,12 @@ pub struct LocalHa {
     opts: HaOptions,
     cluster_token: String,
     members: Vec<Member>,
+    /// The etcd members this group started: none when it shares another
+    /// group's ([`HaOptions::etcd`]).
     etcds: Vec<Etcd>,
+    /// `127.0.0.1:<port>` of every etcd member Patroni talks to (its own
+    /// or the shared ones).
+    etcd_hosts: Vec<String>,
     agent: ureq::Agent,
     spawner: Spawner,
     /// Held for a throwaway layout; dropping it deletes the directory.
@@ -397,7 +417,19 @@ impl LocalHa {
         fs::create_dir_all(&log_dir).map_err(io_err(format!("creating {}", log_dir.display())))?;
 
         let ports = free_ports(4 * MEMBERS).map_err(io_err("finding free ports"))?;
-        let etcds = (0..MEMBERS)
+        let own_etcd = opts.etcd.is_empty();
+        let etcd_members = if own_etcd { MEMBERS } else { 0 };
+        let etcd_hosts = if own_etcd {
+            (0..MEMBERS)
+                .map(|j| format!("127.0.0.1:{}", ports[j]))
+                .collect()
+        } else {
+            opts.etcd
+                .iter()
+                .map(|url| url.trim_start_matches("http://").to_string())
+                .collect()
+        };
+        let etcds = (0..etcd_members)
             .map(|j| Etcd {
                 name: format!("etcd{j}"),
                 data_dir: dir.join(format!("etcd{j}")),
@@ -444,17 +476,20 @@ impl LocalHa {
             opts,
             members,
             etcds,
+            etcd_hosts,
             agent,
             spawner,
             _temp: temp,
         };
         // From here on, an error drops `ha`, which stops what was started.
-        for j in 0..MEMBERS {
+        for j in 0..etcd_members {
             let data_dir = ha.etcds[j].data_dir.clone();
             ha.private_dir(&data_dir)?;
             ha.spawn_etcd(j, false)?;
         }
-        ha.wait_for_etcd()?;
+        if own_etcd {
+            ha.wait_for_etcd()?;
+        }
         for i in 0..MEMBERS {
             let member_dir = ha.members[i].dir.clone();
             ha.private_dir(&member_dir)?;
@@ -490,12 +525,18 @@ impl LocalHa {
         self.members.iter().map(|m| m.pg_port).collect()
     }
 
-    /// etcd's client URLs, by index.
+    /// etcd's client URLs, by index (the shared etcd's, for a group
+    /// started with [`HaOptions::etcd`]).
     pub fn etcd_urls(&self) -> Vec<String> {
-        self.etcds
+        self.etcd_hosts
             .iter()
-            .map(|e| format!("http://127.0.0.1:{}", e.client_port))
+            .map(|host| format!("http://{host}"))
             .collect()
+    }
+
+    /// Patroni's scope of this group (`borbaman` for home, `c1`...).
+    pub fn scope(&self) -> &str {
+        &self.opts.scope
     }
 
     /// Member `i`'s name (`pg<i>`), as Patroni and `/cluster` know it.
