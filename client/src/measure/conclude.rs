@@ -269,6 +269,9 @@ fn print_costs(summary: &Summary) {
     for line in quota::describe(&summary.cpu_quotas) {
         println!("{line}");
     }
+    for line in super::clusters::describe(&summary.clusters) {
+        println!("{line}");
+    }
 }
 
 /// Recovery after faults, the tail by fault, and each distance.

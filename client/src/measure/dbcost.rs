@@ -43,6 +43,29 @@ pub async fn read(db: &PgPool, roots: Option<Vec<u32>>) -> Result<Reading, sqlx:
     })
 }
 
+impl Reading {
+    /// Several databases' readings as one (the clusters of a partitioned
+    /// run): counters added, CPU time known only when known for each.
+    pub fn sum(readings: &[Reading]) -> Option<Reading> {
+        if readings.is_empty() {
+            return None;
+        }
+        Some(Reading {
+            activity: DatabaseActivity {
+                wal_bytes: readings.iter().map(|r| r.activity.wal_bytes).sum(),
+                writing_transactions: readings
+                    .iter()
+                    .map(|r| r.activity.writing_transactions)
+                    .sum(),
+            },
+            cpu: readings
+                .iter()
+                .map(|r| r.cpu)
+                .try_fold(Duration::ZERO, |all, cpu| Some(all + cpu?)),
+        })
+    }
+}
+
 impl DatabaseCost {
     pub fn between(before: &Reading, after: &Reading, calls: u64) -> DatabaseCost {
         let per_call = |x: u64| match calls {

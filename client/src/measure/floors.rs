@@ -159,24 +159,39 @@ impl DbFloor {
 /// game, as in the workload). What the same database can commit without
 /// the game in the way: the capacity floor of a closed-loop run, counted
 /// per [`capacity::SLICE`] (see [`capacity`] for why).
+///
+/// With several database clusters (`database_urls`, home first), each
+/// game's four connections go to one cluster, the games spread over them
+/// in turn as the servers spread games: the floor of the clusters
+/// together.
 pub async fn txn_throughput(
-    database_url: &str,
+    database_urls: &[String],
     connections: u32,
     rows: u32,
     duration: Duration,
 ) -> Result<PhaseRate, FloorError> {
-    let db = PgPoolOptions::new()
-        .max_connections(connections.max(1))
-        .min_connections(connections.max(1))
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(database_url)
-        .await?;
-    audit::create_txn_floor(&db, i64::from(rows.max(1)), FLOOR_STATE_BYTES).await?;
+    let clusters = database_urls.len().max(1) as u32;
+    let mut dbs = Vec::new();
+    for (k, url) in database_urls.iter().enumerate() {
+        // This cluster's share of the connections: every game `g` with
+        // `g % clusters == k`.
+        let own = (0..connections)
+            .filter(|c| (c / 4) % clusters == k as u32)
+            .count() as u32;
+        let db = PgPoolOptions::new()
+            .max_connections(own.max(1))
+            .min_connections(own.max(1))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        audit::create_txn_floor(&db, i64::from(rows.max(1)), FLOOR_STATE_BYTES).await?;
+        dbs.push(db);
+    }
     let committed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for c in 0..connections {
-        let db = db.clone();
+        let db = dbs[((c / 4) % clusters) as usize].clone();
         let committed = committed.clone();
         let row = i64::from((c / 4) % rows.max(1)) + 1;
         tasks.spawn(async move {
@@ -214,10 +229,12 @@ pub async fn txn_throughput(
         }
     }
     tally(&mut slices);
-    if let Err(e) = audit::drop_txn_floor(&db).await {
-        tracing::warn!("could not drop the floor table: {e}");
+    for db in dbs {
+        if let Err(e) = audit::drop_txn_floor(&db).await {
+            tracing::warn!("could not drop the floor table: {e}");
+        }
+        db.close().await;
     }
-    db.close().await;
     Ok(PhaseRate::from_slices(&slices))
 }
 

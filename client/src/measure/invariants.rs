@@ -16,6 +16,11 @@
 //!    the order sent), acknowledged or not (a reply the end of the run cut
 //!    short), but for sessions the servers stopped taking calls from (a
 //!    seat given away), whose queued inputs cannot be.
+//!
+//! With games partitioned over several database clusters, every read of
+//! game rows (the action log, the games, their versions and replays) is
+//! made on each cluster and the answers put together: each game is on
+//! exactly one, so the union is the one database's answer.
 
 use std::collections::{HashMap, HashSet};
 
@@ -191,8 +196,9 @@ impl InvariantReport {
     }
 }
 
-/// Checks every invariant against the database at `db`.
-pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, sqlx::Error> {
+/// Checks every invariant against the database clusters at `dbs` (home
+/// first; one with a single database).
+pub async fn check(dbs: &[PgPool], logs: &[ClientLog]) -> Result<InvariantReport, sqlx::Error> {
     let tokens: Vec<Vec<u8>> = logs
         .iter()
         .flat_map(|l| &l.sessions)
@@ -206,12 +212,18 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
     game_ids.sort_unstable();
     game_ids.dedup();
 
-    let applied = audit::applied_actions(db, &tokens).await?;
+    let mut applied = Vec::new();
+    for db in dbs {
+        applied.extend(audit::applied_actions(db, &tokens).await?);
+    }
     // Read after the log: a game still here had its whole log when the log
     // was read (retention deletes a game's row before its log). A game
     // that is gone was deleted by retention (`--retention`), with its log:
     // its actions are not lost, and it is not missing.
-    let rows = audit::games(db, &game_ids).await?;
+    let mut rows = Vec::new();
+    for db in dbs {
+        rows.extend(audit::games(db, &game_ids).await?);
+    }
     let present: HashSet<i64> = rows.iter().map(|r| r.id).collect();
     let deleted = game_ids.len() - present.len();
     let kept: Vec<ClientLog> = logs
@@ -241,8 +253,15 @@ pub async fn check(db: &PgPool, logs: &[ClientLog]) -> Result<InvariantReport, s
         .filter(|id| present.contains(id))
         .collect();
     let actions = compare_actions(&kept, &applied);
-    let versions = audit::version_audit(db, &game_ids).await?;
-    let logged = replay::finished_games(db, Some(&game_ids)).await?;
+    let mut versions = VersionAudit::default();
+    let mut logged = Vec::new();
+    for db in dbs {
+        let on = audit::version_audit(db, &game_ids).await?;
+        versions.out_of_order += on.out_of_order;
+        versions.shared += on.shared;
+        versions.ahead_of_game += on.ahead_of_game;
+        logged.extend(replay::finished_games(db, Some(&game_ids)).await?);
+    }
     let cpu_before = crate::replay::cpu_time_ms();
     let replays = ReplayAudit::of(&logged);
     let replay_cpu_ms = crate::replay::cpu_time_ms() - cpu_before;

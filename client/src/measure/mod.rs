@@ -32,6 +32,7 @@
 
 pub mod attribution;
 pub mod capacity;
+pub mod clusters;
 mod conclude;
 pub mod dbcost;
 pub mod distance;
@@ -207,11 +208,26 @@ pub struct Target {
     /// The local cluster's CPU quotas' counters, when it has any
     /// (`--db-cpu-quota`, `--server-cpu-quota`).
     pub cpu_groups: Option<Arc<dyn Fn() -> Vec<quota::GroupReading> + Send + Sync>>,
+    /// A local cluster's database clusters as they are now, home first
+    /// (a replicated one's primary moves). `None`: the clusters home
+    /// lists, read through `database_url`.
+    pub db_clusters: Option<Arc<dyn Fn() -> Vec<DbClusterNow> + Send + Sync>>,
     /// How the clients reach the servers (TLS or not).
     pub pool: PoolConfig,
     /// The emulated distances (empty: none); client `c` is at
     /// `wan[c % wan.len()]`.
     pub wan: Vec<Distance>,
+}
+
+/// One database cluster as a run reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbClusterNow {
+    /// `home`, or the name servers were given it with (`c1`...).
+    pub name: String,
+    /// Where to read it now (a replicated cluster's current primary).
+    pub url: String,
+    /// Its processes, when it runs on this machine.
+    pub pids: Option<Vec<u32>>,
 }
 
 /// One emulated distance of a local cluster, and how a client at it dials
@@ -232,6 +248,7 @@ impl Target {
             database_pids: None,
             database_logs: None,
             cpu_groups: None,
+            db_clusters: None,
             pool: PoolConfig::default(),
             wan: Vec::new(),
         }
@@ -254,6 +271,7 @@ impl Target {
         let processes = cluster.clone();
         let logs = cluster.clone();
         let groups = cluster.clone();
+        let clusters = cluster.clone();
         Target {
             servers: c.addresses(),
             database_url: Some(c.database_url()),
@@ -280,6 +298,19 @@ impl Target {
                     .cpu_groups()
                     .into_iter()
                     .map(|(name, group)| quota::GroupReading::of(name, group))
+                    .collect()
+            })),
+            db_clusters: Some(Arc::new(move || {
+                let cluster = clusters.lock().unwrap_or_else(|e| e.into_inner());
+                cluster
+                    .database_urls()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, url)| DbClusterNow {
+                        name: borbaman_cluster::db_cluster_name(k),
+                        url,
+                        pids: Some(cluster.database_pids_of(k)),
+                    })
                     .collect()
             })),
             pool: PoolConfig::default(),

@@ -34,6 +34,27 @@ pub fn snapshot(views: Vec<(&'static str, String)>) -> Snapshot {
         .collect()
 }
 
+/// Several databases' snapshots as one (the clusters of a partitioned
+/// run): each view's rows put together, so that every sum over a view's
+/// rows is the sum over the clusters; anything else (the moment of
+/// reading) is the first one's.
+pub fn merge(snapshots: Vec<Snapshot>) -> Option<Snapshot> {
+    let mut all = snapshots.into_iter();
+    let mut merged = all.next()?;
+    for snapshot in all {
+        for (view, value) in snapshot {
+            match (merged.get_mut(&view), value) {
+                (Some(Value::Array(rows)), Value::Array(more)) => rows.extend(more),
+                (None, value) => {
+                    merged.insert(view, value);
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(merged)
+}
+
 /// Sum of `field` over the rows of `view` (rows filtered by `row`).
 fn sum(snapshot: &Snapshot, view: &str, field: &str, row: impl Fn(&Value) -> bool) -> f64 {
     snapshot
@@ -312,6 +333,26 @@ pub fn events(text: &str, run_started_unix_ms: i64) -> Vec<(i64, LogEvent)> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_clusters_snapshots_merge_into_sums_over_them() {
+        let of = |syncs: u64, tables: Value| {
+            snapshot(vec![
+                ("now", "\"2026-01-01T00:00:00Z\"".into()),
+                ("pg_stat_wal", json!([{ "wal_sync": syncs }]).to_string()),
+                ("pg_stat_user_tables", tables.to_string()),
+            ])
+        };
+        let merged = merge(vec![
+            of(10, json!([{ "relname": "games" }])),
+            of(5, json!([{ "relname": "games" }, { "relname": "actions" }])),
+        ])
+        .unwrap();
+        assert_eq!(sum(&merged, "pg_stat_wal", "wal_sync", |_| true), 15.0);
+        assert_eq!(merged["pg_stat_user_tables"].as_array().unwrap().len(), 3);
+        assert_eq!(merged["now"], json!("2026-01-01T00:00:00Z"), "home's");
+        assert_eq!(merge(Vec::new()), None);
+    }
 
     #[test]
     fn log_lines_are_read_for_their_time_and_event() {

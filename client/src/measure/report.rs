@@ -476,6 +476,10 @@ pub struct Summary {
     /// Each emulated distance (`--wan`, `--wan-mix`) and its clients'
     /// figures beside the network's own RTT; empty on loopback.
     pub distances: Vec<super::distance::DistanceReport>,
+    /// With games partitioned over several database clusters
+    /// (`--db-clusters`), each cluster's figures; empty with one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<super::clusters::ClusterFigures>,
 }
 
 impl Summary {
@@ -553,7 +557,7 @@ pub fn ms_stats(values_ms: impl IntoIterator<Item = f64>) -> GapStats {
 }
 
 /// p50, p99 and max in milliseconds of durations given in microseconds.
-fn gap_stats(values_us: impl IntoIterator<Item = u64>) -> GapStats {
+pub(crate) fn gap_stats(values_us: impl IntoIterator<Item = u64>) -> GapStats {
     match Distribution::of(values_us) {
         None => GapStats::default(),
         Some(d) => GapStats {

@@ -322,36 +322,132 @@ fn attribute_stalls(
     Ok(())
 }
 
-/// The invariant checks, on the database's primary as the run ends (a
-/// replicated database's primary may have moved); `None` without a
-/// database.
+/// The invariant checks, on every database cluster's primary as the run
+/// ends (a replicated database's primary may have moved); `None` without
+/// a database.
 async fn check_invariants(
     target: &Target,
     logs: &[workload::ClientLog],
 ) -> anyhow::Result<Option<invariants::InvariantReport>> {
-    let final_url = match &target.final_database_url {
-        Some(current) => {
-            let current = current.clone();
-            Some(tokio::task::spawn_blocking(move || current()).await?)
+    let mut clusters = db_clusters_now(target).await;
+    if let (Some(current), Some(home)) = (&target.final_database_url, clusters.first_mut()) {
+        let current = current.clone();
+        home.url = tokio::task::spawn_blocking(move || current()).await?;
+    }
+    if clusters.is_empty() {
+        return Ok(None);
+    }
+    let mut dbs = Vec::new();
+    for cluster in &clusters {
+        let db = connect_one(&cluster.url).await.with_context(|| {
+            format!(
+                "connecting to the database (cluster {}) to check invariants",
+                cluster.name
+            )
+        })?;
+        dbs.push(db);
+    }
+    let report = invariants::check(&dbs, logs)
+        .await
+        .context("checking invariants")?;
+    for db in dbs {
+        db.close().await;
+    }
+    Ok(Some(report))
+}
+
+/// One connection to `url`, for readings and checks.
+async fn connect_one(url: &str) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+}
+
+/// The database clusters as they are now, home first: a local cluster's
+/// own; else home (`database_url`) and the others it lists; none without
+/// a database.
+async fn db_clusters_now(target: &Target) -> Vec<DbClusterNow> {
+    if let Some(now) = &target.db_clusters {
+        let now = now.clone();
+        if let Ok(clusters) = tokio::task::spawn_blocking(move || now()).await {
+            return clusters;
         }
-        None => target.database_url.clone(),
+    }
+    let Some(home) = target.database_url.clone() else {
+        return Vec::new();
     };
-    Ok(match &final_url {
-        Some(url) => {
-            let db = PgPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect(url)
-                .await
-                .context("connecting to the database to check invariants")?;
-            let report = invariants::check(&db, logs)
-                .await
-                .context("checking invariants")?;
-            db.close().await;
-            Some(report)
-        }
-        None => None,
-    })
+    let pids = target.database_pids.as_ref().map(|pids| pids());
+    let mut clusters = vec![DbClusterNow {
+        name: borbaman_cluster::db_cluster_name(0),
+        url: home.clone(),
+        pids,
+    }];
+    // A database from before partitions lists none: home alone.
+    if let Ok(listed) = clusters::listing(&home).await {
+        clusters.extend(listed.into_iter().filter_map(|(name, url, _)| {
+            Some(DbClusterNow {
+                name,
+                url: url?,
+                pids: None,
+            })
+        }));
+    }
+    clusters
+}
+
+/// Which cluster holds each partition, from home's map at the end of the
+/// run (the rule servers spread a fresh install's partitions by, when it
+/// cannot be read).
+async fn partition_map(clusters: &[DbClusterNow]) -> clusters::PartitionMap {
+    let names = || clusters.iter().map(|c| c.name.clone()).collect();
+    let Some(home) = clusters.first() else {
+        return clusters::PartitionMap::spread(names());
+    };
+    match clusters::listing(&home.url).await {
+        Ok(listed) if listed.len() == clusters.len() => clusters::PartitionMap::from_listing(
+            &listed
+                .into_iter()
+                .map(|(name, _, partitions)| (name, partitions))
+                .collect::<Vec<_>>(),
+        ),
+        _ => clusters::PartitionMap::spread(names()),
+    }
+}
+
+/// Each cluster's database counters (and CPU, when its processes are
+/// known) on the connections `dbs`, by cluster.
+async fn read_costs(
+    dbs: &[Option<PgPool>],
+    clusters: &[DbClusterNow],
+) -> Vec<Option<dbcost::Reading>> {
+    let mut readings = Vec::new();
+    for (k, db) in dbs.iter().enumerate() {
+        let pids = clusters.get(k).and_then(|c| c.pids.clone());
+        readings.push(match db {
+            Some(db) => dbcost::read(db, pids).await.ok(),
+            None => None,
+        });
+    }
+    readings
+}
+
+/// Every cluster's statistics views as one snapshot; `None` when one
+/// cannot be read.
+async fn read_stats(dbs: &[Option<PgPool>]) -> Option<pgview::Snapshot> {
+    let mut snapshots = Vec::new();
+    for db in dbs {
+        let views = audit::stat_snapshot(db.as_ref()?).await.ok()?;
+        snapshots.push(pgview::snapshot(views));
+    }
+    pgview::merge(snapshots)
+}
+
+/// The clusters' readings as one: `None` unless every cluster was read.
+fn total_cost(readings: &[Option<dbcost::Reading>]) -> Option<dbcost::Reading> {
+    let all: Option<Vec<dbcost::Reading>> = readings.iter().copied().collect();
+    dbcost::Reading::sum(&all?)
 }
 
 /// Lost, duplicated and regressed actions: from the invariant checks, or,
@@ -439,6 +535,10 @@ struct Ran {
     ran: Duration,
     table_rows: Vec<report::TableRows>,
     costs: (Option<dbcost::Reading>, Option<dbcost::Reading>),
+    /// The database clusters at the end of the workload, and each one's
+    /// readings before and after it.
+    db_clusters: Vec<DbClusterNow>,
+    cluster_costs: Vec<(Option<dbcost::Reading>, Option<dbcost::Reading>)>,
     stats: (Option<pgview::Snapshot>, Option<pgview::Snapshot>),
     cpu_quotas: Vec<quota::QuotaUse>,
     bench_cpu: Option<Duration>,
@@ -490,27 +590,19 @@ async fn run_workload(
     let (injector, end) = start_injector(plan, injector, clock, &stop);
     let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
-    let cost_db = match &target.database_url {
-        Some(url) => PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
-            .await
-            .ok(),
-        None => None,
-    };
-    let database_pids = || target.database_pids.as_ref().map(|pids| pids());
-    let cost_before = match &cost_db {
-        Some(db) => dbcost::read(db, database_pids()).await.ok(),
-        None => None,
-    };
-    let stats_before = match &cost_db {
-        Some(db) => audit::stat_snapshot(db).await.ok().map(pgview::snapshot),
-        None => None,
-    };
-    let census = cost_db
-        .clone()
-        .map(|db| tokio::spawn(count_rows(db, clock, stop.clone())));
+    // A connection to each database cluster (home first), for its
+    // counters, statistics and rows around the workload.
+    let db_clusters = db_clusters_now(target).await;
+    let mut cost_dbs = Vec::new();
+    for cluster in &db_clusters {
+        cost_dbs.push(connect_one(&cluster.url).await.ok());
+    }
+    let costs_before = read_costs(&cost_dbs, &db_clusters).await;
+    let stats_before = read_stats(&cost_dbs).await;
+    let census = (!cost_dbs.is_empty() && cost_dbs.iter().all(Option::is_some)).then(|| {
+        let dbs = cost_dbs.iter().flatten().cloned().collect();
+        tokio::spawn(count_rows(dbs, clock, stop.clone()))
+    });
     let groups = || target.cpu_groups.as_ref().map(|g| g()).unwrap_or_default();
     let groups_run = groups();
     let cpu_run = cpu_now(target);
@@ -533,17 +625,18 @@ async fn run_workload(
         None => Vec::new(),
     };
     // A failed-over database answers on another member: no reading then.
-    let cost_after = match &cost_db {
-        Some(db) => dbcost::read(db, database_pids()).await.ok(),
-        None => None,
+    // Its processes are read again (a member brought back is a new one).
+    let db_clusters = match db_clusters_now(target).await {
+        now if now.len() == cost_dbs.len() => now,
+        _ => db_clusters,
     };
-    let stats_after = match &cost_db {
-        Some(db) => audit::stat_snapshot(db).await.ok().map(pgview::snapshot),
-        None => None,
-    };
-    if let Some(db) = cost_db {
+    let costs_after = read_costs(&cost_dbs, &db_clusters).await;
+    let stats_after = read_stats(&cost_dbs).await;
+    for db in cost_dbs.into_iter().flatten() {
         db.close().await;
     }
+    let (cost_before, cost_after) = (total_cost(&costs_before), total_cost(&costs_after));
+    let cluster_costs = costs_before.into_iter().zip(costs_after).collect();
     let run_end_us = clock.now_us();
     let readings = sampler.stop();
     let mut probed = Vec::new();
@@ -576,6 +669,8 @@ async fn run_workload(
         ran,
         table_rows,
         costs: (cost_before, cost_after),
+        db_clusters,
+        cluster_costs,
         stats: (stats_before, stats_after),
         cpu_quotas,
         bench_cpu,
@@ -655,7 +750,13 @@ pub async fn run_measured(
     // A closed loop's capacity floor, first phase: on the idle cluster
     // (see `capacity` for why it is short).
     let closed_loop_url = match (&target.database_url, plan.workload.interval.is_zero()) {
-        (Some(url), true) => Some(url.clone()),
+        (Some(_), true) => Some(
+            db_clusters_now(target)
+                .await
+                .into_iter()
+                .map(|c| c.url)
+                .collect::<Vec<_>>(),
+        ),
         _ => None,
     };
     let before_for = (plan.workload.total - plan.workload.warmup).min(capacity::BEFORE);
@@ -664,12 +765,12 @@ pub async fn run_measured(
     let cpu_now = || cpu_now(target);
     // One phase of the floor: its rate, when it ran, and how many cores
     // other processes took meanwhile.
-    let floor_phase = |url: String, duration: Duration, when: &'static str| {
+    let floor_phase = |urls: Vec<String>, duration: Duration, when: &'static str| {
         let cpu_now = &cpu_now;
         let (clients, games) = (plan.workload.clients, plan.games);
         async move {
             let (from, cpu) = (Instant::now(), cpu_now());
-            let rate = floors::txn_throughput(&url, clients, games, duration)
+            let rate = floors::txn_throughput(&urls, clients, games, duration)
                 .await
                 .with_context(|| format!("measuring the bare-transaction throughput {when}"))?;
             anyhow::Ok((rate, from, Instant::now(), cpu.others_cores(&cpu_now())))
@@ -692,6 +793,8 @@ pub async fn run_measured(
         ran,
         table_rows,
         costs: (cost_before, cost_after),
+        db_clusters,
+        cluster_costs,
         stats: (stats_before, stats_after),
         cpu_quotas,
         bench_cpu,
@@ -772,6 +875,11 @@ pub async fn run_measured(
         (run_cpu, bench_cpu),
     );
     summary.cpu_quotas = cpu_quotas;
+    if db_clusters.len() > 1 {
+        let map = partition_map(&db_clusters).await;
+        summary.clusters =
+            clusters::figures(&map, &records, &faults, summary.duration_s, &cluster_costs);
+    }
     fill_invariants(&mut summary, invariants, &logs);
     notes.push(format!(
         "warm-up: calls started in the first {} s ({} calls) are in invocations.csv \
@@ -969,7 +1077,11 @@ pub fn init_tracing() {
 
 /// Every table's rows at the start, every minute, and once more when the
 /// run stops (a failed read is left out: the database may be failing over).
-async fn count_rows(db: PgPool, clock: RunClock, mut stop: Shutdown) -> Vec<report::TableRows> {
+async fn count_rows(
+    dbs: Vec<PgPool>,
+    clock: RunClock,
+    mut stop: Shutdown,
+) -> Vec<report::TableRows> {
     let mut samples = Vec::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(60));
     loop {
@@ -977,10 +1089,24 @@ async fn count_rows(db: PgPool, clock: RunClock, mut stop: Shutdown) -> Vec<repo
             _ = ticker.tick() => false,
             _ = stop.recv() => true,
         };
-        if let Ok(rows) = audit::table_rows(&db).await {
+        // Each table's rows on every cluster added up (a game's rows are
+        // on one cluster; the global tables are home's, empty elsewhere).
+        let mut rows = std::collections::BTreeMap::new();
+        let mut read = true;
+        for db in &dbs {
+            match audit::table_rows(db).await {
+                Ok(counts) => {
+                    for (table, n) in counts {
+                        *rows.entry(table.to_string()).or_insert(0) += n;
+                    }
+                }
+                Err(_) => read = false,
+            }
+        }
+        if read {
             samples.push(report::TableRows {
                 at_s: clock.started().elapsed().as_secs_f64(),
-                rows: rows.into_iter().map(|(t, n)| (t.to_string(), n)).collect(),
+                rows,
             });
         }
         if stopping {
