@@ -9,6 +9,7 @@
 //! - `restart`: SIGTERM a random server (it drains and deregisters), then
 //!   start it again;
 //! - `db-restart`: restart PostgreSQL (fast shutdown) and bring it back;
+//!   with `--db-clusters N`, cluster `--fault-cluster`'s;
 //!
 //! two gray failures, where a server still passes its health checks:
 //!
@@ -30,6 +31,11 @@
 //!   at once;
 //! - `db-switchover`: a planned switchover through Patroni's REST API;
 //! - `etcd-kill`: SIGKILL one etcd member (the primary should not move).
+//!
+//! With `--db-clusters N` the database faults act on one cluster,
+//! `--fault-cluster K` (0, home, by default): only that cluster's Patroni
+//! group fails over (`etcd-kill` hits the one etcd they share), and the
+//! summary's `clusters` says how each cluster's games fared.
 //!
 //! With `--wan` or `--wan-mix` the servers sit behind delay proxies, at a
 //! distance from the clients (see docs/internet.md): a killed server's
@@ -53,6 +59,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 
+use crate::measure::clusters::fault_target;
 use crate::measure::faults::{FaultEvent, FaultKind};
 use crate::measure::interrupt::Interrupt;
 use crate::measure::record::{RunClock, duration_us};
@@ -144,6 +151,12 @@ pub struct ChaosArgs {
     pub cpu: CpuQuotaArgs,
     #[command(flatten)]
     pub distance: DistanceArgs,
+    /// The database cluster the database faults act on, with
+    /// `--db-clusters N`: 0 (home, the default) to N-1. `db-kill`,
+    /// `db-host-loss` and `db-switchover` (`--db ha`) fail over only that
+    /// cluster's Patroni group; `db-restart` restarts only its PostgreSQL.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub fault_cluster: usize,
     /// Longest wait for a new primary after a database fault (`--db ha`).
     #[arg(long, default_value_t = 30)]
     pub promotion_timeout_s: u64,
@@ -210,6 +223,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
              db-host-loss or db-switchover"
         );
     }
+    check_fault_cluster(args.fault_cluster, args.db.db_clusters, &args.fault)?;
     anyhow::ensure!(
         args.fault_interval_s > 0,
         "--fault-interval-s must be at least 1"
@@ -227,6 +241,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         slow_for: Duration::from_millis(args.slow_for_ms),
         replace_after: Duration::from_millis(args.replace_after_ms),
         promotion_timeout: Duration::from_secs(args.promotion_timeout_s),
+        db_cluster: args.fault_cluster,
     };
     anyhow::ensure!(
         timing.hang < interval
@@ -331,6 +346,32 @@ struct FaultTiming {
     /// Also the wait before a killed database member is brought back.
     replace_after: Duration,
     promotion_timeout: Duration,
+    /// The database cluster the database faults act on
+    /// (`--fault-cluster`).
+    db_cluster: usize,
+}
+
+/// Refuses a `--fault-cluster` outside the clusters, or given where no
+/// fault acts on one.
+fn check_fault_cluster(cluster: usize, clusters: usize, kinds: &[FaultKind]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        cluster < clusters,
+        "--fault-cluster {cluster}: there are {clusters} database clusters (--db-clusters \
+         {clusters}), numbered 0 (home) to {}",
+        clusters - 1
+    );
+    let on_a_cluster = |k: &FaultKind| k.is_database() && *k != FaultKind::EtcdKill;
+    anyhow::ensure!(
+        cluster == 0 || kinds.iter().any(on_a_cluster),
+        "--fault-cluster chooses the database cluster of db-kill, db-host-loss, \
+         db-switchover (--db ha) or db-restart; --fault {} acts on none",
+        kinds
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    Ok(())
 }
 
 /// Injects the faults of `schedule` until it is done or `stop` turns true.
@@ -406,8 +447,12 @@ async fn server_fault(
     timing: FaultTiming,
     event: &mut FaultEvent,
 ) -> Result<(), String> {
+    let db_cluster = timing.db_cluster;
     event.target = match kind {
-        FaultKind::DbRestart => "database".to_string(),
+        FaultKind::DbRestart => match db_cluster {
+            0 => "database".to_string(),
+            k => format!("{}/database", borbaman_cluster::db_cluster_name(k)),
+        },
         _ => cluster.lock().unwrap().addresses()[index].clone(),
     };
     // The second half of a fault: bring the cluster back to full strength.
@@ -439,7 +484,7 @@ async fn server_fault(
             tokio::time::sleep(timing.slow_for).await;
             blocking(cluster, move |c| c.unslow(index)).await
         }
-        FaultKind::DbRestart => blocking(cluster, |c| c.restart_database()).await,
+        FaultKind::DbRestart => blocking(cluster, move |c| c.restart_database_of(db_cluster)).await,
         other => Err(format!("{other} is not a server fault")),
     }
 }
@@ -456,8 +501,13 @@ async fn database_fault(
     event: &mut FaultEvent,
 ) -> Result<(), String> {
     let injected = Instant::now();
+    let k = timing.db_cluster;
+    let on_cluster = move |member: String| match kind {
+        FaultKind::EtcdKill => member,
+        _ => fault_target(&borbaman_cluster::db_cluster_name(k), k, &member),
+    };
     let (old, target) = blocking(cluster, move |c| {
-        let ha = c.replicated_mut()?;
+        let ha = c.replicated_cluster_mut(k)?;
         // A loaded machine can miss one round of Patroni's answers: ask for
         // a moment before calling the cluster leaderless.
         let primary = (0..40)
@@ -492,11 +542,11 @@ async fn database_fault(
         Ok((primary, target))
     })
     .await?;
-    event.target = target;
+    event.target = on_cluster(target);
     if kind != FaultKind::EtcdKill {
         let timeout = timing.promotion_timeout;
         let promoted = blocking(cluster, move |c| {
-            let ha = c.replicated_mut()?;
+            let ha = c.replicated_cluster_mut(k)?;
             Ok(ha.wait_for_new_primary(old, timeout))
         })
         .await?;
@@ -511,15 +561,15 @@ async fn database_fault(
             None => return Err(format!("no new primary within {timeout:?}")),
         };
         let committing = blocking(cluster, move |c| {
-            let ha = c.replicated_mut()?;
+            let ha = c.replicated_cluster_mut(k)?;
             Ok(ha.wait_until_committing(new, COMMIT_ATTEMPT, timeout))
         })
         .await?;
         event.committing_ms = committing.map(|at| round_ms(at.saturating_duration_since(injected)));
     }
     tokio::time::sleep(timing.replace_after).await;
-    blocking(cluster, |c| {
-        c.replicated_mut()?
+    blocking(cluster, move |c| {
+        c.replicated_cluster_mut(k)?
             .restore()
             .map(|_| ())
             .map_err(Into::into)
@@ -573,6 +623,25 @@ mod tests {
         let secs: Vec<f64> = s.at.iter().map(|d| d.as_secs_f64()).collect();
         assert_eq!(secs, [7.0, 11.0, 15.0]);
         assert_eq!(s.total, Duration::from_secs(19));
+    }
+
+    #[test]
+    fn a_fault_cluster_must_be_one_of_the_clusters_and_take_a_database_fault() {
+        use FaultKind::{DbKill, DbRestart, EtcdKill, Kill};
+        assert!(check_fault_cluster(0, 1, &[Kill]).is_ok(), "the default");
+        assert!(check_fault_cluster(1, 2, &[DbKill]).is_ok());
+        assert!(check_fault_cluster(1, 2, &[DbRestart]).is_ok());
+        let outside = check_fault_cluster(2, 2, &[DbKill])
+            .unwrap_err()
+            .to_string();
+        assert!(outside.contains("numbered 0 (home) to 1"), "{outside}");
+        let none = check_fault_cluster(1, 2, &[Kill, EtcdKill])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            none.contains("--fault kill,etcd-kill acts on none"),
+            "{none}"
+        );
     }
 
     #[test]

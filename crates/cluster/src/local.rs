@@ -686,9 +686,15 @@ impl LocalCluster {
     /// Stops the private PostgreSQL (fast shutdown: clients are cut off,
     /// committed data kept) and starts it again on the same port.
     pub fn restart_database(&mut self) -> Result<(), ClusterError> {
+        self.restart_database_of(0)
+    }
+
+    /// [`Self::restart_database`] of database cluster `k` only.
+    pub fn restart_database_of(&mut self, k: usize) -> Result<(), ClusterError> {
+        self.check_db_cluster(k)?;
         let pg = self
             .postgres
-            .first_mut()
+            .get_mut(k)
             .ok_or(ClusterError::ExternalDatabase)?;
         pg.stop()?;
         pg.start()?;
