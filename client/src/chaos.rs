@@ -501,7 +501,11 @@ async fn database_fault(
     event: &mut FaultEvent,
 ) -> Result<(), String> {
     let injected = Instant::now();
-    let k = timing.db_cluster;
+    // etcd is home's group's, shared by every cluster.
+    let k = match kind {
+        FaultKind::EtcdKill => 0,
+        _ => timing.db_cluster,
+    };
     let on_cluster = move |member: String| match kind {
         FaultKind::EtcdKill => member,
         _ => fault_target(&borbaman_cluster::db_cluster_name(k), k, &member),

@@ -9,7 +9,7 @@
 //! the end of the run) says which cluster holds each partition. Calls made
 //! outside a game (a join before its answer names one) count for none.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use borbaman_server::store::{Store, StoreOptions};
@@ -107,8 +107,8 @@ pub struct ClusterFigures {
     /// Faults whose target was this cluster's database.
     pub faults: u64,
     /// From each fault (of any target) until every client playing on this
-    /// cluster had a commit back (as `recovered_ms` in faults.csv, on its
-    /// clients only).
+    /// cluster when it was injected had a commit back (as `recovered_ms`
+    /// in faults.csv, on those clients only).
     pub recovery_ms: GapStats,
     /// What each call of its games cost its database over the workload
     /// (warm-up included), when it was read.
@@ -159,11 +159,10 @@ pub fn figures(
             let answered = measured().filter(|r| r.is_ok()).count() as u64;
             let games: BTreeSet<u64> = measured().map(|r| r.game).collect();
             let tail = FaultTail::new(faults, &on);
-            let mut own = faults.to_vec();
-            faults::fill_recovery(&mut own, &on);
             let recovery = super::report::gap_stats(
-                own.iter()
-                    .filter_map(|f| f.recovered_ms)
+                faults
+                    .iter()
+                    .filter_map(|f| recovery_ms(f, records, map, k))
                     .map(|ms| (ms * 1000.0) as u64),
             );
             let database_cost = match costs.get(k) {
@@ -199,6 +198,45 @@ pub fn figures(
         .collect()
 }
 
+/// How long after `fault` the clients playing on cluster `k` when it was
+/// injected (their last call before it was in a game there) all had a
+/// commit back, wherever their next game was: [`faults::fill_recovery`]
+/// on their calls only. `None` when no client played there, or one never
+/// got a commit through.
+fn recovery_ms(
+    fault: &FaultEvent,
+    records: &[Invocation],
+    map: &PartitionMap,
+    k: usize,
+) -> Option<f64> {
+    let mut last: HashMap<u32, (u64, u64)> = HashMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.start_us < fault.at_us && r.game != 0)
+    {
+        let seen = last.entry(r.client).or_insert((r.start_us, r.game));
+        if r.start_us >= seen.0 {
+            *seen = (r.start_us, r.game);
+        }
+    }
+    let playing: HashSet<u32> = last
+        .into_iter()
+        .filter(|(_, (_, game))| map.cluster_of(*game) == Some(k))
+        .map(|(client, _)| client)
+        .collect();
+    if playing.is_empty() {
+        return None;
+    }
+    let theirs: Vec<Invocation> = records
+        .iter()
+        .filter(|r| playing.contains(&r.client))
+        .cloned()
+        .collect();
+    let mut own = fault.clone();
+    faults::fill_recovery(std::slice::from_mut(&mut own), &theirs);
+    own.recovered_ms
+}
+
 /// One line per cluster, for the end of a run.
 pub fn describe(clusters: &[ClusterFigures]) -> Vec<String> {
     clusters
@@ -206,7 +244,7 @@ pub fn describe(clusters: &[ClusterFigures]) -> Vec<String> {
         .map(|c| {
             let faults = if c.recovery_ms.samples > 0 {
                 format!(
-                    "; {} faults on it, its games recovered in max {:.0} ms, slowest call in \
+                    "; faults on it: {}; its games recovered in max {:.0} ms, slowest call in \
                      faults {} µs, elsewhere {} µs",
                     c.faults, c.recovery_ms.max, c.in_faults_max_us, c.elsewhere_max_us
                 )
@@ -286,17 +324,22 @@ mod tests {
             in_game(act(1, 1_100_000, 1_900_000), c1_game), // c1: stalled
             in_game(act(1, 3_000_000, 2_000), c1_game),
             in_game(act(2, 3_000_000, 2_000), 0), // no game: neither
+            // On c1 at the fault, back in a c1 game at 1.5 s; its next
+            // game, on home, much later, is not home's recovery.
+            in_game(act(3, 900_000, 2_000), c1_game + 64),
+            in_game(act(3, 1_500_000, 2_000), c1_game + 64),
+            in_game(act(3, 9_000_000, 2_000), home_game + 64),
         ];
         let figures = figures(&map, &records, &[fault.clone()], 4.0, &[]);
         let (home, c1) = (&figures[0], &figures[1]);
-        assert_eq!((home.calls_answered, c1.calls_answered), (2, 3));
-        assert_eq!((home.games, c1.games), (1, 1));
+        assert_eq!((home.calls_answered, c1.calls_answered), (3, 5));
+        assert_eq!((home.games, c1.games), (2, 2));
         assert_eq!((home.faults, c1.faults), (0, 1));
         assert_eq!(home.in_faults_max_us, 3_000, "home's games kept their pace");
         assert_eq!(c1.in_faults_max_us, 1_900_000);
         assert_eq!(c1.recovery_ms.max, 2_000.0, "back at 3.0 s");
         assert_eq!(home.recovery_ms.max, 203.0);
-        assert_eq!(c1.calls_answered_per_s, 0.75);
+        assert_eq!(c1.calls_answered_per_s, 1.25);
         assert_eq!(fault_cluster(&fault, &map.names), Some(1));
         let home_fault = FaultEvent {
             target: fault_target("home", 0, "pg2"),
@@ -306,7 +349,7 @@ mod tests {
         assert_eq!(fault_cluster(&home_fault, &map.names), Some(0));
         let lines = describe(&figures);
         assert!(
-            lines[1].starts_with("cluster c1: 3 calls answered"),
+            lines[1].starts_with("cluster c1: 5 calls answered"),
             "{lines:?}"
         );
     }

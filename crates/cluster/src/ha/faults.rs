@@ -128,7 +128,8 @@ impl LocalHa {
     /// waits until the cluster is healthy: one leader, two streaming
     /// standbys, both synchronous. Returns the primary.
     pub fn restore(&mut self) -> Result<usize, HaError> {
-        for j in 0..MEMBERS {
+        // None for a group that shares another's etcd.
+        for j in 0..self.etcds.len() {
             if !self.etcds[j].child.as_ref().is_some_and(|c| alive(c.id())) {
                 if let Some(mut old) = self.etcds[j].child.take() {
                     let _ = old.wait();
