@@ -330,7 +330,7 @@ mod tests {
             in_game(act(3, 1_500_000, 2_000), c1_game + 64),
             in_game(act(3, 9_000_000, 2_000), home_game + 64),
         ];
-        let figures = figures(&map, &records, &[fault.clone()], 4.0, &[]);
+        let figures = figures(&map, &records, std::slice::from_ref(&fault), 4.0, &[]);
         let (home, c1) = (&figures[0], &figures[1]);
         assert_eq!((home.calls_answered, c1.calls_answered), (3, 5));
         assert_eq!((home.games, c1.games), (2, 2));

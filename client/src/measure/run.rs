@@ -347,7 +347,7 @@ async fn check_invariants(
         })?;
         dbs.push(db);
     }
-    let report = invariants::check(&dbs, logs)
+    let report = invariants::check_clusters(&dbs, logs)
         .await
         .context("checking invariants")?;
     for db in dbs {
