@@ -104,6 +104,10 @@ pub struct ClusterFigures {
     /// any other time after the warm-up.
     pub in_faults_max_us: u64,
     pub elsewhere_max_us: u64,
+    /// The slowest successful call on its games while a fault on another
+    /// cluster's database was in force: what another cluster's failover
+    /// cost this one's games (0 without such faults).
+    pub in_other_clusters_faults_max_us: u64,
     /// Faults whose target was this cluster's database.
     pub faults: u64,
     /// From each fault (of any target) until every client playing on this
@@ -159,6 +163,12 @@ pub fn figures(
             let answered = measured().filter(|r| r.is_ok()).count() as u64;
             let games: BTreeSet<u64> = measured().map(|r| r.game).collect();
             let tail = FaultTail::new(faults, &on);
+            let others: Vec<FaultEvent> = faults
+                .iter()
+                .filter(|f| fault_cluster(f, &map.names).is_some_and(|j| j != k))
+                .cloned()
+                .collect();
+            let in_others = FaultTail::new(&others, &on).in_faults_max_us;
             let recovery = super::report::gap_stats(
                 faults
                     .iter()
@@ -187,6 +197,7 @@ pub fn figures(
                 ),
                 in_faults_max_us: tail.in_faults_max_us,
                 elsewhere_max_us: tail.elsewhere_max_us,
+                in_other_clusters_faults_max_us: in_others,
                 faults: faults
                     .iter()
                     .filter(|f| fault_cluster(f, &map.names) == Some(k))
@@ -245,8 +256,12 @@ pub fn describe(clusters: &[ClusterFigures]) -> Vec<String> {
             let faults = if c.recovery_ms.samples > 0 {
                 format!(
                     "; faults on it: {}; its games recovered in max {:.0} ms, slowest call in \
-                     faults {} µs, elsewhere {} µs",
-                    c.faults, c.recovery_ms.max, c.in_faults_max_us, c.elsewhere_max_us
+                     faults {} µs (in other clusters' {} µs), elsewhere {} µs",
+                    c.faults,
+                    c.recovery_ms.max,
+                    c.in_faults_max_us,
+                    c.in_other_clusters_faults_max_us,
+                    c.elsewhere_max_us
                 )
             } else {
                 String::new()
@@ -336,6 +351,8 @@ mod tests {
         assert_eq!((home.games, c1.games), (2, 2));
         assert_eq!((home.faults, c1.faults), (0, 1));
         assert_eq!(home.in_faults_max_us, 3_000, "home's games kept their pace");
+        assert_eq!(home.in_other_clusters_faults_max_us, 3_000);
+        assert_eq!(c1.in_other_clusters_faults_max_us, 0, "no fault elsewhere");
         assert_eq!(c1.in_faults_max_us, 1_900_000);
         assert_eq!(c1.recovery_ms.max, 2_000.0, "back at 3.0 s");
         assert_eq!(home.recovery_ms.max, 203.0);
