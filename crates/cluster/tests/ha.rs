@@ -318,3 +318,52 @@ fn chaos_rounds() {
     eprintln!("load average after: {}", load_average());
     drop_and_check(ha);
 }
+
+/// Two database clusters of a local cluster, replicated: two Patroni
+/// groups of three sharing one etcd, home's scope `borbaman` and the other
+/// `c1`, in the one namespace. Killing c1's primary fails over c1 only;
+/// home keeps its primary. Then nothing of either is left running.
+#[test]
+fn two_patroni_groups_share_one_etcd_and_fail_over_apart() {
+    use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
+
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let config = ClusterConfig {
+        database: Database::Replicated,
+        db_clusters: 2,
+        ..ClusterConfig::temporary(0)
+    };
+    let mut cluster = LocalCluster::start(config, |step| eprintln!("{step}"))
+        .expect("start two replicated database clusters");
+    let (home, c1) = (
+        cluster.replicated_cluster(0).unwrap(),
+        cluster.replicated_cluster(1).unwrap(),
+    );
+    assert_eq!(home.etcd_urls(), c1.etcd_urls(), "one etcd for both");
+    let (home_primary, c1_primary) = (home.primary().unwrap(), c1.primary().unwrap());
+    // Patroni names PostgreSQL's cluster after its scope.
+    let scope = |ha: &LocalHa, i: usize| ha.psql(i, "borbaman", "SHOW cluster_name").unwrap();
+    assert_eq!(scope(home, home_primary), "borbaman");
+    assert_eq!(scope(c1, c1_primary), "c1");
+    let urls = cluster.database_urls();
+    assert_eq!(urls.len(), 2);
+    assert_ne!(urls[0], urls[1]);
+    let pids = cluster.database_pids();
+
+    let (killed, at) = cluster.kill_database_primary(1).expect("kill c1's primary");
+    assert_eq!(killed, c1_primary);
+    let c1 = cluster.replicated_cluster(1).unwrap();
+    new_primary(c1, killed, at, "c1's primary killed");
+    let home = cluster.replicated_cluster(0).unwrap();
+    assert_eq!(home.primary(), Some(home_primary), "home did not fail over");
+    // Not one of home's members took c1's leader key, nor the reverse.
+    assert_eq!(scope(home, home_primary), "borbaman");
+    assert!(cluster.kill_database_primary(2).is_err(), "no cluster 2");
+
+    drop(cluster);
+    wait::until_blocking(
+        &format!("every process of {pids:?} to be gone after drop"),
+        Duration::from_secs(10),
+        || pids.iter().all(|&p| !alive(p)).then_some(()),
+    );
+}
