@@ -97,6 +97,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "--db chooses the database of a local cluster; with --servers, the servers' own \
              database is measured"
         );
+        anyhow::ensure!(
+            args.db.db_clusters == 1,
+            "--db-clusters starts a local cluster's databases; with --servers, the clusters \
+             their home (--database-url) lists are read"
+        );
     }
     let cluster = match local {
         true => Some(Arc::new(Mutex::new(measure::start_cluster(

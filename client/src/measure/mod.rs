@@ -127,9 +127,19 @@ fn describe_cluster(cluster: &LocalCluster) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    // With several database clusters, each one's URL after its name.
+    let urls = cluster.database_urls();
+    let databases = match urls.len() {
+        1 => urls.join(""),
+        _ => urls
+            .iter()
+            .enumerate()
+            .map(|(k, url)| format!("{} {url}", borbaman_cluster::db_cluster_name(k)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     format!(
-        "local cluster: database {} (pid {}); servers {} (pid {})",
-        cluster.database_url(),
+        "local cluster: database {databases} (pid {}); servers {} (pid {})",
         pids(cluster.database_pids()),
         cluster.addresses().join(" "),
         pids(cluster.pids()),
