@@ -145,6 +145,11 @@ impl ServerProcess {
     }
 
     /// SIGKILL, then reap.
+    /// Its exit status, if it has exited (reaped then).
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
