@@ -489,6 +489,7 @@ impl Store {
         };
         let mut store = Store::connect(url, &opts)?.with_metrics(self.metrics.clone());
         store.home = false;
+        store.cluster = row.name.as_str().into();
         store.finished = self.finished.clone();
         store
             .migrate()
