@@ -340,3 +340,74 @@ async fn a_fold_killed_after_home_counted_it_counts_the_game_once() {
     );
     drop(steady);
 }
+
+/// Moves partition `partition` to `cluster` in home's map (no rows move:
+/// that is for the mover) and bumps the map's version.
+async fn remap(home: &PgPool, partition: i64, cluster: &str) {
+    let mut tx = home.begin().await.unwrap();
+    sqlx::query("UPDATE partition_map SET cluster = $2 WHERE partition = $1")
+        .bind(partition as i16)
+        .bind(cluster)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE partition_map_version SET version = version + 1")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_server_routes_by_a_changed_map() {
+    let (home_pg, _other_pg, servers) = two_clusters();
+    let home = sql(&home_pg.url()).await;
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(s.game().await);
+    }
+    let mut players = full_game(&mut clients[0]).await;
+    let game_id = players[0].game_id;
+    let partition = (game_id % 64) as i64;
+    assert_eq!(partition_map(&home).await[&partition], "home");
+    let player = &mut players[0];
+    for client in &mut clients {
+        let req = player.act_request(action(player.next_seq));
+        client.act(req).await.expect("the game plays on home");
+    }
+    // Its partition now said to be on c1, where the game is not: each
+    // server looks for it there.
+    remap(&home, partition, "c1").await;
+    for i in 0..clients.len() {
+        let token = player.token.clone();
+        let client = clients[i].clone();
+        wait::until(
+            "the server to route by the new map",
+            Duration::from_secs(3),
+            || {
+                let mut client = client.clone();
+                let req = pb::GetStateRequest {
+                    token: token.clone(),
+                    game_id,
+                };
+                async move { client.get_state(req).await.err().map(|_| ()) }
+            },
+        )
+        .await;
+    }
+    // And back: the game plays again through either server.
+    remap(&home, partition, "home").await;
+    for i in 0..clients.len() {
+        let token = player.token.clone();
+        let client = clients[i].clone();
+        wait::until("the server to route back", Duration::from_secs(3), || {
+            let mut client = client.clone();
+            let req = pb::GetStateRequest {
+                token: token.clone(),
+                game_id,
+            };
+            async move { client.get_state(req).await.ok().map(|_| ()) }
+        })
+        .await;
+    }
+}
