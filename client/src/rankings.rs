@@ -69,20 +69,7 @@ pub fn run(args: RankingsArgs) -> anyhow::Result<()> {
     let (command_tx, command_rx) = mpsc::channel::<Command>(64);
     let (stopper, quit) = shutdown::channel();
     runtime.spawn(network(pool, view_tx, command_rx, quit));
-    let signal_quit = stopper.clone();
-    runtime.spawn(async move {
-        shutdown::signal().await;
-        signal_quit.stop();
-    });
-    runtime.spawn(crate::play::on_hangup(Default::default()));
-    let result = crate::play::run_terminal(view_rx.clone(), command_tx, &stopper);
-    stopper.stop();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    result?;
-    match view_rx.borrow().error.clone() {
-        Some(message) => Err(anyhow::anyhow!(message)),
-        None => Ok(()),
-    }
+    crate::play::terminal::run_alone(runtime, view_rx, command_tx, stopper)
 }
 
 /// Fetches the rankings now and every [`REFRESH`], and turns the pages on

@@ -73,23 +73,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let (stopper, quit) = shutdown::channel();
     runtime.spawn(publish_status(pool.clone(), view_tx.clone(), quit.clone()));
     runtime.spawn(network(pool, args.game_id, view_tx, command_rx, quit));
-    let signal_quit = stopper.clone();
-    runtime.spawn(async move {
-        shutdown::signal().await;
-        signal_quit.stop();
-    });
     // The terminal as `play` runs it: a panic in the network task ends the
     // loop and restores the terminal; a closed terminal (SIGHUP) ends the
     // process.
-    runtime.spawn(crate::play::on_hangup(Default::default()));
-    let result = crate::play::run_terminal(view_rx.clone(), command_tx, &stopper);
-    stopper.stop();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    result?;
-    match view_rx.borrow().error.clone() {
-        Some(message) => Err(anyhow::anyhow!(message)),
-        None => Ok(()),
-    }
+    crate::play::terminal::run_alone(runtime, view_rx, command_tx, stopper)
 }
 
 /// The network task: the list to pick from (without an id), then the game.
