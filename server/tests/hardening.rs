@@ -930,33 +930,12 @@ async fn a_client_that_floods_pings_and_never_reads_is_cut_off() {
 
 #[tokio::test]
 async fn a_tls_client_that_floods_pings_and_never_reads_is_cut_off() {
-    use std::sync::Arc;
-    use tokio_rustls::TlsConnector;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
-
-    let (dir, _pg, server) = tls_server(&ONLY_THE_WRITE_STALL);
-    let mut roots = RootCertStore::empty();
-    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
-    for cert in CertificateDer::pem_slice_iter(&ca) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut config =
-        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    let (certificates, _pg, server) = tls_server(&ONLY_THE_WRITE_STALL);
     let tcp = small_receive_buffer()
         .connect(server.addr.parse().unwrap())
         .await
         .unwrap();
-    let mut tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .expect("the TLS handshake");
+    let mut tls = tls_handshake(&certificates, tcp).await;
     let mut hello = H2_PREFACE.to_vec();
     hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
     tls.write_all(&hello).await.unwrap();
