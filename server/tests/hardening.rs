@@ -104,10 +104,8 @@ async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
 
 #[tokio::test]
 async fn names_that_differ_by_case_or_blanks_are_refused_to_another_identity() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
     for owned in ["Alice", "Ivan", "Bill", "Ana"] {
         join_as(&mut client, &token(), owned, token())
             .await
@@ -158,9 +156,7 @@ async fn names_that_differ_by_case_or_blanks_are_refused_to_another_identity() {
 
 #[tokio::test]
 async fn a_guessed_token_takes_no_seat_and_a_retried_join_gets_the_same_one() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     // A careless client's nonce: passes the entropy check, easy to guess.
     let weak = b"0123456789abcdef".to_vec();
     let (victim, reply) = join_as(&mut client, &[], "victim", weak.clone())
@@ -266,9 +262,8 @@ async fn made_up_tokens_are_refused_without_the_database_and_cost_no_limit() {
 
 #[tokio::test]
 async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-reads-per-ip-per-s", "50"]);
-    let mut player_client = server.game().await;
+    let (_pg, server, mut player_client) =
+        one_server_and_client(&["--max-reads-per-ip-per-s", "50"]).await;
     let players = full_game(&mut player_client).await;
     let game_id = players[0].game_id;
 
@@ -358,8 +353,7 @@ async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
 
 #[tokio::test]
 async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--idle-connection-timeout-ms", "1000"]);
+    let (_pg, server) = one_server(&["--idle-connection-timeout-ms", "1000"]);
     // Preface only, then silence.
     let mut preface_only = silent_connection(&server, IpAddr::from([127, 0, 0, 1]))
         .await
@@ -411,11 +405,7 @@ async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
 
 #[tokio::test]
 async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--max-connections-per-ip", "2", "--max-connections", "6"],
-    );
+    let (_pg, server) = one_server(&["--max-connections-per-ip", "2", "--max-connections", "6"]);
     // Three attacking addresses hold two silent connections each: full.
     let mut held = Vec::new();
     for n in 2..5u8 {
@@ -466,21 +456,17 @@ async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
 
 #[tokio::test]
 async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
-    let pg = start_db();
     // Neither the idle timeout nor the call timeout: only the PINGs.
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &[
-            "--keepalive-interval-ms",
-            "1000",
-            "--keepalive-timeout-ms",
-            "1000",
-            "--idle-connection-timeout-ms",
-            "0",
-            "--call-timeout-ms",
-            "0",
-        ],
-    );
+    let (_pg, server) = one_server(&[
+        "--keepalive-interval-ms",
+        "1000",
+        "--keepalive-timeout-ms",
+        "1000",
+        "--idle-connection-timeout-ms",
+        "0",
+        "--call-timeout-ms",
+        "0",
+    ]);
     let mut stream = TcpStream::connect(&server.addr).await.unwrap();
     const END_STREAM: u8 = 0x1;
     const END_HEADERS: u8 = 0x4;
@@ -524,10 +510,8 @@ async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
 
 #[tokio::test]
 async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--name-hold", "1s"]);
+    let (pg, _server, mut client) = one_server_and_client(&["--name-hold", "1s"]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
     let (alice, bob) = (token(), token());
     join_as(&mut client, &alice, "Zed", token()).await.unwrap();
     join_as(&mut client, &alice, "Yan", token()).await.unwrap();
@@ -560,10 +544,8 @@ async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
 
 #[tokio::test]
 async fn a_name_no_one_uses_is_released_by_retention() {
-    let pg = start_db();
-    let server =
-        ServerProcess::start_with(&pg.url(), &["--retention", "10s", "--name-retention", "1s"]);
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) =
+        one_server_and_client(&["--retention", "10s", "--name-retention", "1s"]).await;
     join_as(&mut client, &token(), "Squat", token())
         .await
         .unwrap();
@@ -607,9 +589,7 @@ async fn won_by_seat_0(client: &mut GameClient<Channel>, identified: [bool; 4], 
 
 #[tokio::test]
 async fn wins_over_players_without_an_identity_are_not_ranked() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
     won_by_seat_0(&mut client, [true, false, false, false], "farm").await;
     won_by_seat_0(&mut client, [true, true, true, false], "most").await;
     let rankings = client
@@ -634,8 +614,7 @@ async fn wins_over_players_without_an_identity_are_not_ranked() {
 
 #[tokio::test]
 async fn undecodable_requests_are_invalid_arguments() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (_pg, server) = one_server(&[]);
     let channel = Endpoint::from_shared(server.url())
         .unwrap()
         .connect()
@@ -666,9 +645,7 @@ async fn undecodable_requests_are_invalid_arguments() {
 /// request may hold, arrive whole, both ways.
 #[tokio::test]
 async fn messages_larger_than_a_calls_first_buffer_arrive_whole() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
     let first = borbaman_proto::codec::BUFFER_BYTES;
     let most = borbaman_proto::MAX_REQUEST_BYTES - 16;
     for len in [
@@ -713,10 +690,9 @@ const ALLOCATOR_STEP_BYTES: u64 = 2 * 1024 * 1024;
 async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
     const STREAMS: u32 = 1000;
     let limit: u32 = borbaman_server::incoming::DEFAULT_MAX_STREAMS;
-    let pg = start_db();
     // Default limits (a test server's connection caps are off, but not
     // the stream limit).
-    let server = ServerProcess::start(&pg.url());
+    let (_pg, server) = one_server(&[]);
     let addr: SocketAddr = server.addr.parse().unwrap();
 
     // A fair client on an address of its own pings all through the flood.
@@ -811,11 +787,7 @@ async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
 #[tokio::test]
 async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
     const END_STREAM: u8 = 0x1;
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--call-timeout-ms", "1000", "--keepalive-interval-ms", "0"],
-    );
+    let (_pg, server) = one_server(&["--call-timeout-ms", "1000", "--keepalive-interval-ms", "0"]);
     let started = Instant::now();
     let (mut stream, _, refused) = open_streams(
         server.addr.parse().unwrap(),
@@ -844,8 +816,7 @@ async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
 
 #[tokio::test]
 async fn a_client_that_honours_the_stream_limit_waits_for_a_stream_instead_of_being_refused() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-streams-per-connection", "4"]);
+    let (_pg, server) = one_server(&["--max-streams-per-connection", "4"]);
     // tonic's channel, one connection: once the server's SETTINGS came
     // (before the first answer, on the wire), 100 calls at once go out 4
     // at a time.
@@ -910,8 +881,7 @@ const ONLY_THE_WRITE_STALL: [&str; 8] = [
 
 #[tokio::test]
 async fn a_client_that_floods_pings_and_never_reads_is_cut_off() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &ONLY_THE_WRITE_STALL);
+    let (_pg, server) = one_server(&ONLY_THE_WRITE_STALL);
     let mut stream = small_receive_buffer()
         .connect(server.addr.parse().unwrap())
         .await

@@ -64,9 +64,7 @@ async fn sessions_and_games(db: &sqlx::PgPool) -> (i64, i64) {
 
 #[tokio::test]
 async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-acts-per-s", "10"]);
-    let mut client = server.game().await;
+    let (pg, server, mut client) = one_server_and_client(&["--max-acts-per-s", "10"]).await;
     let mut players = full_game(&mut client).await;
     let db = sql(&pg.url()).await;
     let before = logged_actions(&db, players[0].game_id).await;
@@ -115,9 +113,8 @@ async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
 
 #[tokio::test]
 async fn too_many_joins_from_one_address_are_refused_and_store_nothing() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-joins-per-ip-per-min", "5"]);
-    let mut client = server.game().await;
+    let (pg, server, mut client) =
+        one_server_and_client(&["--max-joins-per-ip-per-min", "5"]).await;
     let db = sql(&pg.url()).await;
     for i in 0..5 {
         join(&mut client, &format!("j{i}")).await;
@@ -142,11 +139,7 @@ async fn too_many_joins_from_one_address_are_refused_and_store_nothing() {
 
 #[tokio::test]
 async fn connections_over_the_limits_are_closed_or_make_room_and_their_slots_free_again() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--max-connections-per-ip", "3", "--max-connections", "5"],
-    );
+    let (_pg, server) = one_server(&["--max-connections-per-ip", "3", "--max-connections", "5"]);
     let addr: SocketAddr = server.addr.parse().unwrap();
     let [a, b, c] = [1, 2, 3].map(|n| IpAddr::from([127, 0, 0, n]));
 
@@ -186,11 +179,7 @@ async fn connections_over_the_limits_are_closed_or_make_room_and_their_slots_fre
 
 #[tokio::test]
 async fn a_connection_that_sends_nothing_is_closed() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--first-bytes-timeout-ms", "300", "--max-connections", "2"],
-    );
+    let (_pg, server) = one_server(&["--first-bytes-timeout-ms", "300", "--max-connections", "2"]);
     let mut idle = TcpStream::connect(&server.addr).await.unwrap();
     // The server speaks first (its HTTP/2 settings), then hangs up.
     let mut buf = Vec::new();
@@ -254,8 +243,7 @@ async fn call_raw(
 
 #[tokio::test]
 async fn every_service_refuses_oversized_requests() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (_pg, server) = one_server(&[]);
     let channel = tonic::transport::Endpoint::from_shared(server.url())
         .unwrap()
         .connect()

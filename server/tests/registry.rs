@@ -101,9 +101,7 @@ async fn servers_list_each_other_and_leave_the_list_when_gone() {
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_calls_before_exiting() {
-    let pg = start_db();
-    let mut server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, mut server, mut client) = one_server_and_client(&[]).await;
     let players = full_game(&mut client).await;
     let game_id = players[0].game_id;
     let db = sql(&pg.url()).await;

@@ -323,8 +323,7 @@ pub fn tls_server(extra: &[&str]) -> (Certificates, LocalPostgres, ServerProcess
     let tls = certificates.server_flags();
     let mut args: Vec<&str> = tls.iter().map(String::as_str).collect();
     args.extend_from_slice(extra);
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &args);
+    let (pg, server) = one_server(&args);
     (certificates, pg, server)
 }
 
@@ -483,4 +482,22 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
             .parse()
             .ok()
     })
+}
+
+/// How most tests open: a throwaway database and one server on it, with
+/// `extra` flags. Keep the database as long as the server (bind it to
+/// `_pg` if unused).
+pub fn one_server(extra: &[&str]) -> (LocalPostgres, ServerProcess) {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), extra);
+    (pg, server)
+}
+
+/// [`one_server`] and a client connected to it.
+pub async fn one_server_and_client(
+    extra: &[&str],
+) -> (LocalPostgres, ServerProcess, GameClient<Channel>) {
+    let (pg, server) = one_server(extra);
+    let client = server.game().await;
+    (pg, server, client)
 }
