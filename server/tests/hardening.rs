@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use borbaman_cluster::wait;
 use borbaman_proto::codec::StrictCodec;
 use borbaman_proto::{Reason, pb};
 use common::raw_h2::*;
@@ -240,21 +241,19 @@ async fn made_up_tokens_are_refused_without_the_database_and_cost_no_limit() {
     // The real player's budget is untouched by the forgeries.
     for _ in 0..5 {
         let req = players[0].act_request(pb::Action::Idle);
-        let mut done = false;
-        for _ in 0..50 {
-            match client.act(req.clone()).await {
-                Ok(_) => {
-                    done = true;
-                    break;
-                }
-                Err(e) if e.code() == Code::Unavailable => {
+        let what = "the player acting after the database came back";
+        wait::until(what, Duration::from_secs(5), || {
+            let (mut client, req) = (client.clone(), req.clone());
+            async move {
+                match client.act(req).await {
+                    Ok(_) => Some(()),
                     // The store's connections come back after the restart.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(e) if e.code() == Code::Unavailable => None,
+                    Err(e) => panic!("{e:?}"),
                 }
-                Err(e) => panic!("{e:?}"),
             }
-        }
-        assert!(done, "the player never acted after the database came back");
+        })
+        .await;
     }
 }
 
@@ -524,16 +523,12 @@ async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
         .unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
     // After the hold, anyone may take it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match join_as(&mut client, &bob, "zed", token()).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Code::AlreadyExists && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the released name never freed: {e:?}"),
-        }
-    }
+    let what = "the released name free for another identity";
+    wait::until(what, Duration::from_secs(10), || {
+        let (mut client, bob) = (client.clone(), bob.clone());
+        async move { name_taken(&mut client, &bob, "zed").await }
+    })
+    .await;
     // And the one Alice holds now is still hers.
     let err = join_as(&mut client, &bob, "YAN", token())
         .await
@@ -550,15 +545,21 @@ async fn a_name_no_one_uses_is_released_by_retention() {
         .await
         .unwrap();
     let newcomer = token();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match join_as(&mut client, &newcomer, "Squat", token()).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Code::AlreadyExists && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the unused name was never released: {e:?}"),
-        }
+    let what = "the unused name released";
+    wait::until(what, Duration::from_secs(15), || {
+        let (mut client, newcomer) = (client.clone(), newcomer.clone());
+        async move { name_taken(&mut client, &newcomer, "Squat").await }
+    })
+    .await;
+}
+
+/// `Some` once `identity` joined under `name`; `None` while the name is
+/// another's.
+async fn name_taken(client: &mut GameClient<Channel>, identity: &[u8], name: &str) -> Option<()> {
+    match join_as(client, identity, name, token()).await {
+        Ok(_) => Some(()),
+        Err(e) if e.code() == Code::AlreadyExists => None,
+        Err(e) => panic!("joining as {name}: {e:?}"),
     }
 }
 

@@ -9,6 +9,7 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use borbaman_cluster::wait;
 use borbaman_proto::{MAX_REQUEST_BYTES, Reason, pb};
 use common::*;
 use tokio::io::AsyncReadExt;
@@ -46,13 +47,11 @@ async fn ping(url: String) -> Result<pb::PingReply, String> {
 /// Pings until one answers (a closed connection's slot frees when the
 /// server notices the close); panics after 10 s.
 async fn ping_eventually(url: String) {
-    for _ in 0..100 {
-        if ping(url.clone()).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the server does not answer Ping");
+    wait::until("the server answering Ping", Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { ping(url).await.ok().map(|_| ()) }
+    })
+    .await
 }
 
 async fn sessions_and_games(db: &sqlx::PgPool) -> (i64, i64) {
@@ -97,17 +96,20 @@ async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
     // Other sessions are not limited by this one's flood.
     let req = players[1].act_request(pb::Action::Idle);
     client.act(req).await.expect("another session acts");
-    // The flooding session acts again once it slows down.
-    let mut again = false;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let req = players[0].act_request(pb::Action::Idle);
-        if client.act(req).await.is_ok() {
-            again = true;
-            break;
-        }
-    }
-    assert!(again, "the session stays refused");
+    // The flooding session acts again once it slows down (to 5 acts a
+    // second).
+    wait::until(
+        "the slowed-down session acting again",
+        Duration::from_secs(10),
+        || {
+            let (mut client, req) = (client.clone(), players[0].act_request(pb::Action::Idle));
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                client.act(req).await.ok().map(|_| ())
+            }
+        },
+    )
+    .await;
     ping_eventually(server.url()).await;
 }
 
@@ -320,16 +322,8 @@ async fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recove
     for _ in 0..80 {
         held.push(TcpStream::connect(&server.addr).await.unwrap());
     }
-    let mut starved = false;
-    for _ in 0..100 {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("cannot accept connections") {
-            starved = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(starved, "the server never ran out of descriptors");
+    // Out of descriptors.
+    wait::until_logged(&log, "cannot accept connections", Duration::from_secs(10)).await;
     // Starved, it waits: well under half a core over two seconds (a loop
     // retrying at once takes a whole one).
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;

@@ -151,16 +151,14 @@ impl ServerProcess {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, then wait (bounded) for the exit status.
-    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+    /// SIGTERM, then its exit status (within 5 s).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
         unsafe { libc::kill(self.pid(), libc::SIGTERM) };
-        for _ in 0..200 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        None
+        borbaman_cluster::wait::until_blocking(
+            "the server to exit after SIGTERM",
+            Duration::from_secs(5),
+            || self.child.try_wait().ok().flatten(),
+        )
     }
 
     pub async fn game(&self) -> GameClient<Channel> {
