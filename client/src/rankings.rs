@@ -45,15 +45,7 @@ pub fn run(args: RankingsArgs) -> anyhow::Result<()> {
         "borbaman rankings needs the servers to ask: give --servers host:port (or BORBAMAN_SERVERS)"
     );
     let name = args.name.unwrap_or_else(crate::play::login_name);
-    let pool_config = args.servers.pool_config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let pool = runtime
-        .block_on(ServerPool::connect(&args.servers.servers, pool_config))
-        .context("connecting to the servers")?;
+    let (runtime, pool) = crate::play::terminal::runtime_and_pool(&args.servers)?;
     if !std::io::stdout().is_terminal() {
         let rankings = runtime
             .block_on(session::rankings(&pool, FETCHED))

@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use borbaman_client::pool::ServerPool;
 use borbaman_cluster::local::LocalCluster;
 use crossterm::event::{self, Event};
 use tokio::sync::{mpsc, watch};
 
+use crate::args::ServersArg;
 use crate::shutdown::{self, Stopper};
 use crate::ui::input::{Command, command_for};
 use crate::ui::{ColorMode, View, draw};
@@ -29,6 +31,23 @@ const FPS: u32 = 30;
 /// Where `play` keeps its local cluster (none for `watch` and `rankings`):
 /// a closed terminal stops it before the process ends.
 pub(crate) type ClusterSlot = Arc<Mutex<Option<LocalCluster>>>;
+
+/// The runtime and the pool a screen of its own (`watch`, `rankings`) runs
+/// on, connected to `servers`.
+pub(crate) fn runtime_and_pool(
+    servers: &ServersArg,
+) -> anyhow::Result<(tokio::runtime::Runtime, ServerPool)> {
+    let pool_config = servers.pool_config()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let pool = runtime
+        .block_on(ServerPool::connect(&servers.servers, pool_config))
+        .context("connecting to the servers")?;
+    Ok((runtime, pool))
+}
 
 /// Takes the terminal, draws `view` and forwards keys as `commands` until
 /// the player quits or `quit` stops (Ctrl-C and SIGTERM stop it), or a
