@@ -135,7 +135,7 @@ async fn restarted_bots_rejoin_their_game_from_their_saved_sessions() {
     wait::until(&what, Duration::from_secs(8), || async {
         for (bot, &before) in saved.iter().zip(&last_seq) {
             let seqs = common::applied_seqs(&db, game, bot.seat).await;
-            if !seqs.last().is_some_and(|&seq| seq > before) {
+            if seqs.last().is_none_or(|&seq| seq <= before) {
                 return None;
             }
         }
