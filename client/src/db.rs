@@ -61,9 +61,11 @@ pub struct AddClusterArgs {
 struct Shown {
     #[serde(flatten)]
     row: ClusterRow,
-    /// `host:port` of the server that answered (the primary), or why none
-    /// did.
-    primary: Result<String, String>,
+    /// `host:port` of the server that answered (the primary).
+    primary: Option<String>,
+    /// Why none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
     games_waiting: Option<i64>,
     games_running: Option<i64>,
     games_stored: Option<i64>,
@@ -104,13 +106,14 @@ async fn clusters(args: ClustersArgs) -> anyhow::Result<()> {
     let mut shown = Vec::new();
     for row in rows {
         let url = row.url.clone().unwrap_or_else(|| args.database_url.clone());
-        let (primary, games) = match look(&url).await {
-            Ok((primary, games)) => (Ok(primary), Some(games)),
-            Err(err) => (Err(format!("{err:#}")), None),
+        let (primary, error, games) = match look(&url).await {
+            Ok((primary, games)) => (Some(primary), None, Some(games)),
+            Err(err) => (None, Some(format!("{err:#}")), None),
         };
         shown.push(Shown {
             row,
             primary,
+            error,
             games_waiting: games.map(|g| g.0),
             games_running: games.map(|g| g.1),
             games_stored: games.map(|g| g.2),
@@ -140,7 +143,7 @@ async fn clusters(args: ClustersArgs) -> anyhow::Result<()> {
             count(s.games_stored),
             s.row.url.as_deref().unwrap_or("(home: --database-url)")
         );
-        if let Err(why) = &s.primary {
+        if let Some(why) = &s.error {
             println!("{:>14} {why}", "");
         }
     }

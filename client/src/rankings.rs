@@ -45,15 +45,7 @@ pub fn run(args: RankingsArgs) -> anyhow::Result<()> {
         "borbaman rankings needs the servers to ask: give --servers host:port (or BORBAMAN_SERVERS)"
     );
     let name = args.name.unwrap_or_else(crate::play::login_name);
-    let pool_config = args.servers.pool_config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let pool = runtime
-        .block_on(ServerPool::connect(&args.servers.servers, pool_config))
-        .context("connecting to the servers")?;
+    let (runtime, pool) = crate::play::terminal::runtime_and_pool(&args.servers)?;
     if !std::io::stdout().is_terminal() {
         let rankings = runtime
             .block_on(session::rankings(&pool, FETCHED))
@@ -69,20 +61,7 @@ pub fn run(args: RankingsArgs) -> anyhow::Result<()> {
     let (command_tx, command_rx) = mpsc::channel::<Command>(64);
     let (stopper, quit) = shutdown::channel();
     runtime.spawn(network(pool, view_tx, command_rx, quit));
-    let signal_quit = stopper.clone();
-    runtime.spawn(async move {
-        shutdown::signal().await;
-        signal_quit.stop();
-    });
-    runtime.spawn(crate::play::on_hangup(Default::default()));
-    let result = crate::play::run_terminal(view_rx.clone(), command_tx, &stopper);
-    stopper.stop();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    result?;
-    match view_rx.borrow().error.clone() {
-        Some(message) => Err(anyhow::anyhow!(message)),
-        None => Ok(()),
-    }
+    crate::play::terminal::run_alone(runtime, view_rx, command_tx, stopper)
 }
 
 /// Fetches the rankings now and every [`REFRESH`], and turns the pages on

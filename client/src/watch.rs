@@ -17,7 +17,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use borbaman_client::pool::ServerPool;
 use borbaman_client::spectator::{Spectator, live_games};
 use tokio::sync::{mpsc, watch};
@@ -55,15 +54,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
         std::io::stdout().is_terminal(),
         "borbaman watch needs an interactive terminal"
     );
-    let pool_config = args.servers.pool_config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let pool = runtime
-        .block_on(ServerPool::connect(&args.servers.servers, pool_config))
-        .context("connecting to the servers")?;
+    let (runtime, pool) = crate::play::terminal::runtime_and_pool(&args.servers)?;
     let (view_tx, view_rx) = watch::channel(View {
         progress: vec!["fetching the game…".into()],
         watching: true,
@@ -73,23 +64,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<()> {
     let (stopper, quit) = shutdown::channel();
     runtime.spawn(publish_status(pool.clone(), view_tx.clone(), quit.clone()));
     runtime.spawn(network(pool, args.game_id, view_tx, command_rx, quit));
-    let signal_quit = stopper.clone();
-    runtime.spawn(async move {
-        shutdown::signal().await;
-        signal_quit.stop();
-    });
     // The terminal as `play` runs it: a panic in the network task ends the
     // loop and restores the terminal; a closed terminal (SIGHUP) ends the
     // process.
-    runtime.spawn(crate::play::on_hangup(Default::default()));
-    let result = crate::play::run_terminal(view_rx.clone(), command_tx, &stopper);
-    stopper.stop();
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    result?;
-    match view_rx.borrow().error.clone() {
-        Some(message) => Err(anyhow::anyhow!(message)),
-        None => Ok(()),
-    }
+    crate::play::terminal::run_alone(runtime, view_rx, command_tx, stopper)
 }
 
 /// The network task: the list to pick from (without an id), then the game.
@@ -137,29 +115,35 @@ async fn pick(
             _ = quit.recv() => return None,
             command = commands.recv() => command.unwrap_or(Command::Quit),
         };
-        match command {
-            Command::Quit => return None,
-            Command::Up => view.send_modify(|v| v.picked = v.picked.saturating_sub(1)),
-            Command::Down => view.send_modify(|v| {
-                let last = v
-                    .live_games
-                    .as_ref()
-                    .map_or(0, |g| g.len().saturating_sub(1));
-                v.picked = (v.picked + 1).min(last);
-            }),
-            Command::Select => {
-                let picked = {
-                    let view = view.borrow();
-                    let games = view.live_games.as_deref().unwrap_or_default();
-                    games.get(view.picked).map(|g| g.game_id)
-                };
-                if picked.is_some() {
-                    return picked;
-                }
-            }
-            _ => {}
+        if command == Command::Quit {
+            return None;
+        }
+        if let Some(game_id) = steer_pick(view, command) {
+            return Some(game_id);
         }
     }
+}
+
+/// The list of live games steered by a key, in `watch` and in `play`'s
+/// lobby: ↑↓ move the choice; Enter gives the game chosen, if any.
+pub(crate) fn steer_pick(view: &watch::Sender<View>, command: Command) -> Option<u64> {
+    match command {
+        Command::Up => view.send_modify(|v| v.picked = v.picked.saturating_sub(1)),
+        Command::Down => view.send_modify(|v| {
+            let last = v
+                .live_games
+                .as_ref()
+                .map_or(0, |g| g.len().saturating_sub(1));
+            v.picked = (v.picked + 1).min(last);
+        }),
+        Command::Select => {
+            let view = view.borrow();
+            let games = view.live_games.as_deref().unwrap_or_default();
+            return games.get(view.picked).map(|g| g.game_id);
+        }
+        _ => {}
+    }
+    None
 }
 
 /// Polls game `game_id` as a spectator and publishes it in `view` (with

@@ -307,24 +307,18 @@ async fn a_player_that_lost_its_games_server_goes_back_to_it() {
 
     // Healed: it goes back within its pool's reconnect and settling (the
     // others play on meanwhile).
-    let back = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (_, info) = lone_player.act(Action::Idle).await.expect("an act");
-            for player in players.iter_mut() {
-                player.act(Action::Idle).await.expect("an act");
-            }
-            if info.server == home && !info.hedge_won {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    let what = format!("the lone player back on the game's server {home}");
+    let playing = &tokio::sync::Mutex::new((&mut lone_player, &mut players));
+    let home = &home;
+    wait::until(&what, Duration::from_secs(10), move || async move {
+        let (lone_player, players) = &mut *playing.lock().await;
+        let (_, info) = lone_player.act(Action::Idle).await.expect("an act");
+        for player in players.iter_mut() {
+            player.act(Action::Idle).await.expect("an act");
         }
+        (info.server == *home && !info.hedge_won).then_some(())
     })
     .await;
-    assert!(
-        back.is_ok(),
-        "the lone player stayed on {:?}, not the game's server {home}",
-        lone.status().current
-    );
     assert_eq!(lone.status().current.as_deref(), Some(home.as_str()));
     let seq = lone_player.next_seq() as i64 - 1;
     let applied = common::applied_seqs(&db, lone_player.game_id(), lone_player.seat()).await;

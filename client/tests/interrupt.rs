@@ -3,11 +3,12 @@
 //! its PostgreSQL (which `pg_ctl` detaches, so it would otherwise outlive
 //! the run), whose port is then free again.
 
+use borbaman_cluster::wait;
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What the run said it started: `local cluster: database URL (pid …);
 /// servers ADDR … (pid …)`.
@@ -101,17 +102,15 @@ fn stopped_by_sigterm(args: &[&str]) {
 
     // The run is under way (floors, warm-up): stop it.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("still running 60 s after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let exited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let what = "borbaman bench to exit after SIGTERM";
+        wait::until_blocking(what, Duration::from_secs(60), || child.try_wait().unwrap())
+    }));
+    // Still running: killed, so that it does not outlive the test.
+    let status = exited.unwrap_or_else(|panic| {
+        let _ = child.kill();
+        std::panic::resume_unwind(panic)
+    });
     while let Ok(line) = incoming.recv_timeout(Duration::from_secs(5)) {
         said.push(line);
     }

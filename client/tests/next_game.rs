@@ -17,33 +17,6 @@ use borbaman_client::state_dir::StateDir;
 use borbaman_proto::pb::Phase;
 use tokio::sync::{mpsc, watch};
 
-/// Waits (up to `within`) until `ready` holds for the view; returns it.
-async fn until(
-    view: &watch::Receiver<View>,
-    within: Duration,
-    what: &str,
-    ready: impl Fn(&View) -> bool,
-) -> View {
-    let deadline = Instant::now() + within;
-    loop {
-        let snapshot = view.borrow().clone();
-        if ready(&snapshot) {
-            return snapshot;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {within:?}; the view: state {:?}, error {:?}, net {:?}",
-            snapshot
-                .state
-                .as_ref()
-                .map(|s| (s.game_id, s.phase(), s.seated)),
-            snapshot.error,
-            snapshot.net
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A running game other than `not`, with four players seated.
 fn running_with_four(view: &View, not: u64) -> bool {
     view.state
@@ -67,9 +40,12 @@ async fn next_game(
 ) -> (u64, Duration) {
     let pressed = Instant::now();
     commands.send(Command::PlayAgain).await.unwrap();
-    let running = until(view, Duration::from_secs(15), "the next game runs", |v| {
-        running_with_four(v, from)
-    })
+    let (running, _) = common::until_view(
+        view,
+        "the next game runs",
+        Duration::from_secs(15),
+        |v, _| running_with_four(v, from),
+    )
     .await;
     let state = running.state.unwrap();
     let names: Vec<&str> = state.players.iter().map(|p| p.name.as_str()).collect();
@@ -134,9 +110,12 @@ fn start_play(cluster: &borbaman_cluster::local::LocalCluster, home: &std::path:
 
 /// The first game, running with the player and its 3 bots.
 async fn first_game(view: &watch::Receiver<View>) -> u64 {
-    let first = until(view, Duration::from_secs(30), "the first game runs", |v| {
-        running_with_four(v, 0)
-    })
+    let (first, _) = common::until_view(
+        view,
+        "the first game runs",
+        Duration::from_secs(30),
+        |v, _| running_with_four(v, 0),
+    )
     .await;
     first.state.unwrap().game_id
 }
@@ -157,12 +136,17 @@ async fn r_after_dying_starts_the_next_game_with_the_bots_at_once() {
 
     // The player bombs its own cell and stays there: out, the game runs on.
     commands.send(Command::Bomb).await.unwrap();
-    until(&view, Duration::from_secs(15), "the player is out", |v| {
-        let (Some(state), Some(seat)) = (&v.state, v.seat) else {
-            return false;
-        };
-        out_of_game(state, seat)
-    })
+    common::until_view(
+        &view,
+        "the player is out",
+        Duration::from_secs(15),
+        |v, _| {
+            let (Some(state), Some(seat)) = (&v.state, v.seat) else {
+                return false;
+            };
+            out_of_game(state, seat)
+        },
+    )
     .await;
     let (_, waited) = next_game(&commands, &view, first).await;
     println!(
@@ -185,7 +169,7 @@ async fn r_after_a_game_starts_the_next_game_with_the_bots_at_once() {
     let first = first_game(&view).await;
 
     // The player does nothing; a 1-second round, then the arena closes.
-    until(&view, Duration::from_secs(120), "the game ends", |v| {
+    common::until_view(&view, "the game ends", Duration::from_secs(120), |v, _| {
         v.state
             .as_ref()
             .is_some_and(|s| s.game_id == first && s.phase() == Phase::Finished)

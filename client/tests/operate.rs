@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use borbaman_client::pool::PoolConfig;
+use borbaman_cluster::wait;
 use common::http_get;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -99,16 +100,11 @@ impl Prometheus {
             addr,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while http_get(&prometheus.addr, "/-/ready").is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "prometheus never became ready; its log: {}",
-                std::fs::read_to_string(prometheus._dir.path().join("prometheus.log"))
-                    .unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let log = prometheus._dir.path().join("prometheus.log");
+        let what = format!("prometheus ready (its log: {})", log.display());
+        wait::until_blocking(&what, Duration::from_secs(30), || {
+            http_get(&prometheus.addr, "/-/ready").ok()
+        });
         prometheus
     }
 
@@ -133,30 +129,30 @@ impl Prometheus {
     }
 
     /// Waits until `query` returns one series per instance of `instances`,
-    /// each satisfying `ok`; the last answer if it never does.
+    /// each satisfying `ok` (each new answer short of it is printed).
     fn wait_per_instance(
         &self,
+        what: &str,
         query: &str,
         instances: &[String],
         ok: impl Fn(f64) -> bool,
         within: Duration,
-    ) -> Result<Samples, Samples> {
-        let deadline = Instant::now() + within;
-        loop {
+    ) -> Samples {
+        let mut last = String::new();
+        wait::until_blocking(what, within, || {
             let result = self.query(query);
             let all = instances.iter().all(|i| {
                 result
                     .iter()
                     .any(|(labels, v)| labels["instance"] == i.as_str() && ok(*v))
             });
-            if all {
-                return Ok(result);
+            let answer = format!("{result:?}");
+            if !all && answer != last {
+                eprintln!("{query}: {answer}");
+                last = answer;
             }
-            if Instant::now() > deadline {
-                return Err(result);
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            all.then_some(result)
+        })
     }
 }
 
@@ -194,40 +190,35 @@ async fn prometheus_scrapes_calls_and_latency_of_every_server_during_a_bot_game(
     // filled its latency histogram; the game's calls are counted in all.
     let per_server = common::blocking(|| {
         prom.wait_per_instance(
+            "calls counted on every server",
             "sum by (instance) (borbaman_calls_total)",
             &targets,
             |v| v > 0.0,
             Duration::from_secs(20),
         )
-    })
-    .unwrap_or_else(|last| panic!("calls not counted on every server: {last:?}"));
+    });
     eprintln!("calls per server: {per_server:?}");
     common::blocking(|| {
         prom.wait_per_instance(
+            "a filled histogram on every server",
             "sum by (instance) (borbaman_call_duration_seconds_bucket{le=\"5\"})",
             &targets,
             |v| v > 0.0,
             Duration::from_secs(20),
         )
-    })
-    .unwrap_or_else(|last| panic!("histogram empty on a server: {last:?}"));
+    });
+    // A bot acts about 20 times a second through a game of several
+    // seconds.
     let acts = common::blocking(|| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        wait::until_blocking("the game's acts counted", Duration::from_secs(20), || {
             let acts = prom.query(
                 "sum(borbaman_calls_total{service=\"borbaman.v1.Game\",method=\"Act\",code=\"OK\"})",
             );
             let n = acts.first().map_or(0.0, |(_, v)| *v);
-            // A bot acts about 20 times a second through a game of
-            // several seconds.
-            if n >= 100.0 || Instant::now() > deadline {
-                return n;
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            (n >= 100.0).then_some(n)
+        })
     });
     eprintln!("acts counted: {acts}");
-    assert!(acts >= 100.0, "the game's acts were counted: {acts}");
     let p99 = prom.query(
         "histogram_quantile(0.99, sum by (le) (borbaman_call_duration_seconds_bucket{method=\"Act\"}))",
     );
@@ -285,18 +276,11 @@ async fn health(addr: &str, service: &str) -> Option<ServingStatus> {
 
 /// Polls the game service's health on `addr` until it is `want`.
 async fn wait_health(addr: &str, want: ServingStatus, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let now = health(addr, "borbaman.v1.Game").await;
-        if now == Some(want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the game service never became {want:?} (last: {now:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("the game service {want:?}");
+    wait::until(&what, within, || async {
+        (health(addr, "borbaman.v1.Game").await == Some(want)).then_some(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,45 +337,39 @@ async fn status_shows_three_servers_then_a_killed_one_gone() {
     // A server may miss the 400 ms on a machine busy starting other
     // tests' clusters: that look says so ("no answer"), the next one sees
     // it again.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let screen = loop {
-        let started = Instant::now();
-        let screen = borbaman::status::look(&seed, None, token, timeout).await;
-        eprintln!("{} (in {:?})", screen.render(), started.elapsed());
-        if screen.live == 3 || Instant::now() > deadline {
-            break screen;
-        }
-    };
-    assert_eq!(screen.live, 3, "{}", screen.render());
+    let screen = wait::until(
+        "the 3 servers live on the screen",
+        Duration::from_secs(10),
+        || async {
+            let started = Instant::now();
+            let screen = borbaman::status::look(&seed, None, token, timeout).await;
+            eprintln!("{} (in {:?})", screen.render(), started.elapsed());
+            (screen.live == 3).then_some(screen)
+        },
+    )
+    .await;
     assert!(screen.servers.iter().all(|s| s.reachable && s.listed));
     assert!(screen.games_waiting.is_some(), "the games were counted");
 
     let killed = cluster.addresses()[2].clone();
     common::blocking(|| cluster.kill(2)).unwrap();
     let killed_at = Instant::now();
-    let deadline = killed_at + Duration::from_secs(10);
-    loop {
+    let what = format!("the killed server {killed} shown as gone");
+    let screen = wait::until(&what, Duration::from_secs(10), || async {
         let screen = borbaman::status::look(&seed, None, token, timeout).await;
         let gone = screen
             .servers
             .iter()
             .find(|s| s.address == killed)
             .is_some_and(|s| !s.reachable && s.error.is_some());
-        if gone && screen.live == 2 {
-            eprintln!(
-                "{}killed server gone after {:?}",
-                screen.render(),
-                killed_at.elapsed()
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the killed server {killed} still shows as live:\n{}",
-            screen.render()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (gone && screen.live == 2).then_some(screen)
+    })
+    .await;
+    eprintln!(
+        "{}killed server gone after {:?}",
+        screen.render(),
+        killed_at.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

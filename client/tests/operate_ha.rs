@@ -12,10 +12,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use borbaman_cluster::ha::LEADER_LEASE_WORST;
 use borbaman_cluster::local::{ClusterConfig, Database, LocalCluster};
+use borbaman_cluster::wait;
 use common::http_get;
 
 /// The member `borbaman_database_member_info` names, and the changes
@@ -33,24 +34,30 @@ fn member_and_changes(metrics: &str) -> (Option<String>, Option<u64>) {
     (member, changes)
 }
 
-/// Polls `/metrics` at `addr` until `ok` holds of its member and changes.
+/// Polls `/metrics` at `addr` until `ok` holds of its member and changes
+/// (each other answer printed once).
 fn wait_metrics(
     addr: &str,
     what: &str,
     ok: impl Fn(&Option<String>, &Option<u64>) -> bool,
 ) -> (String, u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (member, changes) = member_and_changes(&http_get(addr, "/metrics").unwrap_or_default());
-        if ok(&member, &changes) {
-            return (member.unwrap_or_default(), changes.unwrap_or_default());
+    let what = format!("{what} in /metrics");
+    let mut last = None;
+    wait::until_blocking(&what, Duration::from_secs(60), || {
+        let now = member_and_changes(&http_get(addr, "/metrics").unwrap_or_default());
+        let (member, changes) = &now;
+        if ok(member, changes) {
+            return Some((
+                member.clone().unwrap_or_default(),
+                changes.unwrap_or_default(),
+            ));
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what} never showed in /metrics (member {member:?}, changes {changes:?})"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        if last.as_ref() != Some(&now) {
+            eprintln!("{addr}/metrics: member {member:?}, changes {changes:?}");
+            last = Some(now);
+        }
+        None
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

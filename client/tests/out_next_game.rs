@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use borbaman::ui::out_of_game;
 use borbaman_client::session::{GameSession, new_token};
@@ -18,19 +18,13 @@ async fn a_player_who_is_out_leaves_and_joins_the_next_game() {
 
     // The player bombs its own cell and stays there.
     players[0].act(Action::Bomb).await.expect("plant a bomb");
-    let deadline = Instant::now() + Duration::from_secs(8);
-    loop {
-        let (state, _) = players[0].state().await.expect("state");
-        if out_of_game(&state, players[0].seat()) {
-            break;
-        }
+    let seat = players[0].seat();
+    let what = "the player's bomb killing it";
+    common::until_state(&mut players[0], what, Duration::from_secs(8), |state| {
         assert_eq!(state.phase(), Phase::Playing, "the game ended first");
-        assert!(
-            Instant::now() < deadline,
-            "the player's bomb did not kill it"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        out_of_game(state, seat)
+    })
+    .await;
 
     players[0].leave().await.expect("leave the running game");
     let (next, _) = GameSession::join(&pool, "out1", new_token())

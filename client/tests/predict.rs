@@ -17,6 +17,7 @@ use borbaman::ui::input::Command;
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_client::state_dir::StateDir;
+use borbaman_cluster::wait;
 use borbaman_proto::pb;
 use tokio::sync::{mpsc, watch};
 
@@ -28,28 +29,6 @@ fn drawn_at(rows: &[String], glyph: &str) -> Option<(usize, usize)> {
         let at = board.find(glyph)?;
         Some((board[..at].chars().count(), y))
     })
-}
-
-/// Waits until `done` holds for the view, drawing it each time it changes.
-async fn until_view(
-    view: &mut watch::Receiver<View>,
-    what: &str,
-    done: impl Fn(&View, &[String]) -> bool,
-) -> (View, Vec<String>) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let snapshot = view.borrow_and_update().clone();
-        let rows = common::screen_rows(&snapshot);
-        if done(&snapshot, &rows) {
-            return (snapshot, rows);
-        }
-        if tokio::time::timeout_at(deadline, view.changed())
-            .await
-            .is_err()
-        {
-            panic!("{what} never came; the screen:\n{}", rows.join("\n"));
-        }
-    }
 }
 
 /// A free cell next to the player's and the command that moves there, and
@@ -95,7 +74,7 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
         others.push(session);
     }
     let state_dir = tempfile::tempdir().unwrap();
-    let (view_tx, mut view) = watch::channel(View::default());
+    let (view_tx, view) = watch::channel(View::default());
     let (commands, commands_rx) = mpsc::channel(16);
     let (stopper, quit) = shutdown::channel();
     let task = tokio::spawn(network_task(
@@ -108,12 +87,17 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
         Some("0 ms (a stopped server)".into()),
     ));
 
-    let (playing, rows) = until_view(&mut view, "the running game on screen", |v, _| {
-        v.seat.is_some()
-            && v.state
-                .as_ref()
-                .is_some_and(|s| s.phase() == pb::Phase::Playing)
-    })
+    let (playing, rows) = common::until_view(
+        &view,
+        "the running game on screen",
+        Duration::from_secs(20),
+        |v, _| {
+            v.seat.is_some()
+                && v.state
+                    .as_ref()
+                    .is_some_and(|s| s.phase() == pb::Phase::Playing)
+        },
+    )
     .await;
     let seat = playing.seat.unwrap();
     assert!(
@@ -135,9 +119,12 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
         (before.0 as i64 + dx) as usize,
         (before.1 as i64 + dy) as usize,
     );
-    let (_, rows) = until_view(&mut view, "the move on screen", |_, rows| {
-        drawn_at(rows, &glyph) == Some(want)
-    })
+    let (_, rows) = common::until_view(
+        &view,
+        "the move on screen",
+        Duration::from_secs(20),
+        |_, rows| drawn_at(rows, &glyph) == Some(want),
+    )
     .await;
     let drawn_after = key_at.elapsed();
     // Nothing could have answered: the server is stopped and has applied
@@ -151,11 +138,11 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
 
     // The server comes back and applies it; the player stays where drawn.
     common::blocking(|| cluster.resume(0)).expect("resume the server");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while common::applied_seqs(&db, game_id, seat).await.len() <= applied_before.len() {
-        assert!(Instant::now() < deadline, "the move was never applied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until("the move applied", Duration::from_secs(20), || async {
+        let applied = common::applied_seqs(&db, game_id, seat).await;
+        (applied.len() > applied_before.len()).then_some(())
+    })
+    .await;
     let logged: Vec<i16> = sqlx::query_scalar(
         "SELECT a.action FROM actions a JOIN sessions s ON s.id = a.session_id \
          WHERE s.game_id = $1 AND s.seat = $2 ORDER BY a.seq",
@@ -171,9 +158,12 @@ async fn the_players_own_move_is_on_screen_while_the_reply_is_held_back() {
         1,
         "the move applied once: {logged:?}"
     );
-    let (confirmed, rows) = until_view(&mut view, "the confirmed state", |v, _| {
-        v.net.unacked == 0 && v.net.rtt_last.is_some()
-    })
+    let (confirmed, rows) = common::until_view(
+        &view,
+        "the confirmed state",
+        Duration::from_secs(20),
+        |v, _| v.net.unacked == 0 && v.net.rtt_last.is_some(),
+    )
     .await;
     assert_eq!(
         drawn_at(&rows, &glyph),

@@ -10,6 +10,7 @@ use borbaman::bot::{BotTeam, spawn_bots};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
 use borbaman_client::state_dir::{SavedSession, StateDir};
+use borbaman_cluster::wait;
 use borbaman_proto::pb::{Action, Phase};
 use tokio::sync::mpsc;
 
@@ -99,20 +100,23 @@ async fn restarted_bots_rejoin_their_game_from_their_saved_sessions() {
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while human.state().await.unwrap().0.phase() != Phase::Playing {
-        assert!(Instant::now() < deadline, "the bots did not fill the game");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = "the bots filling the game";
+    common::until_state(&mut human, what, Duration::from_secs(10), |state| {
+        state.phase() == Phase::Playing
+    })
+    .await;
     let game = human.game_id();
     // The fourth seat starts the game before the last bot has its reply
     // and saves its session: wait for the files too.
-    let mut saved = sessions.load_all();
-    while saved.len() < 3 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        saved = sessions.load_all();
-    }
-    assert_eq!(saved.len(), 3, "{saved:?}");
+    let saved = wait::until(
+        "the 3 bots' saved sessions",
+        Duration::from_secs(10),
+        || {
+            let saved = sessions.load_all();
+            async move { (saved.len() == 3).then_some(saved) }
+        },
+    )
+    .await;
     assert!(saved.iter().all(|s| s.game_id == game), "{saved:?}");
 
     // The process dies: the bots stop mid-call, nobody leaves.
@@ -127,21 +131,17 @@ async fn restarted_bots_rejoin_their_game_from_their_saved_sessions() {
         .await
         .unwrap();
     // Bots act at least every 2 s while their game runs.
-    let deadline = Instant::now() + Duration::from_secs(8);
-    for (bot, before) in saved.iter().zip(last_seq) {
-        loop {
+    let what = format!("every bot acting again in game {game} (after {last_seq:?})");
+    wait::until(&what, Duration::from_secs(8), || async {
+        for (bot, &before) in saved.iter().zip(&last_seq) {
             let seqs = common::applied_seqs(&db, game, bot.seat).await;
-            if seqs.last().is_some_and(|&seq| seq > before) {
-                break;
+            if seqs.last().is_none_or(|&seq| seq <= before) {
+                return None;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not act again in game {game} (last seq {before})",
-                bot.name
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
+        Some(())
+    })
+    .await;
     let again = sessions.load_all();
     assert!(again.iter().all(|s| s.game_id == game), "{again:?}");
     let (state, _) = human.state().await.unwrap();

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use borbaman::driver;
 use borbaman_client::pool::{PoolConfig, PoolError, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
+use borbaman_cluster::wait;
 use borbaman_proto::Reason;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::{Action, JoinRequest, Phase};
@@ -193,22 +194,17 @@ async fn refusals_teach_a_limit_that_the_other_servers_hold_new_games_to() {
             })
         })
         .collect();
-    let deadline = Instant::now() + LEARNED_WITHIN;
-    let limit = loop {
-        let limit: Option<i32> =
+    let limit: i32 = wait::until(
+        "a limit learned from refused acts",
+        LEARNED_WITHIN,
+        || async {
             sqlx::query_scalar("SELECT min(game_limit) FROM servers WHERE game_limit IS NOT NULL")
                 .fetch_one(&db)
                 .await
-                .expect("read the servers' limits");
-        if let Some(limit) = limit {
-            break limit;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no limit learned within {LEARNED_WITHIN:?} of refused acts"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+                .expect("read the servers' limits")
+        },
+    )
+    .await;
     stop.send(true).unwrap();
     let mut players = Vec::new();
     for actor in actors {

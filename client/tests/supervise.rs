@@ -4,9 +4,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
+use borbaman_cluster::wait;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_from_outside_is_started_again_on_its_address() {
@@ -24,22 +25,14 @@ async fn a_server_killed_from_outside_is_started_again_on_its_address() {
 
     // SAFETY: kill(2) on a server process this test started.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    wait::until("the dead server revived", Duration::from_secs(5), || {
         let revived = common::blocking(|| cluster.revive_exited()).unwrap();
-        if revived == [0] {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the dead server was not noticed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        async move { (revived == [0]).then_some(()) }
+    })
+    .await;
     assert!(cluster.is_running(0));
     assert_ne!(cluster.pids()[0], pid, "a new process");
     assert_eq!(cluster.addresses()[0], address, "on the old address");
 
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !pool.status().live.contains(&address) {
-        assert!(Instant::now() < deadline, "{:?}", pool.status());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::until_pool_sees(&pool, &address, true, Duration::from_secs(5)).await;
 }

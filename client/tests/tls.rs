@@ -3,29 +3,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::session::{GameSession, new_token};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use borbaman_test_support::Certificates;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
-
-/// A CA and a certificate for 127.0.0.1 signed by it, written to `dir` as
-/// ca.pem, cert.pem and key.pem.
-fn make_certificates(dir: &Path) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".into()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-}
 
 /// Opens a TLS connection to `address` with `tls`; the error and its
 /// sources in one line if it fails.
@@ -51,14 +34,11 @@ async fn tls_connect(address: &str, tls: ClientTlsConfig) -> Result<(), String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bots_that_trust_the_ca_play_a_game_over_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    let pem = |name: &str| dir.path().join(name).display().to_string();
-    let (cert, key) = (pem("cert.pem"), pem("key.pem"));
-    let cluster = common::cluster_with(
-        2,
-        &["--round-ms=1000", "--tls-cert", &cert, "--tls-key", &key],
-    );
+    let certificates = Certificates::new();
+    let tls = certificates.server_flags();
+    let mut flags = vec!["--round-ms=1000"];
+    flags.extend(tls.iter().map(String::as_str));
+    let cluster = common::cluster_with(2, &flags);
 
     // Without the CA: no server can be reached.
     let untrusted = PoolConfig {
@@ -84,7 +64,7 @@ async fn bots_that_trust_the_ca_play_a_game_over_tls() {
     // Refused for the certificate: a TLS client without the CA fails its
     // handshake on the server's certificate, and the same client with the
     // CA connects.
-    let ca = Certificate::from_pem(std::fs::read(dir.path().join("ca.pem")).unwrap());
+    let ca = Certificate::from_pem(certificates.ca_pem());
     let address = &cluster.addresses()[0];
     let refused = tls_connect(address, ClientTlsConfig::new())
         .await

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use borbaman::measure::floors;
 use borbaman_client::pool::{PoolConfig, ServerPool};
-use borbaman_cluster::WanSpec;
 use borbaman_cluster::local::{ClusterConfig, LocalCluster};
+use borbaman_cluster::{WanSpec, wait};
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
 use borbaman_proto::pb::{ListServersRequest, PingRequest};
@@ -188,25 +188,18 @@ async fn a_client_of_a_mix_dials_its_own_distance_and_a_killed_server_is_not_a_h
     // Replaced, the server is found again at the same address.
     common::blocking(|| cluster.replace(index)).unwrap();
     assert_eq!(cluster.addresses()[index], address);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let what = format!("the far client reaching the replaced server at {address}");
+    wait::until(&what, Duration::from_secs(20), || {
         let channel = far
             .live_channels()
             .into_iter()
             .find(|(a, _)| *a == address)
             .map(|(_, c)| c);
-        if let Some(channel) = channel
-            && GameClient::new(channel)
-                .ping(PingRequest { payload: vec![] })
-                .await
-                .is_ok()
-        {
-            break;
+        async move {
+            let mut client = GameClient::new(channel?);
+            client.ping(PingRequest { payload: vec![] }).await.ok()?;
+            Some(())
         }
-        assert!(
-            Instant::now() < deadline,
-            "the far client never reached the replaced server at {address}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }

@@ -37,23 +37,15 @@ async fn screen_past(
     above: u32,
     not_on: Option<&str>,
 ) -> (String, u32) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let snapshot = view.borrow().clone();
-        let text = screen(&snapshot);
-        let elsewhere = not_on.is_none_or(|s| snapshot.net.server.as_deref() != Some(s));
-        if let Some(tick) = shown_tick(&text)
-            && tick > above
-            && elsewhere
-        {
-            return (text, tick);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the watched game stopped updating past tick {above}:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("the watched game updating past tick {above}");
+    let (_, rows) = common::until_view(view, &what, Duration::from_secs(15), |v, rows| {
+        let elsewhere = not_on.is_none_or(|s| v.net.server.as_deref() != Some(s));
+        shown_tick(&rows.join("\n")).is_some_and(|tick| tick > above) && elsewhere
+    })
+    .await;
+    let text = rows.join("\n");
+    let tick = shown_tick(&text).expect("a tick shown");
+    (text, tick)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,31 +159,18 @@ async fn a_waiting_player_watches_another_game_until_its_own_starts() {
         tokio::spawn(
             async move { play_on(&servers, false, seat, &view_tx, command_rx, quit).await },
         );
-    let until = |what: &'static str, ready: Box<dyn Fn(&View) -> bool + Send>| {
-        let view = view.clone();
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(15);
-            loop {
-                let snapshot = view.borrow().clone();
-                if ready(&snapshot) {
-                    return snapshot;
-                }
-                assert!(Instant::now() < deadline, "{what}:\n{}", screen(&snapshot));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
-
-    let lobby = until(
+    let (lobby, _) = common::until_view(
+        &view,
         "the lobby lists the running game",
-        Box::new(move |v| {
+        Duration::from_secs(15),
+        |v, _| {
             v.state
                 .as_ref()
                 .is_some_and(|s| s.phase() == Phase::Waiting)
                 && v.live_games
                     .as_ref()
                     .is_some_and(|g| g.iter().any(|g| g.game_id == watched))
-        }),
+        },
     )
     .await;
     let own = lobby.state.as_ref().unwrap().game_id;
@@ -200,11 +179,13 @@ async fn a_waiting_player_watches_another_game_until_its_own_starts() {
     assert!(text.contains("Enter watches"), "{text}");
 
     commands.send(Command::Select).await.unwrap();
-    let watching = until(
+    let (watching, _) = common::until_view(
+        &view,
         "the picked game is watched",
-        Box::new(move |v| {
+        Duration::from_secs(15),
+        |v, _| {
             v.watching && v.note.is_some() && v.state.as_ref().is_some_and(|s| s.game_id == watched)
-        }),
+        },
     )
     .await;
     let text = screen(&watching);
@@ -223,15 +204,17 @@ async fn a_waiting_player_watches_another_game_until_its_own_starts() {
         assert_eq!(session.game_id(), own);
         others.push(session);
     }
-    let back = until(
+    let (back, _) = common::until_view(
+        &view,
         "the player is back in its own game",
-        Box::new(move |v| {
+        Duration::from_secs(15),
+        |v, _| {
             !v.watching
                 && v.seat.is_some()
                 && v.state
                     .as_ref()
                     .is_some_and(|s| s.game_id == own && s.phase() == Phase::Playing)
-        }),
+        },
     )
     .await;
     let text = screen(&back);

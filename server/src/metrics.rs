@@ -272,7 +272,7 @@ impl Metrics {
             "borbaman_db_transaction_duration_seconds",
             "One attempt of a call's database transaction (its statements and commit)",
             &CALL_BUCKETS,
-            &["outcome"],
+            &["outcome", "cluster"],
         );
         let db_acquire_seconds = make.histogram(
             "borbaman_db_acquire_duration_seconds",
@@ -456,12 +456,14 @@ impl Metrics {
         self.inner.tally.refusals.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One attempt of a database transaction ended after `elapsed`.
-    pub fn db_attempt(&self, elapsed: Duration, ok: bool) {
+    /// One attempt of a database transaction on database cluster
+    /// `cluster` (`home`, or a name of `borbaman db clusters`) ended after
+    /// `elapsed`.
+    pub fn db_attempt(&self, elapsed: Duration, ok: bool, cluster: &str) {
         let outcome = if ok { "ok" } else { "error" };
         self.inner
             .db_seconds
-            .with_label_values(&[outcome])
+            .with_label_values(&[outcome, cluster])
             .observe(elapsed.as_secs_f64());
     }
 

@@ -13,9 +13,7 @@ use tonic::Code;
 
 #[tokio::test]
 async fn lobby_starts_at_four_and_a_fifth_opens_a_new_game() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
 
     let mut players = Vec::new();
     for i in 0..3 {
@@ -240,9 +238,7 @@ async fn four_players_acting_at_once_through_two_servers_lose_nothing() {
 
 #[tokio::test]
 async fn get_state_reads_the_callers_game_and_leaving_forfeits() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
     let players = full_ranked_game(&mut client).await;
     let game_id = players[0].game_id;
 

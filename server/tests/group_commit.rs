@@ -14,9 +14,7 @@ use common::*;
 
 #[tokio::test]
 async fn four_players_acting_at_once_through_one_server_share_commits() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let players = full_game(&mut client).await;
     let db = sql(&pg.url()).await;
     let game = players[0].game_id as i64;

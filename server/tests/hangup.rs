@@ -43,14 +43,10 @@ async fn backend_waiting_on_a_lock(db: &sqlx::PgPool) -> Option<i32> {
 
 #[tokio::test]
 async fn a_call_its_client_hung_up_on_is_carried_out_once_on_the_same_connection() {
-    let pg = start_db();
     // A patient database timeout: the call waits on the lock below for as
     // long as the test holds it, never giving up by itself.
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--db-timeout-ms", "10000", "--db-min-connections", "4"],
-    );
-    let mut client = server.game().await;
+    let (pg, _server, mut client) =
+        one_server_and_client(&["--db-timeout-ms", "10000", "--db-min-connections", "4"]).await;
     let mut players = full_game(&mut client).await;
     let game_id = players[0].game_id;
     let db = sql(&pg.url()).await;

@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use borbaman_cluster::wait;
 use borbaman_proto::codec::StrictCodec;
 use borbaman_proto::{Reason, pb};
 use common::raw_h2::*;
@@ -104,10 +105,8 @@ async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
 
 #[tokio::test]
 async fn names_that_differ_by_case_or_blanks_are_refused_to_another_identity() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
     for owned in ["Alice", "Ivan", "Bill", "Ana"] {
         join_as(&mut client, &token(), owned, token())
             .await
@@ -158,9 +157,7 @@ async fn names_that_differ_by_case_or_blanks_are_refused_to_another_identity() {
 
 #[tokio::test]
 async fn a_guessed_token_takes_no_seat_and_a_retried_join_gets_the_same_one() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     // A careless client's nonce: passes the entropy check, easy to guess.
     let weak = b"0123456789abcdef".to_vec();
     let (victim, reply) = join_as(&mut client, &[], "victim", weak.clone())
@@ -244,21 +241,19 @@ async fn made_up_tokens_are_refused_without_the_database_and_cost_no_limit() {
     // The real player's budget is untouched by the forgeries.
     for _ in 0..5 {
         let req = players[0].act_request(pb::Action::Idle);
-        let mut done = false;
-        for _ in 0..50 {
-            match client.act(req.clone()).await {
-                Ok(_) => {
-                    done = true;
-                    break;
-                }
-                Err(e) if e.code() == Code::Unavailable => {
+        let what = "the player acting after the database came back";
+        wait::until(what, Duration::from_secs(5), || {
+            let (mut client, req) = (client.clone(), req.clone());
+            async move {
+                match client.act(req).await {
+                    Ok(_) => Some(()),
                     // The store's connections come back after the restart.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(e) if e.code() == Code::Unavailable => None,
+                    Err(e) => panic!("{e:?}"),
                 }
-                Err(e) => panic!("{e:?}"),
             }
-        }
-        assert!(done, "the player never acted after the database came back");
+        })
+        .await;
     }
 }
 
@@ -266,9 +261,8 @@ async fn made_up_tokens_are_refused_without_the_database_and_cost_no_limit() {
 
 #[tokio::test]
 async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-reads-per-ip-per-s", "50"]);
-    let mut player_client = server.game().await;
+    let (_pg, server, mut player_client) =
+        one_server_and_client(&["--max-reads-per-ip-per-s", "50"]).await;
     let players = full_game(&mut player_client).await;
     let game_id = players[0].game_id;
 
@@ -358,8 +352,7 @@ async fn sessionless_reads_are_limited_per_address_and_a_spectator_never_is() {
 
 #[tokio::test]
 async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--idle-connection-timeout-ms", "1000"]);
+    let (_pg, server) = one_server(&["--idle-connection-timeout-ms", "1000"]);
     // Preface only, then silence.
     let mut preface_only = silent_connection(&server, IpAddr::from([127, 0, 0, 1]))
         .await
@@ -411,11 +404,7 @@ async fn a_connection_with_no_call_is_closed_after_the_idle_timeout() {
 
 #[tokio::test]
 async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--max-connections-per-ip", "2", "--max-connections", "6"],
-    );
+    let (_pg, server) = one_server(&["--max-connections-per-ip", "2", "--max-connections", "6"]);
     // Three attacking addresses hold two silent connections each: full.
     let mut held = Vec::new();
     for n in 2..5u8 {
@@ -466,21 +455,17 @@ async fn two_silent_connections_per_address_do_not_lock_a_new_address_out() {
 
 #[tokio::test]
 async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
-    let pg = start_db();
     // Neither the idle timeout nor the call timeout: only the PINGs.
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &[
-            "--keepalive-interval-ms",
-            "1000",
-            "--keepalive-timeout-ms",
-            "1000",
-            "--idle-connection-timeout-ms",
-            "0",
-            "--call-timeout-ms",
-            "0",
-        ],
-    );
+    let (_pg, server) = one_server(&[
+        "--keepalive-interval-ms",
+        "1000",
+        "--keepalive-timeout-ms",
+        "1000",
+        "--idle-connection-timeout-ms",
+        "0",
+        "--call-timeout-ms",
+        "0",
+    ]);
     let mut stream = TcpStream::connect(&server.addr).await.unwrap();
     const END_STREAM: u8 = 0x1;
     const END_HEADERS: u8 = 0x4;
@@ -524,10 +509,8 @@ async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
 
 #[tokio::test]
 async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--name-hold", "1s"]);
+    let (pg, _server, mut client) = one_server_and_client(&["--name-hold", "1s"]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
     let (alice, bob) = (token(), token());
     join_as(&mut client, &alice, "Zed", token()).await.unwrap();
     join_as(&mut client, &alice, "Yan", token()).await.unwrap();
@@ -540,16 +523,12 @@ async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
         .unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
     // After the hold, anyone may take it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match join_as(&mut client, &bob, "zed", token()).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Code::AlreadyExists && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the released name never freed: {e:?}"),
-        }
-    }
+    let what = "the released name free for another identity";
+    wait::until(what, Duration::from_secs(10), || {
+        let (mut client, bob) = (client.clone(), bob.clone());
+        async move { name_taken(&mut client, &bob, "zed").await }
+    })
+    .await;
     // And the one Alice holds now is still hers.
     let err = join_as(&mut client, &bob, "YAN", token())
         .await
@@ -560,23 +539,27 @@ async fn an_identity_holds_one_name_and_lets_it_go_after_the_hold() {
 
 #[tokio::test]
 async fn a_name_no_one_uses_is_released_by_retention() {
-    let pg = start_db();
-    let server =
-        ServerProcess::start_with(&pg.url(), &["--retention", "10s", "--name-retention", "1s"]);
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) =
+        one_server_and_client(&["--retention", "10s", "--name-retention", "1s"]).await;
     join_as(&mut client, &token(), "Squat", token())
         .await
         .unwrap();
     let newcomer = token();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match join_as(&mut client, &newcomer, "Squat", token()).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Code::AlreadyExists && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("the unused name was never released: {e:?}"),
-        }
+    let what = "the unused name released";
+    wait::until(what, Duration::from_secs(15), || {
+        let (mut client, newcomer) = (client.clone(), newcomer.clone());
+        async move { name_taken(&mut client, &newcomer, "Squat").await }
+    })
+    .await;
+}
+
+/// `Some` once `identity` joined under `name`; `None` while the name is
+/// another's.
+async fn name_taken(client: &mut GameClient<Channel>, identity: &[u8], name: &str) -> Option<()> {
+    match join_as(client, identity, name, token()).await {
+        Ok(_) => Some(()),
+        Err(e) if e.code() == Code::AlreadyExists => None,
+        Err(e) => panic!("joining as {name}: {e:?}"),
     }
 }
 
@@ -607,9 +590,7 @@ async fn won_by_seat_0(client: &mut GameClient<Channel>, identified: [bool; 4], 
 
 #[tokio::test]
 async fn wins_over_players_without_an_identity_are_not_ranked() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
     won_by_seat_0(&mut client, [true, false, false, false], "farm").await;
     won_by_seat_0(&mut client, [true, true, true, false], "most").await;
     let rankings = client
@@ -634,8 +615,7 @@ async fn wins_over_players_without_an_identity_are_not_ranked() {
 
 #[tokio::test]
 async fn undecodable_requests_are_invalid_arguments() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (_pg, server) = one_server(&[]);
     let channel = Endpoint::from_shared(server.url())
         .unwrap()
         .connect()
@@ -666,9 +646,7 @@ async fn undecodable_requests_are_invalid_arguments() {
 /// request may hold, arrive whole, both ways.
 #[tokio::test]
 async fn messages_larger_than_a_calls_first_buffer_arrive_whole() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
     let first = borbaman_proto::codec::BUFFER_BYTES;
     let most = borbaman_proto::MAX_REQUEST_BYTES - 16;
     for len in [
@@ -713,10 +691,9 @@ const ALLOCATOR_STEP_BYTES: u64 = 2 * 1024 * 1024;
 async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
     const STREAMS: u32 = 1000;
     let limit: u32 = borbaman_server::incoming::DEFAULT_MAX_STREAMS;
-    let pg = start_db();
     // Default limits (a test server's connection caps are off, but not
     // the stream limit).
-    let server = ServerProcess::start(&pg.url());
+    let (_pg, server) = one_server(&[]);
     let addr: SocketAddr = server.addr.parse().unwrap();
 
     // A fair client on an address of its own pings all through the flood.
@@ -811,11 +788,7 @@ async fn a_thousand_streams_on_one_connection_are_refused_past_the_limit() {
 #[tokio::test]
 async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
     const END_STREAM: u8 = 0x1;
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--call-timeout-ms", "1000", "--keepalive-interval-ms", "0"],
-    );
+    let (_pg, server) = one_server(&["--call-timeout-ms", "1000", "--keepalive-interval-ms", "0"]);
     let started = Instant::now();
     let (mut stream, _, refused) = open_streams(
         server.addr.parse().unwrap(),
@@ -844,8 +817,7 @@ async fn a_call_whose_request_never_ends_is_cancelled_at_the_call_timeout() {
 
 #[tokio::test]
 async fn a_client_that_honours_the_stream_limit_waits_for_a_stream_instead_of_being_refused() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-streams-per-connection", "4"]);
+    let (_pg, server) = one_server(&["--max-streams-per-connection", "4"]);
     // tonic's channel, one connection: once the server's SETTINGS came
     // (before the first answer, on the wire), 100 calls at once go out 4
     // at a time.
@@ -910,8 +882,7 @@ const ONLY_THE_WRITE_STALL: [&str; 8] = [
 
 #[tokio::test]
 async fn a_client_that_floods_pings_and_never_reads_is_cut_off() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &ONLY_THE_WRITE_STALL);
+    let (_pg, server) = one_server(&ONLY_THE_WRITE_STALL);
     let mut stream = small_receive_buffer()
         .connect(server.addr.parse().unwrap())
         .await
@@ -930,33 +901,12 @@ async fn a_client_that_floods_pings_and_never_reads_is_cut_off() {
 
 #[tokio::test]
 async fn a_tls_client_that_floods_pings_and_never_reads_is_cut_off() {
-    use std::sync::Arc;
-    use tokio_rustls::TlsConnector;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
-
-    let (dir, _pg, server) = tls_server(&ONLY_THE_WRITE_STALL);
-    let mut roots = RootCertStore::empty();
-    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
-    for cert in CertificateDer::pem_slice_iter(&ca) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut config =
-        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    let (certificates, _pg, server) = tls_server(&ONLY_THE_WRITE_STALL);
     let tcp = small_receive_buffer()
         .connect(server.addr.parse().unwrap())
         .await
         .unwrap();
-    let mut tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .expect("the TLS handshake");
+    let mut tls = tls_handshake(&certificates, tcp).await;
     let mut hello = H2_PREFACE.to_vec();
     hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
     tls.write_all(&hello).await.unwrap();

@@ -37,13 +37,11 @@ async fn sessions(pool: &PgPool) -> i64 {
 
 #[tokio::test]
 async fn one_identity_never_sits_twice_in_one_game() {
-    let pg = start_db();
     // The first game waits, its one player silent, while nine joins go by:
     // on a loaded machine that can pass the default 3 s lobby seat
     // lifetime, and a waiting game whose seats all lapsed is abandoned
     // (the others would then open a new one). Not what this test is about.
-    let server = ServerProcess::start_with(&pg.url(), &["--lobby-seat-ttl-ms", "60000"]);
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&["--lobby-seat-ttl-ms", "60000"]).await;
     let me = identity();
     let first = join_identified(&mut client, &me, "solo").await.unwrap();
     // The same identity with another token (a second terminal, or a client
@@ -77,10 +75,8 @@ async fn one_identity_never_sits_twice_in_one_game() {
 
 #[tokio::test]
 async fn a_name_and_its_look_alikes_belong_to_the_identity_that_claimed_it() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
     let (owner, other) = (identity(), identity());
     join_identified(&mut client, &owner, "Ana").await.unwrap();
     let before = sessions(&db).await;
@@ -131,9 +127,7 @@ async fn a_name_and_its_look_alikes_belong_to_the_identity_that_claimed_it() {
 
 #[tokio::test]
 async fn rankings_count_per_identity_under_its_latest_name() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (_pg, _server, mut client) = one_server_and_client(&[]).await;
     let ids: Vec<Vec<u8>> = (0..4).map(|_| identity()).collect();
     for round in 0..2 {
         let mut players = Vec::new();
@@ -181,10 +175,8 @@ async fn rankings_count_per_identity_under_its_latest_name() {
 
 #[tokio::test]
 async fn tokens_and_identities_without_entropy_are_refused() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
     let weak: [Vec<u8>; 3] = [vec![0; 16], vec![0xAB; 32], (0u8..24).collect()];
     for secret in &weak {
         let err = client

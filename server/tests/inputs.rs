@@ -47,9 +47,7 @@ fn assert_each_once_in_order(log: &[(i64, i16, i64)], n: u64) {
 
 #[tokio::test]
 async fn a_batch_with_repeats_applies_each_input_once_in_order() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let players = full_game(&mut client).await;
     let db = sql(&pg.url()).await;
     let p = &players[0];
@@ -72,9 +70,7 @@ async fn a_batch_with_repeats_applies_each_input_once_in_order() {
 
 #[tokio::test]
 async fn an_older_or_duplicate_batch_applies_nothing() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let players = full_game(&mut client).await;
     let db = sql(&pg.url()).await;
     let p = &players[1];

@@ -9,6 +9,7 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use borbaman_cluster::wait;
 use borbaman_proto::{MAX_REQUEST_BYTES, Reason, pb};
 use common::*;
 use tokio::io::AsyncReadExt;
@@ -46,13 +47,11 @@ async fn ping(url: String) -> Result<pb::PingReply, String> {
 /// Pings until one answers (a closed connection's slot frees when the
 /// server notices the close); panics after 10 s.
 async fn ping_eventually(url: String) {
-    for _ in 0..100 {
-        if ping(url.clone()).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the server does not answer Ping");
+    wait::until("the server answering Ping", Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { ping(url).await.ok().map(|_| ()) }
+    })
+    .await
 }
 
 async fn sessions_and_games(db: &sqlx::PgPool) -> (i64, i64) {
@@ -64,9 +63,7 @@ async fn sessions_and_games(db: &sqlx::PgPool) -> (i64, i64) {
 
 #[tokio::test]
 async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-acts-per-s", "10"]);
-    let mut client = server.game().await;
+    let (pg, server, mut client) = one_server_and_client(&["--max-acts-per-s", "10"]).await;
     let mut players = full_game(&mut client).await;
     let db = sql(&pg.url()).await;
     let before = logged_actions(&db, players[0].game_id).await;
@@ -99,25 +96,27 @@ async fn an_act_flood_is_refused_and_logs_nothing_for_the_refused() {
     // Other sessions are not limited by this one's flood.
     let req = players[1].act_request(pb::Action::Idle);
     client.act(req).await.expect("another session acts");
-    // The flooding session acts again once it slows down.
-    let mut again = false;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let req = players[0].act_request(pb::Action::Idle);
-        if client.act(req).await.is_ok() {
-            again = true;
-            break;
-        }
-    }
-    assert!(again, "the session stays refused");
+    // The flooding session acts again once it slows down (to 5 acts a
+    // second).
+    wait::until(
+        "the slowed-down session acting again",
+        Duration::from_secs(10),
+        || {
+            let (mut client, req) = (client.clone(), players[0].act_request(pb::Action::Idle));
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                client.act(req).await.ok().map(|_| ())
+            }
+        },
+    )
+    .await;
     ping_eventually(server.url()).await;
 }
 
 #[tokio::test]
 async fn too_many_joins_from_one_address_are_refused_and_store_nothing() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &["--max-joins-per-ip-per-min", "5"]);
-    let mut client = server.game().await;
+    let (pg, server, mut client) =
+        one_server_and_client(&["--max-joins-per-ip-per-min", "5"]).await;
     let db = sql(&pg.url()).await;
     for i in 0..5 {
         join(&mut client, &format!("j{i}")).await;
@@ -142,11 +141,7 @@ async fn too_many_joins_from_one_address_are_refused_and_store_nothing() {
 
 #[tokio::test]
 async fn connections_over_the_limits_are_closed_or_make_room_and_their_slots_free_again() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--max-connections-per-ip", "3", "--max-connections", "5"],
-    );
+    let (_pg, server) = one_server(&["--max-connections-per-ip", "3", "--max-connections", "5"]);
     let addr: SocketAddr = server.addr.parse().unwrap();
     let [a, b, c] = [1, 2, 3].map(|n| IpAddr::from([127, 0, 0, n]));
 
@@ -186,11 +181,7 @@ async fn connections_over_the_limits_are_closed_or_make_room_and_their_slots_fre
 
 #[tokio::test]
 async fn a_connection_that_sends_nothing_is_closed() {
-    let pg = start_db();
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--first-bytes-timeout-ms", "300", "--max-connections", "2"],
-    );
+    let (_pg, server) = one_server(&["--first-bytes-timeout-ms", "300", "--max-connections", "2"]);
     let mut idle = TcpStream::connect(&server.addr).await.unwrap();
     // The server speaks first (its HTTP/2 settings), then hangs up.
     let mut buf = Vec::new();
@@ -254,8 +245,7 @@ async fn call_raw(
 
 #[tokio::test]
 async fn every_service_refuses_oversized_requests() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
+    let (_pg, server) = one_server(&[]);
     let channel = tonic::transport::Endpoint::from_shared(server.url())
         .unwrap()
         .connect()
@@ -332,16 +322,8 @@ async fn out_of_file_descriptors_the_server_waits_instead_of_spinning_and_recove
     for _ in 0..80 {
         held.push(TcpStream::connect(&server.addr).await.unwrap());
     }
-    let mut starved = false;
-    for _ in 0..100 {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("cannot accept connections") {
-            starved = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(starved, "the server never ran out of descriptors");
+    // Out of descriptors.
+    wait::until_logged(&log, "cannot accept connections", Duration::from_secs(10)).await;
     // Starved, it waits: well under half a core over two seconds (a loop
     // retrying at once takes a whole one).
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;

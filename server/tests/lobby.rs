@@ -14,10 +14,6 @@ use tonic::Code;
 /// The server's `--lobby-seat-ttl-ms` in these tests.
 const TTL_MS: u64 = 1000;
 
-fn start_server(url: &str) -> ServerProcess {
-    ServerProcess::start_with(url, &["--lobby-seat-ttl-ms", &TTL_MS.to_string()])
-}
-
 fn names(reply: &Option<pb::GameState>) -> Vec<String> {
     let state = reply.as_ref().expect("state");
     state.players.iter().map(|p| p.name.clone()).collect()
@@ -25,9 +21,8 @@ fn names(reply: &Option<pb::GameState>) -> Vec<String> {
 
 #[tokio::test]
 async fn silent_lobby_players_lose_their_seats_and_the_game_starts_with_live_ones() {
-    let pg = start_db();
-    let server = start_server(&pg.url());
-    let mut client = server.game().await;
+    let ttl = TTL_MS.to_string();
+    let (pg, _server, mut client) = one_server_and_client(&["--lobby-seat-ttl-ms", &ttl]).await;
     let db = sql(&pg.url()).await;
 
     // Three players sit down; the first acts once, then all go silent, as
@@ -120,9 +115,8 @@ async fn silent_lobby_players_lose_their_seats_and_the_game_starts_with_live_one
 
 #[tokio::test]
 async fn a_lobby_player_that_keeps_acting_keeps_its_seat() {
-    let pg = start_db();
-    let server = start_server(&pg.url());
-    let mut client = server.game().await;
+    let ttl = TTL_MS.to_string();
+    let (_pg, _server, mut client) = one_server_and_client(&["--lobby-seat-ttl-ms", &ttl]).await;
 
     let (mut alive, _) = join(&mut client, "alive").await;
     let (silent, _) = join(&mut client, "silent").await;

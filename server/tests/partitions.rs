@@ -208,3 +208,206 @@ async fn a_ranked_game_finished_on_the_second_cluster_counts_once_at_home() {
     let at_home: i64 = count(&home, "SELECT count(*) FROM games WHERE id = $1", game_id).await;
     assert_eq!(at_home, 0);
 }
+
+/// Two servers on two clusters, the first of which ends its process at
+/// crash point `point` (see `store::partitions::crash_point`).
+fn two_clusters_one_crashing(
+    point: &str,
+) -> (
+    borbaman_cluster::LocalPostgres,
+    borbaman_cluster::LocalPostgres,
+    ServerProcess,
+    ServerProcess,
+) {
+    let (home, other) = (start_db(), start_db());
+    let cluster = format!("--db-cluster=c1={}", other.url());
+    // SAFETY: this test's own process, before any of its threads reads the
+    // environment; the child started in between inherits it.
+    unsafe { std::env::set_var("BORBAMAN_CRASH_AT", point) };
+    let crashing = ServerProcess::start_with(&home.url(), &[&cluster]);
+    unsafe { std::env::remove_var("BORBAMAN_CRASH_AT") };
+    let steady = ServerProcess::start_with(&home.url(), &[&cluster]);
+    (home, other, crashing, steady)
+}
+
+/// Sessions on both clusters.
+async fn sessions(home: &PgPool, other: &PgPool) -> i64 {
+    let mut n = 0;
+    for pool in [home, other] {
+        n += sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    }
+    n
+}
+
+/// A join whose server dies after one of its steps, retried with the same
+/// nonce on another server: one seat, on the cluster it was placed on.
+async fn join_killed_at(point: &str, seated_before_the_kill: bool) {
+    let (home_pg, other_pg, mut crashing, steady) = two_clusters_one_crashing(point);
+    let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
+    let map = partition_map(&home).await;
+    let mut b = steady.game().await;
+    // Fills home's turn, so the next joiner is placed on c1.
+    let _first = full_game(&mut b).await;
+    let nonce = token();
+    let mut a = crashing.game().await;
+    let refused = join_as(&mut a, &[], "crash", nonce.clone()).await;
+    assert!(refused.is_err(), "the server died before it answered");
+    let status = wait::until(
+        "the crashing server to exit",
+        Duration::from_secs(10),
+        || {
+            let exited = crashing.try_exit();
+            async move { exited }
+        },
+    )
+    .await;
+    assert!(!status.success(), "it crashed at {point}");
+    let (player, reply) = join_as(&mut b, &[], "crash", nonce).await.unwrap();
+    assert_eq!(map[&((player.game_id % 64) as i64)], "c1");
+    assert_eq!(
+        reply.rejoined, seated_before_the_kill,
+        "the retry finds the seat only if the first try took it"
+    );
+    assert_eq!(sessions(&home, &other).await, 5, "no ghost, no seat twice");
+    let seats: i64 = count(
+        &other,
+        "SELECT count(*) FROM seats WHERE game_id = $1",
+        player.game_id,
+    )
+    .await;
+    assert_eq!(seats, 1);
+}
+
+#[tokio::test]
+async fn a_join_killed_after_its_placement_is_seated_by_its_retry() {
+    join_killed_at("join-placed", false).await;
+}
+
+#[tokio::test]
+async fn a_join_killed_after_its_seat_gets_that_seat_on_retry() {
+    join_killed_at("join-seated", true).await;
+}
+
+#[tokio::test]
+async fn a_fold_killed_after_home_counted_it_counts_the_game_once() {
+    let (home_pg, other_pg, mut crashing, steady) = two_clusters_one_crashing("fold-counted");
+    let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
+    let mut a = crashing.game().await;
+    let _first = full_game(&mut a).await;
+    let players = full_ranked_game(&mut a).await;
+    let game_id = players[0].game_id;
+    let map = partition_map(&home).await;
+    assert_eq!(map[&((game_id % 64) as i64)], "c1");
+    // The crashing server ends the game, and so folds it first; once it
+    // died, the leaves go to the other server (the same sequence numbers:
+    // a leave it applied before dying is answered, not applied again).
+    let mut b = steady.game().await;
+    for player in &players {
+        let leave = pb::LeaveRequest {
+            token: player.token.clone(),
+            game_id,
+            seat: player.seat,
+            seq: player.next_seq,
+        };
+        if a.leave(leave.clone()).await.is_err() {
+            b.leave(leave).await.unwrap();
+        }
+    }
+    wait::until("the outbox emptied", Duration::from_secs(10), || {
+        let other = other.clone();
+        async move {
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM results")
+                .fetch_one(&other)
+                .await
+                .unwrap();
+            (left == 0).then_some(())
+        }
+    })
+    .await;
+    let rows: Vec<(String, i32)> = sqlx::query_as("SELECT name, games FROM rankings ORDER BY name")
+        .fetch_all(&home)
+        .await
+        .unwrap();
+    let names: Vec<(String, i32)> = (0..4).map(|i| (format!("r{i}"), 1)).collect();
+    assert_eq!(rows, names, "counted once although the first fold died");
+    let crashed = crashing.try_exit();
+    assert!(
+        crashed.is_some_and(|s| !s.success()),
+        "the server that ended the game died folding it"
+    );
+    drop(steady);
+}
+
+/// Moves partition `partition` to `cluster` in home's map (no rows move:
+/// that is for the mover) and bumps the map's version.
+async fn remap(home: &PgPool, partition: i64, cluster: &str) {
+    let mut tx = home.begin().await.unwrap();
+    sqlx::query("UPDATE partition_map SET cluster = $2 WHERE partition = $1")
+        .bind(partition as i16)
+        .bind(cluster)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE partition_map_version SET version = version + 1")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn every_server_routes_by_a_changed_map() {
+    let (home_pg, _other_pg, servers) = two_clusters();
+    let home = sql(&home_pg.url()).await;
+    let mut clients = Vec::new();
+    for s in &servers {
+        clients.push(s.game().await);
+    }
+    let mut players = full_game(&mut clients[0]).await;
+    let game_id = players[0].game_id;
+    let partition = (game_id % 64) as i64;
+    assert_eq!(partition_map(&home).await[&partition], "home");
+    let player = &mut players[0];
+    for client in &mut clients {
+        let req = player.act_request(action(player.next_seq));
+        client.act(req).await.expect("the game plays on home");
+    }
+    // Its partition now said to be on c1, where the game is not: each
+    // server looks for it there.
+    remap(&home, partition, "c1").await;
+    for i in 0..clients.len() {
+        let token = player.token.clone();
+        let client = clients[i].clone();
+        wait::until(
+            "the server to route by the new map",
+            Duration::from_secs(3),
+            || {
+                let mut client = client.clone();
+                let req = pb::GetStateRequest {
+                    token: token.clone(),
+                    game_id,
+                };
+                async move { client.get_state(req).await.err().map(|_| ()) }
+            },
+        )
+        .await;
+    }
+    // And back: the game plays again through either server.
+    remap(&home, partition, "home").await;
+    for i in 0..clients.len() {
+        let token = player.token.clone();
+        let client = clients[i].clone();
+        wait::until("the server to route back", Duration::from_secs(3), || {
+            let mut client = client.clone();
+            let req = pb::GetStateRequest {
+                token: token.clone(),
+                game_id,
+            };
+            async move { client.get_state(req).await.ok().map(|_| ()) }
+        })
+        .await;
+    }
+}

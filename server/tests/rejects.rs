@@ -9,9 +9,7 @@ use tonic::Code;
 
 #[tokio::test]
 async fn bad_requests_get_the_right_status() {
-    let pg = start_db();
-    let server = ServerProcess::start(&pg.url());
-    let mut client = server.game().await;
+    let (pg, _server, mut client) = one_server_and_client(&[]).await;
     let mut players = full_game(&mut client).await;
     let (p0, p1) = (players[0].clone(), players[1].clone());
     let db = sql(&pg.url()).await;

@@ -191,15 +191,11 @@ async fn finished_and_abandoned_games_go_with_all_their_rows_and_running_ones_st
 #[tokio::test]
 async fn a_freed_session_is_kept_a_window_after_it_was_freed() {
     const WINDOW: Duration = Duration::from_secs(3);
-    let pg = start_db();
     // A 1 s seat TTL: the waiting game is abandoned only after 10 s, well
     // after the window.
-    let server = ServerProcess::start_with(
-        &pg.url(),
-        &["--retention", "3s", "--lobby-seat-ttl-ms", "1000"],
-    );
+    let (pg, _server, mut client) =
+        one_server_and_client(&["--retention", "3s", "--lobby-seat-ttl-ms", "1000"]).await;
     let db = sql(&pg.url()).await;
-    let mut client = server.game().await;
 
     // A player sat in the lobby for an hour (its session is that old),
     // then went silent.

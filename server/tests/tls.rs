@@ -27,7 +27,7 @@ async fn ping(channel: Channel) -> Result<(), String> {
 
 #[tokio::test]
 async fn only_a_client_that_trusts_the_ca_is_served() {
-    let (dir, _pg, server) = tls_server(&[]);
+    let (certificates, _pg, server) = tls_server(&[]);
     let https = format!("https://{}", server.addr);
 
     // Without TLS: the server speaks only TLS.
@@ -45,7 +45,7 @@ async fn only_a_client_that_trusts_the_ca_is_served() {
     assert!(untrusted.is_err(), "a client without the CA was served");
 
     // With the CA: served, and a player joins.
-    let ca = Certificate::from_pem(std::fs::read(dir.path().join("ca.pem")).unwrap());
+    let ca = Certificate::from_pem(certificates.ca_pem());
     let trusted = channel(https, Some(ClientTlsConfig::new().ca_certificate(ca)))
         .await
         .expect("connect with the CA");
@@ -57,7 +57,7 @@ async fn only_a_client_that_trusts_the_ca_is_served() {
 
 #[tokio::test]
 async fn a_handshake_left_unfinished_is_closed() {
-    let (_dir, _pg, server) = tls_server(&["--first-bytes-timeout-ms", "300"]);
+    let (_certificates, _pg, server) = tls_server(&["--first-bytes-timeout-ms", "300"]);
     // The first byte of a TLS record (a handshake), then nothing.
     let mut stalled = TcpStream::connect(&server.addr).await.unwrap();
     stalled.write_all(&[0x16]).await.unwrap();
@@ -74,30 +74,9 @@ async fn a_handshake_left_unfinished_is_closed() {
 /// slot for long: with no call open it is closed at the idle timeout.
 #[tokio::test]
 async fn a_tls_connection_silent_after_its_handshake_is_closed() {
-    use std::sync::Arc;
-    use tokio_rustls::TlsConnector;
-    use tokio_rustls::rustls::pki_types::pem::PemObject;
-    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
-
-    let (dir, _pg, server) = tls_server(&["--idle-connection-timeout-ms", "1000"]);
-    let mut roots = RootCertStore::empty();
-    let ca = std::fs::read(dir.path().join("ca.pem")).unwrap();
-    for cert in CertificateDer::pem_slice_iter(&ca) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut config =
-        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    let (certificates, _pg, server) = tls_server(&["--idle-connection-timeout-ms", "1000"]);
     let tcp = TcpStream::connect(&server.addr).await.unwrap();
-    let mut tls = TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .expect("the TLS handshake");
+    let mut tls = tls_handshake(&certificates, tcp).await;
     // Silent from here: the server closes it (end of stream or an error).
     let mut buf = [0u8; 1024];
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);

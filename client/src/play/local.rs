@@ -4,7 +4,6 @@
 //! the bots that fill the player's game.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,6 +12,7 @@ use borbaman_cluster::local::{ClusterConfig, ClusterError, Database, LocalCluste
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::terminal::ClusterSlot;
 use super::{Seat, Setup, progress};
 use crate::args::DbKind;
 use crate::bot;
@@ -29,7 +29,7 @@ const SUPERVISE_INTERVAL: Duration = Duration::from_millis(250);
 pub(super) async fn start(
     setup: &Setup,
     view: &watch::Sender<View>,
-    slot: &Arc<Mutex<Option<LocalCluster>>>,
+    slot: &ClusterSlot,
     quit: &Shutdown,
 ) -> anyhow::Result<Vec<String>> {
     let pg_dir = postgres_dir(&setup.data_dir);
@@ -88,7 +88,7 @@ fn postgres_dir(data_dir: &std::path::Path) -> PathBuf {
 
 /// Starts again any local server that died (killed from a shell, crashed),
 /// as a supervisor would, until the player quits.
-pub(super) async fn supervise(slot: Arc<Mutex<Option<LocalCluster>>>, mut quit: Shutdown) {
+pub(super) async fn supervise(slot: ClusterSlot, mut quit: Shutdown) {
     let mut ticker = tokio::time::interval(SUPERVISE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -10,9 +10,9 @@
 //! - a *status task* copies the pool's status (current server, failovers,
 //!   "waiting for a server") into the view every 100 ms, so the HUD shows it
 //!   even while a call is waiting;
-//! - the *UI thread* (the main thread) draws the latest view at a steady
-//!   30 frames per second and turns key presses into commands; it never waits
-//!   on a call.
+//! - the *UI thread* (the main thread, [`terminal`]) draws the latest view
+//!   at a steady 30 frames per second and turns key presses into commands;
+//!   it never waits on a call.
 //!
 //! Without `--servers` it first starts a [`LocalCluster`] (PostgreSQL and 3
 //! servers) and 3 in-process bots, showing progress while they start; all of
@@ -28,35 +28,25 @@
 //! waiting game (the oldest one), so the next game starts at once.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
-use crossterm::event::{self, Event};
 use tokio::sync::{mpsc, watch};
 
 mod local;
 pub(crate) mod player;
+pub(crate) mod terminal;
 
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_client::state_dir::StateDir;
-use borbaman_cluster::local::LocalCluster;
 
 use crate::args::{DbArg, ServersArg};
-use crate::shutdown::{self, Shutdown, Stopper};
-use crate::ui::input::{Command, command_for};
-use crate::ui::{ColorMode, View, draw};
+use crate::shutdown::{self, Shutdown};
+use crate::ui::View;
+use crate::ui::input::Command;
 use player::Player;
-
-/// Frames drawn per second.
-const FPS: u32 = 30;
-
-/// Set by the panic hook: a panic anywhere ends the UI loop.
-static PANICKED: AtomicBool = AtomicBool::new(false);
-/// Set on SIGHUP (the terminal was closed): the game is not left, so that
-/// running the command again rejoins it, but what was started here stops.
-static HUNG_UP: AtomicBool = AtomicBool::new(false);
+use terminal::ClusterSlot;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -173,7 +163,7 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     let (command_tx, command_rx) = mpsc::channel::<Command>(64);
     // The cluster is dropped on this thread, after the terminal is restored
     // (or while unwinding from a panic): its servers stop by PID.
-    let cluster_slot: Arc<Mutex<Option<LocalCluster>>> = Arc::default();
+    let cluster_slot: ClusterSlot = Arc::default();
     let (stopper, quit) = shutdown::channel();
 
     let setup = Setup {
@@ -195,14 +185,13 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
         cluster_slot.clone(),
         quit,
     ));
-    let signal_quit = stopper.clone();
-    runtime.spawn(async move {
-        shutdown::signal().await;
-        signal_quit.stop();
-    });
-    runtime.spawn(on_hangup(cluster_slot.clone()));
-
-    let ui_result = run_terminal(view_rx.clone(), command_tx, &stopper);
+    let ui_result = terminal::run(
+        &runtime,
+        view_rx.clone(),
+        command_tx,
+        &stopper,
+        cluster_slot.clone(),
+    );
     // A failure shown on screen is also left in the shell, and the exit
     // status says so.
     let failure = view_rx.borrow().error.clone();
@@ -223,108 +212,6 @@ pub fn run(args: PlayArgs) -> anyhow::Result<()> {
     match failure {
         Some(message) => Err(anyhow::anyhow!(message)),
         None => Ok(()),
-    }
-}
-
-/// On SIGHUP (the terminal is gone): stops the local cluster (if any) and
-/// exits at once, without leaving the game, as a crash would but tidily: the saved
-/// sessions bring the player and its bots back to it on the next start.
-pub(crate) async fn on_hangup(cluster_slot: Arc<Mutex<Option<LocalCluster>>>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-        return;
-    };
-    hangup.recv().await;
-    HUNG_UP.store(true, Ordering::SeqCst);
-    tracing::info!("the terminal was closed; stopping, the game can be rejoined");
-    let _ = tokio::task::spawn_blocking(move || {
-        drop(
-            cluster_slot
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
-        std::process::exit(129);
-    })
-    .await;
-}
-
-/// The terminal's part of `play` and `watch`: takes the terminal, draws
-/// `view` and forwards keys as `commands` until the user quits, `stopper`
-/// stops, a panic in any thread (a network task) ends the loop, or the
-/// terminal is closed; then restores the terminal. After a SIGHUP (see
-/// [`on_hangup`]) it never returns: the hangup task ends the process.
-pub(crate) fn run_terminal(
-    view: watch::Receiver<View>,
-    commands: mpsc::Sender<Command>,
-    stopper: &Stopper,
-) -> anyhow::Result<()> {
-    let terminal = ratatui::try_init().context("setting up the terminal")?;
-    // ratatui's hook restores the terminal on a panic; ours also stops the
-    // UI loop when the panic happened in another thread (a network task).
-    let restore_and_report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        PANICKED.store(true, Ordering::SeqCst);
-        restore_and_report(info);
-    }));
-    let ui_result = ui_loop(terminal, view, commands, stopper);
-    if ui_result.is_err() {
-        // A closed terminal fails the UI a moment before SIGHUP arrives.
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    if HUNG_UP.load(Ordering::SeqCst) {
-        // `on_hangup` stops the cluster and ends the process.
-        loop {
-            std::thread::park();
-        }
-    }
-    ratatui::restore();
-    ui_result
-}
-
-/// Draws at a steady rate and forwards key presses; returns when the player
-/// quits (or a signal asks to).
-fn ui_loop(
-    mut terminal: ratatui::DefaultTerminal,
-    view: watch::Receiver<View>,
-    commands: mpsc::Sender<Command>,
-    quit: &Stopper,
-) -> anyhow::Result<()> {
-    let colors = ColorMode::detect();
-    let frame_time = Duration::from_secs(1) / FPS;
-    let mut next_frame = Instant::now();
-    loop {
-        if quit.is_stopped() || HUNG_UP.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        if PANICKED.load(Ordering::SeqCst) {
-            anyhow::bail!("internal error (see the message above); the game stopped");
-        }
-        let snapshot = view.borrow().clone();
-        terminal.draw(|frame| draw::draw(frame, &snapshot, colors))?;
-        next_frame += frame_time;
-        let now = Instant::now();
-        if next_frame < now {
-            next_frame = now;
-        }
-        // Handle input until the next frame is due.
-        while let Some(wait) = next_frame.checked_duration_since(Instant::now()) {
-            if !event::poll(wait)? {
-                break;
-            }
-            let Event::Key(key) = event::read()? else {
-                continue;
-            };
-            let Some(command) = command_for(key) else {
-                continue;
-            };
-            // Never wait on the network: a full queue drops the key.
-            let _ = commands.try_send(command);
-            if command == Command::Quit {
-                quit.stop();
-                return Ok(());
-            }
-        }
     }
 }
 
@@ -350,7 +237,7 @@ async fn network(
     setup: Setup,
     view: watch::Sender<View>,
     commands: mpsc::Receiver<Command>,
-    cluster_slot: Arc<Mutex<Option<LocalCluster>>>,
+    cluster_slot: ClusterSlot,
     quit: Shutdown,
 ) {
     let fail = |message: String| view.send_modify(|v| v.error = Some(message));

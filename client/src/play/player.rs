@@ -390,36 +390,13 @@ impl Player {
             });
             return;
         }
-        match command {
-            Command::Up => self
-                .view
-                .send_modify(|v| v.picked = v.picked.saturating_sub(1)),
-            Command::Down => self.view.send_modify(|v| {
-                let last = v
-                    .live_games
-                    .as_ref()
-                    .map_or(0, |g| g.len().saturating_sub(1));
-                v.picked = (v.picked + 1).min(last);
-            }),
-            Command::Select => {
-                let view = self.view.borrow();
-                let picked = view
-                    .live_games
-                    .as_ref()
-                    .and_then(|games| games.get(view.picked))
-                    .map(|g| g.game_id);
-                drop(view);
-                if let Some(game_id) = picked {
-                    // On the player's pool, which stays on its own game's
-                    // server.
-                    lobby.watching = Some(Spectator::sharing(self.pool.clone(), game_id));
-                    self.view.send_modify(|v| {
-                        v.watching = true;
-                        v.seat = None;
-                    });
-                }
-            }
-            _ => {}
+        if let Some(game_id) = crate::watch::steer_pick(&self.view, command) {
+            // On the player's pool, which stays on its own game's server.
+            lobby.watching = Some(Spectator::sharing(self.pool.clone(), game_id));
+            self.view.send_modify(|v| {
+                v.watching = true;
+                v.seat = None;
+            });
         }
     }
 

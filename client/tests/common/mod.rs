@@ -256,6 +256,52 @@ pub fn screen_rows(view: &borbaman::ui::View) -> Vec<String> {
         .collect()
 }
 
+/// Waits (up to `within`) until `done` holds for the view and its rows as
+/// drawn by [`screen_rows`], checking each time the view changes; returns
+/// both. Fails naming `what` and showing the last screen.
+pub async fn until_view(
+    view: &tokio::sync::watch::Receiver<borbaman::ui::View>,
+    what: &str,
+    within: Duration,
+    done: impl Fn(&borbaman::ui::View, &[String]) -> bool,
+) -> (borbaman::ui::View, Vec<String>) {
+    let mut view = view.clone();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let snapshot = view.borrow_and_update().clone();
+        let rows = screen_rows(&snapshot);
+        if done(&snapshot, &rows) {
+            return (snapshot, rows);
+        }
+        let why = match tokio::time::timeout_at(deadline, view.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) => "the view is no longer published",
+            Err(_) => "the deadline passed",
+        };
+        panic!(
+            "{what} never came within {within:?} ({why}); the screen:\n{}",
+            rows.join("\n")
+        );
+    }
+}
+
+/// Asks `session` for its game's state until `ready` holds of it (a failed
+/// call is asked again); returns it.
+pub async fn until_state(
+    session: &mut GameSession,
+    what: &str,
+    within: Duration,
+    ready: impl Fn(&borbaman_proto::pb::GameState) -> bool,
+) -> borbaman_proto::pb::GameState {
+    let session = &tokio::sync::Mutex::new(session);
+    let ready = &ready;
+    wait::until(what, within, move || async move {
+        let (state, _) = session.lock().await.state().await.ok()?;
+        ready(&state).then_some(state)
+    })
+    .await
+}
+
 /// A pool with default settings on every server of `cluster`, and four
 /// players (`prefix1`…`prefix4`) seated through it in one running game.
 pub async fn pool_and_game(cluster: &LocalCluster, prefix: &str) -> (ServerPool, Vec<GameSession>) {

@@ -66,6 +66,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use borbaman_shutdown::{Shutdown, Stopper};
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use tokio::sync::{Notify, mpsc, watch};
@@ -396,11 +397,12 @@ pub(super) async fn check_new_connection(
     }
 }
 
-/// The running probe task; aborted when the store closes or the last
-/// handle is dropped.
+/// The running probe task; it stops when the store closes or the last
+/// handle is dropped (the stopper with it).
 #[derive(Debug)]
 pub(super) struct Follower {
     pub(super) shared: Arc<Shared>,
+    stopper: Stopper,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -424,17 +426,19 @@ impl Follower {
             last_confirmed: None,
             watch_up: false,
         };
+        let (stopper, stop) = borbaman_shutdown::channel();
         Follower {
             shared,
-            task: Mutex::new(Some(tokio::spawn(probe.run()))),
+            stopper,
+            task: Mutex::new(Some(tokio::spawn(probe.run(stop)))),
         }
     }
 
-    /// Stops the probe task.
+    /// Stops the probe task and waits until it ended.
     pub(super) async fn stop(&self) {
+        self.stopper.stop();
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
-            task.abort();
             let _ = task.await;
         }
     }
@@ -447,14 +451,6 @@ impl Follower {
         match named {
             Ok(Ok(primary)) => primary.clone(),
             _ => None,
-        }
-    }
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.get_mut().ok().and_then(|t| t.take()) {
-            task.abort();
         }
     }
 }
@@ -538,7 +534,7 @@ fn watch_retry_delay(failures_in_a_row: usize, members: usize) -> Duration {
 }
 
 impl Probe {
-    async fn run(mut self) {
+    async fn run(mut self, mut stop: Shutdown) {
         let mut tasks = JoinSet::new();
         let (tx, mut news) = mpsc::channel(16);
         let watching = !self.opts.etcd.is_empty();
@@ -552,7 +548,8 @@ impl Probe {
         } else {
             drop(tx);
         }
-        // The watch task is aborted with this loop (`tasks` is dropped).
+        // The watch task is aborted with this loop (`tasks` is dropped),
+        // which ends at once when stopped.
         // A probe round runs beside the watch, never in its way: what the
         // watch says is acted on while a round waits for a slow member.
         let mut round: Option<Pin<Box<dyn Future<Output = RoundOutcome> + Send>>> = None;
@@ -585,6 +582,7 @@ impl Probe {
                     next_round = next_round.min(last_started + MIN_ROUND_GAP);
                 }
                 Some(news) = news.recv(), if watching => self.hear(news),
+                _ = stop.recv() => return,
             }
         }
     }

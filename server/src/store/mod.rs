@@ -301,6 +301,8 @@ pub struct Store {
     finished: Arc<tokio::sync::Notify>,
     /// The partitions this cluster holds (new games take one); empty: any.
     held: Arc<std::sync::RwLock<Vec<u16>>>,
+    /// This cluster's name (`home`, or as home lists it), for the metrics.
+    cluster: Arc<str>,
 }
 
 impl Store {
@@ -399,6 +401,7 @@ impl Store {
             home: true,
             finished: Arc::default(),
             held: Arc::default(),
+            cluster: partitions::HOME.into(),
         })
     }
 
@@ -549,7 +552,7 @@ impl Store {
             let outcome = tokio::time::timeout_at(deadline, op()).await;
             let elapsed = attempt.elapsed();
             self.metrics
-                .db_attempt(elapsed, matches!(outcome, Ok(Ok(_))));
+                .db_attempt(elapsed, matches!(outcome, Ok(Ok(_))), &self.cluster);
             metrics::calls::note_db(elapsed);
             match outcome {
                 Err(_elapsed) => return Err(self.timed_out()),

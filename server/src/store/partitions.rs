@@ -79,6 +79,23 @@ pub const FOLD_EVERY: Duration = Duration::from_secs(1);
 /// Results folded in one home transaction.
 const FOLD_BATCH: i64 = 256;
 
+/// The environment variable naming a crash point (see [`crash_point`]).
+pub const CRASH_AT: &str = "BORBAMAN_CRASH_AT";
+
+/// Ends the process at once (no clean-up, as a kill would) if the
+/// environment variable [`CRASH_AT`] names `point`: how the tests kill a
+/// server between the steps of a join or a fold. Points: `join-placed`
+/// (after a join's placement at home, before its seat), `join-seated`
+/// (after the seat, before the answer), `fold-counted` (after home counted
+/// a fold, before the outbox is emptied).
+pub fn crash_point(point: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if AT.get_or_init(|| std::env::var(CRASH_AT).ok()).as_deref() == Some(point) {
+        eprintln!("{CRASH_AT}={point}: ending the process here");
+        std::process::abort();
+    }
+}
+
 /// The partition of game `game_id`.
 pub fn partition_of(game_id: u64) -> u16 {
     (game_id % PARTITIONS) as u16
@@ -472,6 +489,7 @@ impl Store {
         };
         let mut store = Store::connect(url, &opts)?.with_metrics(self.metrics.clone());
         store.home = false;
+        store.cluster = row.name.as_str().into();
         store.finished = self.finished.clone();
         store
             .migrate()
@@ -590,6 +608,8 @@ impl Store {
             lease.settle(done.map_err(Error::from))
         })
         .await?;
+        tracing::debug!(rows = rows.len(), "results folded into the rankings");
+        crash_point("fold-counted");
         games.dedup();
         cluster
             .retrying(|| async {
@@ -663,6 +683,7 @@ impl Store {
                 lease.settle(c.map_err(Error::from))
             })
             .await?;
+        crash_point("join-placed");
         Ok(self.cluster_named(&name))
     }
 

@@ -75,6 +75,9 @@ pub struct Deleted {
     pub actions: i64,
     pub seat_log: i64,
     pub names: i64,
+    /// Joins' placements and folded games' marks at home (with several
+    /// database clusters, see [`super::partitions`]).
+    pub placements: i64,
 }
 
 impl Deleted {
@@ -83,8 +86,9 @@ impl Deleted {
     }
 
     /// The rows by kind, as the metrics label them.
-    fn by_kind(&self) -> [(&'static str, i64); 6] {
+    fn by_kind(&self) -> [(&'static str, i64); 7] {
         [
+            ("placements", self.placements),
             ("finished_games", self.finished_games),
             ("abandoned_games", self.abandoned_games),
             ("sessions", self.sessions),
@@ -157,9 +161,25 @@ const DELETE_UNUSED_NAMES: &str = "DELETE FROM names WHERE owner_key IN ( \
        WHERE used_at < now() - $1::bigint * interval '1 millisecond' \
        LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
 
+/// One batch of joins' placements older than `$1` ms (a placement only
+/// sends a token's joins back to its cluster while its game runs).
+const DELETE_OLD_PLACEMENTS: &str = "DELETE FROM placements WHERE token_hash IN ( \
+       SELECT token_hash FROM placements \
+       WHERE placed_at < now() - $1::bigint * interval '1 millisecond' \
+       LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
+
+/// One batch of folded games' marks older than `$1` ms: their results
+/// left the outbox long ago.
+const DELETE_OLD_FOLDS: &str = "DELETE FROM folded_games WHERE game_id IN ( \
+       SELECT game_id FROM folded_games \
+       WHERE folded_at < now() - $1::bigint * interval '1 millisecond' \
+       LIMIT $2::bigint FOR UPDATE SKIP LOCKED)";
+
 /// Every statement, for the schema test.
 #[cfg(test)]
 pub const ALL: &[&str] = &[
+    DELETE_OLD_PLACEMENTS,
+    DELETE_OLD_FOLDS,
     DELETE_UNUSED_NAMES,
     DELETE_FINISHED,
     DELETE_ABANDONED,
@@ -276,6 +296,9 @@ impl Store {
             batches(conn, DELETE_UNUSED_SESSIONS, Some(window_ms), shutdown).await?;
         let names_ms = i64::try_from(opts.names_unused.as_millis()).unwrap_or(i64::MAX);
         deleted.names = batches(conn, DELETE_UNUSED_NAMES, Some(names_ms), shutdown).await?;
+        deleted.placements = batches(conn, DELETE_OLD_PLACEMENTS, Some(window_ms), shutdown)
+            .await?
+            + batches(conn, DELETE_OLD_FOLDS, Some(window_ms), shutdown).await?;
         Ok(deleted)
     }
 }

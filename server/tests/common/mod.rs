@@ -18,6 +18,7 @@ use borbaman_cluster::{
 use borbaman_proto::pb;
 use borbaman_proto::pb::game_client::GameClient;
 use borbaman_proto::pb::registry_client::RegistryClient;
+use borbaman_test_support::Certificates;
 use rand::RngCore;
 use sqlx::PgPool;
 use tonic::transport::Channel;
@@ -145,21 +146,24 @@ impl ServerProcess {
     }
 
     /// SIGKILL, then reap.
+    /// Its exit status, if it has exited (reaped then).
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, then wait (bounded) for the exit status.
-    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+    /// SIGTERM, then its exit status (within 5 s).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
         unsafe { libc::kill(self.pid(), libc::SIGTERM) };
-        for _ in 0..200 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        None
+        borbaman_cluster::wait::until_blocking(
+            "the server to exit after SIGTERM",
+            Duration::from_secs(5),
+            || self.child.try_wait().ok().flatten(),
+        )
     }
 
     pub async fn game(&self) -> GameClient<Channel> {
@@ -315,35 +319,44 @@ pub async fn h2_connection(
     }
 }
 
-/// A CA and a server certificate for 127.0.0.1 and localhost, written to
-/// `dir` as ca.pem, cert.pem and key.pem.
-pub fn make_certificates(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+/// A server speaking TLS only, with `extra` flags, on a database of its
+/// own; the certificates it serves (their CA for the clients) returned.
+pub fn tls_server(extra: &[&str]) -> (Certificates, LocalPostgres, ServerProcess) {
+    let certificates = Certificates::new();
+    let tls = certificates.server_flags();
+    let mut args: Vec<&str> = tls.iter().map(String::as_str).collect();
+    args.extend_from_slice(extra);
+    let (pg, server) = one_server(&args);
+    (certificates, pg, server)
 }
 
-/// A server speaking TLS only, with `extra` flags, on a database of its
-/// own; its certificate, key and CA (ca.pem) in the directory returned.
-pub fn tls_server(extra: &[&str]) -> (tempfile::TempDir, LocalPostgres, ServerProcess) {
-    let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    let pem = |name: &str| dir.path().join(name).display().to_string();
-    let (cert, key) = (pem("cert.pem"), pem("key.pem"));
-    let mut args = vec!["--tls-cert", &cert, "--tls-key", &key];
-    args.extend_from_slice(extra);
-    let pg = start_db();
-    let server = ServerProcess::start_with(&pg.url(), &args);
-    (dir, pg, server)
+/// A TLS connection (ALPN h2) over `tcp` to a server of [`tls_server`],
+/// trusting only `certificates`' CA, its handshake done.
+pub async fn tls_handshake(
+    certificates: &Certificates,
+    tcp: tokio::net::TcpStream,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use std::sync::Arc;
+    use tokio_rustls::TlsConnector;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&certificates.ca_pem()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config =
+        ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the TLS handshake")
 }
 
 /// Four players in one running game.
@@ -472,4 +485,22 @@ pub fn sample(metrics: &str, series: &str) -> Option<f64> {
             .parse()
             .ok()
     })
+}
+
+/// How most tests open: a throwaway database and one server on it, with
+/// `extra` flags. Keep the database as long as the server (bind it to
+/// `_pg` if unused).
+pub fn one_server(extra: &[&str]) -> (LocalPostgres, ServerProcess) {
+    let pg = start_db();
+    let server = ServerProcess::start_with(&pg.url(), extra);
+    (pg, server)
+}
+
+/// [`one_server`] and a client connected to it.
+pub async fn one_server_and_client(
+    extra: &[&str],
+) -> (LocalPostgres, ServerProcess, GameClient<Channel>) {
+    let (pg, server) = one_server(extra);
+    let client = server.game().await;
+    (pg, server, client)
 }

@@ -95,9 +95,13 @@ impl Store {
         // [`partitions`](crate::store::partitions)); the name is checked at
         // home, the seat taken there.
         let target = self.place(token_hash).await?;
-        target
+        let joined = target
             .retrying(|| target.join_once(self, token_hash, identity, name, arena, seats))
-            .await
+            .await;
+        if joined.is_ok() {
+            crate::store::partitions::crash_point("join-seated");
+        }
+        joined
     }
 
     pub(super) async fn join_once(
