@@ -378,9 +378,9 @@ async fn every_server_routes_by_a_changed_map() {
     // Its partition now said to be on c1, where the game is not: each
     // server looks for it there.
     remap(&home, partition, "c1").await;
-    for i in 0..clients.len() {
+    for client in &clients {
         let token = player.token.clone();
-        let client = clients[i].clone();
+        let client = client.clone();
         wait::until(
             "the server to route by the new map",
             Duration::from_secs(3),
@@ -397,9 +397,9 @@ async fn every_server_routes_by_a_changed_map() {
     }
     // And back: the game plays again through either server.
     remap(&home, partition, "home").await;
-    for i in 0..clients.len() {
+    for client in &clients {
         let token = player.token.clone();
-        let client = clients[i].clone();
+        let client = client.clone();
         wait::until("the server to route back", Duration::from_secs(3), || {
             let mut client = client.clone();
             let req = pb::GetStateRequest {
