@@ -64,11 +64,10 @@ CREATE TABLE placements (
     cluster    TEXT        NOT NULL,
     placed_at  TIMESTAMPTZ NOT NULL DEFAULT now()
 );
-CREATE TABLE join_turn (
-    id   SMALLINT PRIMARY KEY CHECK (id = 1),
-    turn BIGINT   NOT NULL
-);
-INSERT INTO join_turn (id, turn) VALUES (1, 0);
+-- A sequence, not a row: every join takes a turn, and a row updated by
+-- every join would be one lock all joins queue on and a chain of dead
+-- versions each update walks.
+CREATE SEQUENCE join_turns;
 
 -- The outbox of rankings: a game finished on a cluster other than home
 -- records its players' results here in its finishing statement; a

@@ -236,10 +236,10 @@ const LIST_CLUSTERS: &str = "SELECT c.name, c.number, c.url, c.patroni, \
 
 const MAP_VERSION: &str = "SELECT version FROM partition_map_version WHERE id = 1";
 
-const PLACE: &str = "WITH t AS (UPDATE join_turn SET turn = turn + 1 WHERE id = 1 RETURNING turn) \
-     INSERT INTO placements AS p (token_hash, cluster, placed_at) \
-     SELECT $1::bytea, ($2::text[])[1 + ((t.turn - 1) / $3::bigint) % cardinality($2::text[])], now() \
-     FROM t \
+const PLACE: &str = "INSERT INTO placements AS p (token_hash, cluster, placed_at) \
+     VALUES ($1::bytea, \
+             ($2::text[])[1 + ((nextval('join_turns') - 1) / $3::bigint) % cardinality($2::text[])], \
+             now()) \
      ON CONFLICT (token_hash) DO UPDATE SET \
        cluster = CASE WHEN p.placed_at > now() - $4::bigint * interval '1 millisecond' \
                       THEN p.cluster ELSE excluded.cluster END, \
