@@ -47,12 +47,14 @@
 //!
 //! The rooms: [`api`] (what callers see: the configuration, a call's
 //! record, the pool's status, its errors), [`state`] (what the pool knows
-//! of its servers), [`call`] (a call: its copies, hedges and failovers),
+//! of its servers), [`call`] (a call: its copies, hedges and failovers,
+//! one attempt run as the pure state machine of [`attempt`]),
 //! [`probe`] (is a late server hung or slow), [`background`] (discovery and
 //! health), and the decisions apart from I/O in `decide`, `choice`,
 //! `budget` and `rtt`.
 
 mod api;
+mod attempt;
 mod background;
 mod budget;
 mod call;
