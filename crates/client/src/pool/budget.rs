@@ -1,9 +1,11 @@
 //! How much extra work a client may add: the retry and hedge budget, and
 //! backoff with full jitter. Free of I/O.
 //!
+//! The numbers are [`Tuning`]'s fields.
+//!
 //! **Budget** (after gRPC's retry throttling, proposal A6, and Finagle's
 //! retry budget): a token bucket per pool. Every call earns
-//! [`TOKEN_RATIO_MILLI`] thousandths of a token, up to [`MAX_TOKENS`]; every hedge and every
+//! `token_ratio_milli` thousandths of a token, up to `max_tokens`; every hedge and every
 //! retry that could add load (a retry after a timeout, while the first copy
 //! may still run) spends one, and is not made without one. So over any
 //! stretch, hedges and such retries are at most a tenth of the calls plus
@@ -11,8 +13,8 @@
 //! is slow. A retry after a server is known gone (its connection reset, or
 //! it fails its health probe) is free: the call never ran there.
 //!
-//! **Reserve**: the last [`RESERVE_TOKENS`] are kept for a call that stays
-//! late ([`STAYS_LATE`] hedge delays): a copy at the hedge delay spends
+//! **Reserve**: the last `reserve_tokens` are kept for a call that stays
+//! late (`stays_late` hedge delays): a copy at the hedge delay spends
 //! only the tokens above them. Copies at the hedge delay come in bursts
 //! (a moment of machine-wide slowness makes every call a few milliseconds
 //! late at once), and a burst had emptied a client's bucket just before
@@ -24,52 +26,44 @@
 //! the n-th pause is uniform in [0, min(cap, base·2ⁿ)], so clients that
 //! failed together (a database stall ends for everyone at once) come back
 //! spread out instead of together. With the budget spent, the cap is
-//! [`THROTTLED_CAP`]: the call still goes on, slowly.
+//! `throttled_cap`: the call still goes on, slowly.
 
 use std::time::Duration;
 
 use rand::Rng;
 
-/// Tokens a quiet pool holds: the hedges and retries it may spend at once.
-pub const MAX_TOKENS: u32 = 10;
-/// Share of a token each call earns, in thousandths: hedges and retries
-/// stay under a tenth of the calls. (Thousandths, not a float: ten calls
-/// earn exactly one token.)
-pub const TOKEN_RATIO_MILLI: u32 = 100;
+use super::tuning::Tuning;
+
+/// A token, in the thousandths the bucket counts in.
 const TOKEN_MILLI: u32 = 1000;
-/// Tokens only a call that stays late may spend (see the module docs).
-pub const RESERVE_TOKENS: u32 = 5;
-/// How many of its server's hedge delays a call is late before it may
-/// spend the reserve: a moment's slowness is over by then (the calls it
-/// made late took 3–9 ms beside a hedge delay of about 3), a server
-/// turned slow is not.
-pub const STAYS_LATE: u32 = 4;
-/// First backoff cap.
-pub const BACKOFF_BASE: Duration = Duration::from_millis(10);
-/// Longest backoff while the budget lasts. A database that comes back is
-/// found, on average, within half of it.
-pub const BACKOFF_CAP: Duration = Duration::from_millis(200);
-/// Longest backoff once the budget is spent.
-pub const THROTTLED_CAP: Duration = Duration::from_secs(1);
 
 /// The token bucket.
 #[derive(Clone, Debug)]
 pub struct Budget {
     tokens_milli: u32,
+    tuning: Tuning,
 }
 
 impl Default for Budget {
     fn default() -> Self {
-        Budget {
-            tokens_milli: MAX_TOKENS * TOKEN_MILLI,
-        }
+        Budget::new(&Tuning::DEFAULT)
     }
 }
 
 impl Budget {
+    /// A full bucket, sized as `tuning` says.
+    pub fn new(tuning: &Tuning) -> Budget {
+        Budget {
+            tokens_milli: tuning.max_tokens * TOKEN_MILLI,
+            tuning: *tuning,
+        }
+    }
+
     /// A call starts: it earns its share.
     pub fn earn(&mut self) {
-        self.tokens_milli = (self.tokens_milli + TOKEN_RATIO_MILLI).min(MAX_TOKENS * TOKEN_MILLI);
+        let t = &self.tuning;
+        self.tokens_milli =
+            (self.tokens_milli + t.token_ratio_milli).min(t.max_tokens * TOKEN_MILLI);
     }
 
     /// Takes a token for a hedge or a retry; false (and nothing taken) when
@@ -90,11 +84,12 @@ impl Budget {
 
     /// Whether the copy of a call late for `late_for` on a server whose
     /// hedge delay is `hedge_delay` may be paid for: now, once the call
-    /// has been late for [`STAYS_LATE`] hedge delays (only the reserve is
+    /// has been late for `stays_late` hedge delays (only the reserve is
     /// left), or not at all.
     pub fn copy_funds(&self, late_for: Duration, hedge_delay: Duration) -> Funds {
-        let stays_late = hedge_delay.saturating_mul(STAYS_LATE);
-        let above_reserve = self.tokens_milli >= (RESERVE_TOKENS + 1) * TOKEN_MILLI;
+        let t = &self.tuning;
+        let stays_late = hedge_delay.saturating_mul(t.stays_late);
+        let above_reserve = self.tokens_milli >= (t.reserve_tokens + 1) * TOKEN_MILLI;
         if above_reserve || (self.has_token() && late_for >= stays_late) {
             Funds::Now
         } else if self.has_token() {
@@ -115,21 +110,22 @@ pub enum Funds {
 }
 
 /// The pause before the retry after `step` earlier ones (0 for the first):
-/// full jitter under min(cap, base·2^step), the cap being [`BACKOFF_CAP`]
-/// or, with `throttled`, [`THROTTLED_CAP`]. A server's pushback, when
+/// full jitter under min(cap, base·2^step), the cap being `backoff_cap`
+/// or, with `throttled`, `throttled_cap`. A server's pushback, when
 /// longer, is obeyed as given.
 pub fn backoff<R: Rng + ?Sized>(
+    t: &Tuning,
     step: u32,
     throttled: bool,
     pushback: Option<Duration>,
     rng: &mut R,
 ) -> Duration {
     let cap = if throttled {
-        THROTTLED_CAP
+        t.throttled_cap
     } else {
-        BACKOFF_CAP
+        t.backoff_cap
     };
-    let ceiling = BACKOFF_BASE.saturating_mul(1u32 << step.min(20)).min(cap);
+    let ceiling = t.backoff_base.saturating_mul(1u32 << step.min(20)).min(cap);
     let jittered = Duration::from_micros(rng.random_range(0..=ceiling.as_micros() as u64));
     match pushback {
         Some(pushback) if pushback > jittered => pushback,
@@ -142,6 +138,14 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
+
+    const T: Tuning = Tuning::DEFAULT;
+    const MAX_TOKENS: u32 = T.max_tokens;
+    const RESERVE_TOKENS: u32 = T.reserve_tokens;
+    const STAYS_LATE: u32 = T.stays_late;
+    const BACKOFF_BASE: Duration = T.backoff_base;
+    pub(crate) const BACKOFF_CAP: Duration = T.backoff_cap;
+    const THROTTLED_CAP: Duration = T.throttled_cap;
 
     #[test]
     fn hedges_and_retries_stay_under_a_tenth_of_the_calls() {
@@ -201,14 +205,14 @@ mod tests {
         for step in 0..12 {
             let ceiling = (BACKOFF_BASE * (1 << step)).min(BACKOFF_CAP);
             for _ in 0..50 {
-                assert!(backoff(step, false, None, &mut rng) <= ceiling);
+                assert!(backoff(&T, step, false, None, &mut rng) <= ceiling);
             }
         }
         // Clients that failed together come back spread over the cap, not
         // together: 1000 of them at the cap fill every tenth of it.
         let mut tenths = [0u32; 10];
         for _ in 0..1000 {
-            let pause = backoff(10, false, None, &mut rng);
+            let pause = backoff(&T, 10, false, None, &mut rng);
             let tenth = (pause.as_micros() * 10 / (BACKOFF_CAP.as_micros() + 1)) as usize;
             tenths[tenth] += 1;
         }
@@ -218,7 +222,7 @@ mod tests {
         );
         // Spent budget: up to a second.
         let longest = (0..200)
-            .map(|_| backoff(10, true, None, &mut rng))
+            .map(|_| backoff(&T, 10, true, None, &mut rng))
             .max()
             .unwrap();
         assert!(
@@ -232,11 +236,11 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         let pushback = Duration::from_millis(700);
         for step in 0..5 {
-            assert_eq!(backoff(step, false, Some(pushback), &mut rng), pushback);
+            assert_eq!(backoff(&T, step, false, Some(pushback), &mut rng), pushback);
         }
         // A shorter pushback never makes the pause shorter than the backoff
         // would be: it is a floor.
         let short = Duration::from_micros(1);
-        assert!(backoff(8, false, Some(short), &mut rng) >= short);
+        assert!(backoff(&T, 8, false, Some(short), &mut rng) >= short);
     }
 }

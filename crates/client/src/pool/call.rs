@@ -208,7 +208,7 @@ impl ServerPool {
                     let live: Vec<&str> =
                         state.servers.iter().map(|s| s.address.as_str()).collect();
                     let throttled = !state.budget.has_token();
-                    let pause = plan.exhausted(&live, throttled, &mut rand::rng());
+                    let pause = plan.exhausted(&state.tuning, &live, throttled, &mut rand::rng());
                     match pause {
                         Pause::Sleep {
                             database_down: true,
@@ -354,7 +354,8 @@ impl ServerPool {
         let timing = self.shared.state.lock().unwrap().timing(&server.address);
         let (deadline, longest) = plan.deadlines(&timing);
         let hedge_after = timing.hedge_delay().min(deadline);
-        let mut machine = AttemptMachine::new(started, hedge_after, deadline, longest);
+        let tuning = &self.shared.config.tuning;
+        let mut machine = AttemptMachine::new(tuning, started, hedge_after, deadline, longest);
         let mut io = AttemptIo {
             server,
             skip: plan.skip(),
@@ -423,59 +424,80 @@ impl ServerPool {
                 _ = tokio::time::sleep_until(machine.next_timer().into()) => Event::Timer,
             };
             let now = Instant::now();
-            let mut actions: VecDeque<Action> = machine.handle(event, now).into();
-            while let Some(action) = actions.pop_front() {
-                let answer = match action {
-                    Action::Ask(ask) => Some(Event::Offered(self.offer(&mut io, ask, &machine))),
-                    Action::AskPool => Some(Event::Pool(self.pool_now(&io))),
-                    Action::SendCopy => {
-                        let second = io.offered.take().expect("a copy was offered");
-                        let future = {
-                            let _copying = SendingCopy::new();
-                            Box::pin(f(GameClient::new(second.channel.clone())))
-                        };
-                        io.copy_down = Some(second.down.subscribe());
-                        io.copy = Some((second, now, future));
-                        None
-                    }
-                    Action::Stall => {
-                        self.shared.state.lock().unwrap().stall();
-                        None
-                    }
-                    Action::MarkCopyDown => {
-                        if let Some((second, _, _)) = &io.copy {
-                            self.mark_down(&second.address);
-                        }
-                        None
-                    }
-                    Action::Answer { copy, on_time } => {
-                        return self.answered(io, &machine, copy, on_time);
-                    }
-                    Action::GiveUp { spend, outcome } => {
-                        if spend {
-                            self.shared.state.lock().unwrap().budget.spend();
-                        }
-                        let result = match outcome {
-                            Outcome::Status => Err(Failure::Status(
-                                io.first_status.take().expect("the first request failed"),
-                            )),
-                            Outcome::Hung => Err(Failure::Hung),
-                            Outcome::Late(after) => Err(Failure::Late(after)),
-                        };
-                        return Attempt {
-                            result,
-                            answered_by: server.address.clone(),
-                            hedges: machine.hedges(),
-                            hedge_won: false,
-                            hedge_sent: machine.hedge_sent(),
-                        };
-                    }
-                };
-                if let Some(answer) = answer {
-                    actions.extend(machine.handle(answer, now));
-                }
+            let actions = machine.handle(event, now);
+            if let Some(attempt) = self.carry_out(f, &mut io, &mut machine, actions, now) {
+                return attempt;
             }
         }
+    }
+
+    /// Carries out what an attempt's machine asked at `now`, answering its
+    /// questions as they come: the attempt's end, if it has come.
+    fn carry_out<T, F, Fut>(
+        &self,
+        f: &mut F,
+        io: &mut AttemptIo<'_, T, Fut>,
+        machine: &mut AttemptMachine,
+        actions: Vec<Action>,
+        now: Instant,
+    ) -> Option<Attempt<T>>
+    where
+        F: FnMut(GameClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut actions: VecDeque<Action> = actions.into();
+        while let Some(action) = actions.pop_front() {
+            let answer = match action {
+                Action::Ask(ask) => Some(Event::Offered(self.offer(io, ask, machine))),
+                Action::AskPool => Some(Event::Pool(self.pool_now(io))),
+                Action::SendCopy => {
+                    let second = io.offered.take().expect("a copy was offered");
+                    let future = {
+                        let _copying = SendingCopy::new();
+                        Box::pin(f(GameClient::new(second.channel.clone())))
+                    };
+                    io.copy_down = Some(second.down.subscribe());
+                    io.copy = Some((second, now, future));
+                    None
+                }
+                Action::Stall => {
+                    self.shared.state.lock().unwrap().stall();
+                    None
+                }
+                Action::MarkCopyDown => {
+                    if let Some((second, _, _)) = &io.copy {
+                        self.mark_down(&second.address);
+                    }
+                    None
+                }
+                Action::Answer { copy, on_time } => {
+                    return Some(self.answered(io, machine, copy, on_time));
+                }
+                Action::GiveUp { spend, outcome } => {
+                    if spend {
+                        self.shared.state.lock().unwrap().budget.spend();
+                    }
+                    let result = match outcome {
+                        Outcome::Status => Err(Failure::Status(
+                            io.first_status.take().expect("the first request failed"),
+                        )),
+                        Outcome::Hung => Err(Failure::Hung),
+                        Outcome::Late(after) => Err(Failure::Late(after)),
+                    };
+                    return Some(Attempt {
+                        result,
+                        answered_by: io.server.address.clone(),
+                        hedges: machine.hedges(),
+                        hedge_won: false,
+                        hedge_sent: machine.hedge_sent(),
+                    });
+                }
+            };
+            if let Some(answer) = answer {
+                actions.extend(machine.handle(answer, now));
+            }
+        }
+        None
     }
 
     /// The pool's answer to an attempt's question ([`Ask`]): whether a
@@ -525,7 +547,7 @@ impl ServerPool {
     /// timed, a copy's win noted, and the attempt returned.
     fn answered<T, Fut>(
         &self,
-        mut io: AttemptIo<'_, T, Fut>,
+        io: &mut AttemptIo<'_, T, Fut>,
         machine: &AttemptMachine,
         copy: bool,
         on_time: bool,
@@ -620,11 +642,12 @@ impl ServerPool {
             let (tell, verdict) = watch::channel(Probe::Pending);
             let id = state.next_suspicion;
             state.next_suspicion += 1;
+            let suspicion = Suspicion::opened(&state.tuning, step.hedge, sent);
             state.suspects.insert(
                 server.address.clone(),
                 Suspect {
                     id,
-                    suspicion: Suspicion::opened(step.hedge, sent),
+                    suspicion,
                     verdict: verdict.clone(),
                 },
             );
@@ -703,7 +726,7 @@ impl ServerPool {
     /// A hedge to `winner` answered before `slow` did, for a call sent at
     /// `sent`. A second such win over `slow` ([`win_moves_calls`]) moves
     /// calls to the winner. With a game set, `slow` stays its players'
-    /// server; it is left out of the game's choice for [`SLOW_COOL_OFF`],
+    /// server; it is left out of the game's choice for `Tuning::slow_cool_off`,
     /// then tried again (a server slow for good keeps losing races and is
     /// left again).
     pub(super) fn hedge_won(&self, slow: &str, winner: &str, sent: Instant) {
@@ -713,7 +736,7 @@ impl ServerPool {
             .beaten
             .as_ref()
             .map(|(address, at)| (address.as_str(), *at));
-        if !win_moves_calls(beaten, slow, sent, now) {
+        if !win_moves_calls(&state.tuning, beaten, slow, sent, now) {
             state.beaten = Some((slow.to_string(), now));
             return;
         }
