@@ -627,6 +627,21 @@ impl ServerPool {
             && should_hedge(false, state.database_unavailable, target.is_some(), true))
         .then(|| stall_try.into_iter().chain(busy).chain(reserve_at).max())
         .flatten();
+        if step.hedge == Hedge::No {
+            tracing::debug!(
+                server = server.address,
+                late_us = now.saturating_duration_since(sent).as_micros() as u64,
+                stall = held,
+                busy = busy.is_some(),
+                ?funds,
+                database = state.database_unavailable,
+                other_server = target.is_some(),
+                joined = !step.probe,
+                ask_again_us =
+                    ask_again.map(|at| at.saturating_duration_since(sent).as_micros() as u64),
+                "late call: no copy now"
+            );
+        }
         if step.hedge == Hedge::Covered
             && let Some(suspect) = state.suspects.get_mut(&server.address)
         {
@@ -719,6 +734,10 @@ impl ServerPool {
         if !copy_when_silent(copy, target.is_some()) {
             return None;
         }
+        tracing::debug!(
+            server = server.address,
+            "silent server: its late call copied now"
+        );
         state.copy_sent(true, false, Instant::now());
         target
     }
