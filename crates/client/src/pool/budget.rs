@@ -84,11 +84,16 @@ impl Budget {
 
     /// Whether the copy of a call late for `late_for` on a server whose
     /// hedge delay is `hedge_delay` may be paid for: now, once the call
-    /// has been late for `stays_late` hedge delays (only the reserve is
-    /// left), or not at all.
-    pub fn copy_funds(&self, late_for: Duration, hedge_delay: Duration) -> Funds {
+    /// has stayed late (only the reserve is left, see [`stays_late`]), or
+    /// not at all. `net_rtt`: the server's network round trip.
+    pub fn copy_funds(
+        &self,
+        late_for: Duration,
+        hedge_delay: Duration,
+        net_rtt: Duration,
+    ) -> Funds {
         let t = &self.tuning;
-        let stays_late = hedge_delay.saturating_mul(t.stays_late);
+        let stays_late = stays_late(t, hedge_delay, net_rtt);
         let above_reserve = self.tokens_milli >= (t.reserve_tokens + 1) * TOKEN_MILLI;
         if above_reserve || (self.has_token() && late_for >= stays_late) {
             Funds::Now
@@ -98,6 +103,23 @@ impl Budget {
             Funds::None
         }
     }
+}
+
+/// How late a call must be before its copy may spend the reserve: its
+/// network round trip and `stays_late` times the rest of its hedge delay
+/// (the server's work and its spread), and never less than the hedge
+/// delay. A moment of machine-wide slowness delays a call by a few
+/// milliseconds whatever the distance; the network round trip is no part
+/// of it. On loopback (a round trip of ~0.3 ms) that is about four hedge
+/// delays, as it always was; 100 ms away it is the round trip and four
+/// times the ~20 ms above it. Counted as four whole hedge delays, a far
+/// server's was ~900 ms: the first call late on a server hung 100 ms away
+/// held its copy until the probe found the server silent, a network RTO
+/// after the hedge delay, and was answered after the hedge delay, that RTO
+/// and the copy's round trip (671 ms where 2 × RTT + 100 ms is 500).
+pub fn stays_late(t: &Tuning, hedge_delay: Duration, net_rtt: Duration) -> Duration {
+    let above_network = hedge_delay.saturating_sub(net_rtt);
+    (net_rtt + above_network.saturating_mul(t.stays_late)).max(hedge_delay)
 }
 
 /// What the budget says of a late call's copy ([`Budget::copy_funds`]).
@@ -140,6 +162,7 @@ mod tests {
     use rand::rngs::StdRng;
 
     const T: Tuning = Tuning::DEFAULT;
+    const ZERO: Duration = Duration::ZERO;
     const MAX_TOKENS: u32 = T.max_tokens;
     const RESERVE_TOKENS: u32 = T.reserve_tokens;
     const STAYS_LATE: u32 = T.stays_late;
@@ -179,24 +202,47 @@ mod tests {
         let late = delay * STAYS_LATE;
         // A burst of copies at the hedge delay spends down to the reserve.
         let mut at_delay = 0;
-        while budget.copy_funds(delay, delay) == Funds::Now {
+        while budget.copy_funds(delay, delay, ZERO) == Funds::Now {
             assert!(budget.spend());
             at_delay += 1;
         }
         assert_eq!(at_delay, MAX_TOKENS - RESERVE_TOKENS);
-        assert_eq!(budget.copy_funds(delay, delay), Funds::LateFor(late));
+        assert_eq!(budget.copy_funds(delay, delay, ZERO), Funds::LateFor(late));
         // A call still late after four hedge delays spends the reserve.
         for _ in 0..RESERVE_TOKENS {
-            assert_eq!(budget.copy_funds(late, delay), Funds::Now);
+            assert_eq!(budget.copy_funds(late, delay, ZERO), Funds::Now);
             assert!(budget.spend());
         }
-        assert_eq!(budget.copy_funds(late, delay), Funds::None);
+        assert_eq!(budget.copy_funds(late, delay, ZERO), Funds::None);
         // Ten calls earn one token back, for a call that stays late.
         for _ in 0..10 {
             budget.earn();
         }
-        assert_eq!(budget.copy_funds(delay, delay), Funds::LateFor(late));
-        assert_eq!(budget.copy_funds(late * 2, delay), Funds::Now);
+        assert_eq!(budget.copy_funds(delay, delay, ZERO), Funds::LateFor(late));
+        assert_eq!(budget.copy_funds(late * 2, delay, ZERO), Funds::Now);
+    }
+
+    #[test]
+    fn a_far_servers_late_call_spends_the_reserve_a_few_of_its_work_lengths_after_its_hedge_delay()
+    {
+        let ms = Duration::from_millis;
+        let mut budget = Budget::default();
+        while budget.copy_funds(ms(225), ms(225), ms(205)) == Funds::Now {
+            assert!(budget.spend());
+        }
+        // 100 ms away: a round trip of 205 ms and 20 ms above it. The
+        // reserve is the call's 285 ms into it, not 900.
+        assert_eq!(
+            budget.copy_funds(ms(225), ms(225), ms(205)),
+            Funds::LateFor(ms(285))
+        );
+        assert_eq!(budget.copy_funds(ms(285), ms(225), ms(205)), Funds::Now);
+        // On loopback, four hedge delays as before, to within the round trip.
+        assert_eq!(stays_late(&T, ms(3), ZERO), ms(12));
+        let loopback = stays_late(&T, ms(3), Duration::from_micros(300));
+        assert!(loopback > ms(11) && loopback <= ms(12), "{loopback:?}");
+        // A hedge delay under the round trip: the round trip.
+        assert_eq!(stays_late(&T, ms(200), ms(210)), ms(210));
     }
 
     #[test]

@@ -165,8 +165,13 @@ impl State {
     /// delay).
     pub(super) fn copy_funds(&self, address: &str, sent: Instant, now: Instant) -> Funds {
         let hedge_delay = self.hedge_delay(address);
+        let net_rtt = self
+            .timing
+            .get(address)
+            .and_then(|t| t.net.srtt())
+            .unwrap_or_default();
         self.budget
-            .copy_funds(now.saturating_duration_since(sent), hedge_delay)
+            .copy_funds(now.saturating_duration_since(sent), hedge_delay, net_rtt)
     }
 
     /// Whether a late call held back by a shared stall may try a copy now
