@@ -538,3 +538,35 @@ fn both_requests_lost_gives_up_with_the_first_ones_failure() {
         ))
     );
 }
+
+/// The case: a server 100 ms away hangs while the budget is down to
+/// its reserve. The first late call's copy waits for the reserve, which
+/// comes a few of the server's work-lengths after its hedge delay
+/// (`budget::stays_late`), before the probe could find the server silent
+/// (a network RTO after the hedge delay); answered within 2 × RTT + 100.
+/// Counted as four whole hedge delays (900 ms), the reserve came after the
+/// silent verdict, and the call was answered at ~670 ms.
+#[test]
+fn distance_a_far_hung_server_with_the_budget_at_its_reserve_costs_its_hedge_delay_and_a_little() {
+    use crate::pool::budget::stays_late;
+    let (hedge, net_rtt) = (225, 205);
+    let reserve = stays_late(&Tuning::DEFAULT, ms(hedge), ms(net_rtt));
+    assert_eq!(reserve, ms(285));
+    let silent_at = hedge + 250;
+    let pool = FakePool {
+        copy: false,
+        copy_delay: ms(hedge),
+        ..FakePool::default()
+    };
+    let mut d = Driver::new(hedge, 345, 1380, pool);
+    d.pool.ask_again = Some(d.t0 + reserve);
+    d.run_timers_until(hedge);
+    assert!(d.copies().is_empty(), "the reserve is not the call's yet");
+    d.pool.copy = true;
+    d.run_timers_until(285);
+    assert_eq!(d.copies(), vec![ms(285)], "before the silent verdict");
+    assert!(285 < silent_at);
+    d.on(285 + net_rtt, Event::CopyAnswered);
+    let (answered, _) = d.end().expect("answered");
+    assert!(answered <= ms(2 * 200 + 100), "{answered:?}");
+}
