@@ -28,7 +28,7 @@
 //! never a busy loop) health-checks the connections, drops dead servers, asks
 //! any live server's registry for the list of live servers and connects to
 //! new ones, so the next failover finds a connection already open. Once
-//! every [`FULL_CHECK_EVERY`] refreshes it does all of that; in between it
+//! every `Tuning::full_check_every` refreshes it does all of that; in between it
 //! checks only the servers that answered no call meanwhile, and asks the
 //! registry only while it holds fewer connections than were listed. HTTP/2
 //! keep-alive PINGs close a connection whose server stopped answering even
@@ -47,12 +47,14 @@
 //!
 //! The rooms: [`api`] (what callers see: the configuration, a call's
 //! record, the pool's status, its errors), [`state`] (what the pool knows
-//! of its servers), [`call`] (a call: its copies, hedges and failovers),
+//! of its servers), [`call`] (a call: its copies, hedges and failovers,
+//! one attempt run as the pure state machine of [`attempt`]),
 //! [`probe`] (is a late server hung or slow), [`background`] (discovery and
 //! health), and the decisions apart from I/O in `decide`, `choice`,
 //! `budget` and `rtt`.
 
 mod api;
+mod attempt;
 mod background;
 mod budget;
 mod call;
@@ -61,6 +63,7 @@ mod decide;
 mod probe;
 mod rtt;
 mod state;
+mod tuning;
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -77,40 +80,7 @@ use choice::{pick, pick_for_game};
 use decide::{back_when_alone, game_server};
 pub use rtt::ServerTiming;
 use state::*;
-
-/// How long a server that lost a hedge race is left out of its game's
-/// choice (see `ServerPool::hedge_won`).
-pub const SLOW_COOL_OFF: Duration = Duration::from_secs(1);
-
-/// How long a server that said it queues calls for the database
-/// ([`BUSY_KEY`]) is believed busy: its late calls are not hedged, and at
-/// their deadline they wait rather than leave, as long as its queue
-/// excuses the wait (`decide::busy_excused_until`). Under
-/// overload nearly every answer says so again; once the queue is gone its
-/// late calls are hedged again within this.
-pub const BUSY_HOLD: Duration = Duration::from_millis(500);
-
-/// Every this many background refreshes (2 s at the default 500 ms), the
-/// pool health-checks every connection and asks the registry, however
-/// things stand. Between them it checks only the servers that answered
-/// no call since the last refresh (a call answered says the server is
-/// alive), and asks the registry only while it holds fewer connections
-/// than the registry last listed, or fewer than two. At 256 clients the
-/// background work was 3 health checks and a registry read per client
-/// every 500 ms: 2 000 calls a second beside ~2 000 game calls, and every
-/// server reading the registry back to back on a database already full.
-pub const FULL_CHECK_EVERY: u64 = 4;
-
-/// Background refresh interval while no server is live.
-const NO_SERVER_REFRESH: Duration = Duration::from_millis(100);
-
-/// HTTP/2 keep-alive: a PING after this long without a frame from the
-/// server, on idle connections too.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
-/// The shortest wait for a PING's answer before the connection is closed;
-/// longer for far servers (four of the farthest known network RTOs).
-const KEEPALIVE_TIMEOUT_FLOOR: Duration = Duration::from_secs(1);
-const KEEPALIVE_TIMEOUT_CAP: Duration = Duration::from_secs(10);
+pub use tuning::Tuning;
 
 /// A cheap-to-clone handle to the pool. The background task stops when the
 /// last handle is dropped.
@@ -133,7 +103,7 @@ impl ServerPool {
             if address.is_empty() {
                 continue;
             }
-            endpoint(address, &config, KEEPALIVE_TIMEOUT_FLOOR)?;
+            endpoint(address, &config, config.tuning.keepalive_timeout_floor)?;
             if !known.iter().any(|k| k == address) {
                 known.push(address.to_string());
             }
@@ -146,10 +116,13 @@ impl ServerPool {
         }
         let (stopper, shutdown) = borbaman_shutdown::channel();
         let wake = Arc::new(Notify::new());
+        let tuning = config.tuning;
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(State {
                 known: known.clone(),
+                tuning,
+                budget: budget::Budget::new(&tuning),
                 ..State::default()
             }),
             live_count: watch::Sender::new(0),
@@ -195,7 +168,7 @@ impl ServerPool {
             .current
             .as_deref()
             .map(|address| state.timing(address))
-            .unwrap_or_default();
+            .unwrap_or_else(|| ServerTiming::new(&state.tuning));
         PoolStatus {
             current: state.current.clone(),
             live: state.servers.iter().map(|s| s.address.clone()).collect(),
@@ -372,11 +345,7 @@ impl ServerPool {
                 state.answered_at.insert(address.to_string(), now);
             }
         }
-        state
-            .timing
-            .entry(address.to_string())
-            .or_default()
-            .record_call(rtt);
+        state.timing_mut(address).record_call(rtt);
         let stall_over = on_time && state.shared_stall;
         if on_time {
             state.shared_stall = false;
@@ -402,7 +371,7 @@ impl ServerPool {
 
     /// An answer (or refusal) from `address` carried these headers: if
     /// they say it queued the call for the database ([`BUSY_KEY`]), its
-    /// late calls are not hedged for [`BUSY_HOLD`] while that queue excuses
+    /// late calls are not hedged for `Tuning::busy_hold` while that queue excuses
     /// their wait ([`State::busy`]).
     fn note_busy(&self, address: &str, metadata: &tonic::metadata::MetadataMap) {
         if let Some(value) = metadata.get(BUSY_KEY) {
@@ -411,7 +380,7 @@ impl ServerPool {
                 .ok()
                 .and_then(|ms| ms.parse().ok())
                 .map_or(BUSY_QUEUED, Duration::from_millis);
-            let until = Instant::now() + BUSY_HOLD;
+            let until = Instant::now() + self.shared.config.tuning.busy_hold;
             self.shared
                 .state
                 .lock()
@@ -434,6 +403,7 @@ impl ServerPool {
         if state.game.is_none()
             || state.current.as_deref() != Some(address)
             || !back_when_alone(
+                &state.tuning,
                 state.left_on_win.as_deref(),
                 address,
                 state.alone_returned_at,

@@ -9,6 +9,8 @@ use borbaman_proto::reason::retry_pushback;
 use borbaman_proto::timing::ServerTiming as CallTiming;
 use tonic::transport::ClientTlsConfig;
 
+use super::tuning::Tuning;
+
 /// How the pool behaves. `PoolConfig::default()` suits a player anywhere
 /// from a LAN to another continent: deadlines come from measured round
 /// trips, not from here.
@@ -45,6 +47,10 @@ pub struct PoolConfig {
     /// everywhere else: a client emulated at another distance reaches each
     /// server through a delay proxy of its own. Empty: dial as given.
     pub dial: HashMap<String, String>,
+    /// Every number the pool's decisions are tuned with, each with its
+    /// reason ([`Tuning`]); the default is what the figures were measured
+    /// with.
+    pub tuning: Tuning,
 }
 
 impl Default for PoolConfig {
@@ -59,6 +65,7 @@ impl Default for PoolConfig {
             health_timeout: Duration::from_millis(250),
             tls: None,
             dial: HashMap::new(),
+            tuning: Tuning::default(),
         }
     }
 }

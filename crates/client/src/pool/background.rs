@@ -28,14 +28,19 @@ pub(super) async fn background(shared: Weak<Shared>, wake: Arc<Notify>, mut shut
         let refresh = match shared.upgrade() {
             // With no live server, look again sooner: each look is one
             // refused connection per known address, cheap enough.
-            Some(shared) if shared.state.lock().unwrap().servers.is_empty() => {
-                shared.config.refresh.min(NO_SERVER_REFRESH)
-            }
+            Some(shared) if shared.state.lock().unwrap().servers.is_empty() => shared
+                .config
+                .refresh
+                .min(shared.config.tuning.no_server_refresh),
             Some(shared) => shared.config.refresh,
             None => return,
         };
         // No strong reference is held while sleeping, so dropping the last
         // handle drops `Shared` and its `Stopper`, which stops `shutdown`.
+        let woken_pause = match shared.upgrade() {
+            Some(shared) => shared.config.tuning.woken_pause,
+            None => return,
+        };
         let woken = tokio::select! {
             _ = shutdown.recv() => return,
             _ = tokio::time::sleep(refresh) => false,
@@ -49,7 +54,7 @@ pub(super) async fn background(shared: Weak<Shared>, wake: Arc<Notify>, mut shut
         drop(pool);
         if woken {
             // A failure woke us: do not spin if it keeps failing.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(woken_pause).await;
         }
     }
 }
@@ -80,7 +85,7 @@ pub(super) fn endpoint(
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .http2_keep_alive_interval(config.tuning.keepalive_interval)
         .keep_alive_timeout(keepalive_timeout)
         .keep_alive_while_idle(true))
 }
@@ -149,7 +154,9 @@ impl ServerPool {
     pub(super) async fn refresh(&self) {
         let (full, since) = {
             let mut state = self.shared.state.lock().unwrap();
-            let full = state.refreshes.is_multiple_of(FULL_CHECK_EVERY);
+            let full = state
+                .refreshes
+                .is_multiple_of(self.shared.config.tuning.full_check_every);
             state.refreshes += 1;
             (full, Instant::now().checked_sub(self.shared.config.refresh))
         };
@@ -243,7 +250,8 @@ impl ServerPool {
     /// The deadline of a background health check or registry call to a
     /// server timed as `timing`.
     pub(super) fn health_timeout(&self, timing: &ServerTiming) -> Duration {
-        let far = timing.net.rto().unwrap_or_default() * 2;
+        let far =
+            timing.net.rto().unwrap_or_default() * self.shared.config.tuning.health_check_rtos;
         far.max(self.shared.config.health_timeout)
     }
 
@@ -311,7 +319,7 @@ impl ServerPool {
                 // says the server serves; the second says how far it is.
                 healthy(&channel, config.connect_timeout).await?;
                 let rtt = healthy(&channel, config.connect_timeout).await?;
-                Some((Server::new(address, channel), rtt))
+                Some((Server::new(address, channel, &config.tuning), rtt))
             });
         }
         while let Some(joined) = connecting.join_next().await {
@@ -330,11 +338,7 @@ impl ServerPool {
                     rtt_us = rtt.as_micros() as u64,
                     "connected"
                 );
-                state
-                    .timing
-                    .entry(server.address.clone())
-                    .or_default()
-                    .record_probe(rtt);
+                state.timing_mut(&server.address).record_probe(rtt);
                 state.servers.push(server);
                 state.servers.len()
             };

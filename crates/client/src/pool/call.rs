@@ -4,7 +4,7 @@
 //! in `decide`; this room carries it out.
 
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
@@ -15,12 +15,12 @@ use borbaman_proto::timing::{ServerTiming as CallTiming, TIMING_KEY};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
+use super::attempt::{Action, Ask, AttemptMachine, Event, Offer, Outcome, PoolNow};
 use super::budget::Funds;
 use super::choice::{FailureKind, classify, pick, pick_for_game};
 use super::decide::{
-    AtDeadline, CallPlan, Copy, Fate, Hedge, Late, LateNow, Pause, Probe, Suspicion, at_deadline,
-    copy_answer_ends_stall, copy_late_after, copy_when_silent, late_copy_is_shared_stall,
-    should_hedge, when_late, win_moves_calls,
+    CallPlan, Copy, Fate, Hedge, LateNow, Pause, Probe, Suspicion, copy_when_silent, should_hedge,
+    when_late, win_moves_calls,
 };
 
 use super::*;
@@ -43,6 +43,27 @@ pub(super) struct Attempt<T> {
     pub(super) hedge_won: bool,
     /// When the hedged copy was sent, from the start of the attempt.
     pub(super) hedge_sent: Option<Duration>,
+}
+
+/// What an attempt's runner holds beside its [`AttemptMachine`]: the
+/// answer or the first request's failure, the copy in flight, the probe's
+/// verdict and the servers' "down" signals.
+pub(super) struct AttemptIo<'a, T, Fut> {
+    server: &'a Server,
+    /// Servers this call does not try now.
+    skip: HashSet<String>,
+    copies: Copies,
+    started: Instant,
+    answer: Option<tonic::Response<T>>,
+    first_status: Option<tonic::Status>,
+    /// The copy: its server, when it went out, the request.
+    copy: Option<(Server, Instant, Pin<Box<Fut>>)>,
+    /// The copy's server's "down" signal, once a copy is out.
+    copy_down: Option<watch::Receiver<bool>>,
+    probe: Option<watch::Receiver<Probe>>,
+    /// Where the copy the pool just offered goes.
+    offered: Option<Server>,
+    down: watch::Receiver<bool>,
 }
 
 /// What `probe` tells next after `known` (a suspicion that the server is
@@ -187,7 +208,7 @@ impl ServerPool {
                     let live: Vec<&str> =
                         state.servers.iter().map(|s| s.address.as_str()).collect();
                     let throttled = !state.budget.has_token();
-                    let pause = plan.exhausted(&live, throttled, &mut rand::rng());
+                    let pause = plan.exhausted(&state.tuning, &live, throttled, &mut rand::rng());
                     match pause {
                         Pause::Sleep {
                             database_down: true,
@@ -306,14 +327,18 @@ impl ServerPool {
         }
     }
 
-    /// One attempt on `server`. After the server's hedge delay the attempt
-    /// is late: the server is probed on its warm connection (or the probe
-    /// another late call started on it is joined) and, as [`when_late`]
-    /// decides, the same request goes to another live server at the same
-    /// moment; the first good answer wins. If the server is dropped
-    /// meanwhile (hung, dead), the attempt leaves it at once. At the
-    /// deadline [`at_deadline`] decides whether to leave the server or keep
-    /// waiting.
+    /// One attempt on `server`, run as [`AttemptMachine`] says: this owns
+    /// the requests, the probe and the timers, feeds the machine what
+    /// happens, and carries out what it asks. After the server's hedge
+    /// delay the attempt is late: the server is probed on its warm
+    /// connection (or the probe another late call started on it is
+    /// joined) and, as [`when_late`] decides, the same request goes to
+    /// another live server at the same moment; the first good answer
+    /// wins. If the server is dropped meanwhile (hung, dead), the attempt
+    /// leaves it at once. At the deadline [`at_deadline`] decides whether
+    /// to leave the server or keep waiting.
+    ///
+    /// [`at_deadline`]: super::decide::at_deadline
     pub(super) async fn attempt<T, F, Fut>(
         &self,
         f: &mut F,
@@ -329,281 +354,227 @@ impl ServerPool {
         let timing = self.shared.state.lock().unwrap().timing(&server.address);
         let (deadline, longest) = plan.deadlines(&timing);
         let hedge_after = timing.hedge_delay().min(deadline);
-        let skip = plan.skip();
-        let mut attempt = Attempt {
-            result: Err(Failure::Late(deadline)),
-            answered_by: server.address.clone(),
-            hedges: 0,
-            hedge_won: false,
-            hedge_sent: None,
+        let tuning = &self.shared.config.tuning;
+        let mut machine = AttemptMachine::new(tuning, started, hedge_after, deadline, longest);
+        let mut io = AttemptIo {
+            server,
+            skip: plan.skip(),
+            copies,
+            started,
+            answer: None,
+            first_status: None,
+            copy: None,
+            copy_down: None,
+            probe: None,
+            offered: None,
+            down: server.down.subscribe(),
         };
         let first = f(GameClient::new(server.channel.clone()));
         tokio::pin!(first);
-        // `None` once the first copy has failed (or its server hung).
-        let mut first_status: Option<tonic::Status> = None;
-        let mut first_pending = true;
-        let mut first_hung = false;
-        let mut copy: Option<(Server, Instant, Pin<Box<Fut>>)> = None;
-        let mut copy_state = Copy::None;
-        // The copy's server's "down" signal, once a copy is out.
-        let mut copy_down: Option<watch::Receiver<bool>> = None;
-        let mut probe: Option<watch::Receiver<Probe>> = None;
-        let mut down = server.down.subscribe();
-        let mut probe_state = Probe::Pending;
-        let mut hedge_at = Some(started + hedge_after);
-        // When a call a shared stall or its server's queue held back asks
-        // for its copy again.
-        let mut held_copy_at: Option<Instant> = None;
-        let mut copy_late_at: Option<Instant> = None;
-        // The copy's server's hedge delay when the copy went out.
-        let mut copy_delay = Duration::ZERO;
-        let mut deadline_at = Some(started + deadline);
-        let mut overdue = false;
-        let final_at = started + longest.max(deadline);
-        // Sends the call's copy to `second` at `now` (one copy out at a
-        // time: a later one replaces it).
-        macro_rules! send_copy {
-            ($second:expr, $now:expr) => {{
-                let (second, now): (Server, Instant) = ($second, $now);
-                let copied_after = now.saturating_duration_since(started);
-                attempt.hedges += 1;
-                attempt.hedge_sent = Some(copied_after);
-                copy_delay = self.hedge_delay(&second.address);
-                copy_late_at = Some(now + copy_late_after(copy_delay, copied_after));
-                let future = {
-                    let _copying = SendingCopy::new();
-                    Box::pin(f(GameClient::new(second.channel.clone())))
-                };
-                copy_down = Some(second.down.subscribe());
-                copy = Some((second, now, future));
-                copy_state = Copy::OnTime;
-            }};
-        }
         loop {
-            let next = [
-                hedge_at,
-                held_copy_at,
-                copy_late_at,
-                deadline_at,
-                Some(final_at),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(final_at);
-            let copy_pending = matches!(copy_state, Copy::OnTime | Copy::Late);
-            let mut decide = false;
-            tokio::select! {
-                result = &mut first, if first_pending => match result {
+            let event = tokio::select! {
+                result = &mut first, if machine.first_pending() => match result {
                     Ok(response) => {
                         self.note_busy(&server.address, response.metadata());
-                        self.note_alone(&server.address, response.metadata());
-                        let rtt = started.elapsed();
-                        self.record_call(&server.address, started, rtt <= hedge_after);
-                        attempt.result = Ok(response);
-                        return attempt;
+                        io.answer = Some(response);
+                        Event::FirstAnswered
                     }
                     Err(status) => {
                         self.note_busy(&server.address, status.metadata());
-                        first_pending = false;
-                        if !copy_pending {
-                            attempt.result = Err(Failure::Status(status));
-                            return attempt;
-                        }
-                        first_status = Some(status);
+                        io.first_status = Some(status);
+                        Event::FirstFailed
                     }
                 },
-                result = maybe(copy.as_mut().map(|(_, _, future)| future)), if copy_pending => {
-                    let (second, copy_started, _) = copy.as_ref().expect("a copy is pending");
+                result = maybe(io.copy.as_mut().map(|(_, _, future)| future)), if machine.copy_pending() => {
+                    let (second, _, _) = io.copy.as_ref().expect("a copy is pending");
+                    let result: Result<tonic::Response<T>, tonic::Status> = result;
                     match result {
                         Ok(response) => {
                             self.note_busy(&second.address, response.metadata());
-                            let rtt = copy_started.elapsed();
-                            let ends_stall = copy_answer_ends_stall(
-                                rtt,
-                                copy_delay,
-                                attempt.hedge_sent.unwrap_or_default(),
-                                first_pending,
-                            );
-                            self.record_call(&second.address, *copy_started, ends_stall);
-                            self.hedge_won(&server.address, &second.address, started);
-                            self.note_alone(&second.address, response.metadata());
-                            attempt.result = Ok(response);
-                            attempt.answered_by = second.address.clone();
-                            attempt.hedge_won = true;
-                            return attempt;
+                            io.answer = Some(response);
+                            Event::CopyAnswered
                         }
                         Err(status) => {
                             self.note_busy(&second.address, status.metadata());
-                            if classify(&status) == FailureKind::ServerDown {
-                                self.mark_down(&second.address);
-                            }
-                            copy_state = Copy::Failed;
-                            if !first_pending {
-                                attempt.result = match first_status.take() {
-                                    Some(status) => Err(Failure::Status(status)),
-                                    None => Err(Failure::Hung),
-                                };
-                                return attempt;
-                            }
+                            let server_down = classify(&status) == FailureKind::ServerDown;
+                            Event::CopyFailed { server_down }
                         }
                     }
                 },
-                verdict = verdict_of(probe.as_mut(), probe_state), if matches!(probe_state, Probe::Pending | Probe::Silent) && probe.is_some() => {
-                    // The probe marks a hung server down itself.
-                    probe_state = verdict;
-                    if probe_state == Probe::Silent && first_pending {
-                        // Another server answered its health check, this
-                        // one did not: copy the call now, whatever the
-                        // budget or a stall say (see `copy_when_silent`).
-                        if let Some(second) = self.silent_copy(server, &skip, copy_state) {
-                            send_copy!(second, Instant::now());
-                        }
-                    }
-                    if late_copy_is_shared_stall(copy_state, probe_state) {
-                        // The copy was late beside a live server: two
-                        // servers slow together.
-                        self.shared.state.lock().unwrap().stall();
-                    }
-                    if probe_state == Probe::Hung && first_pending {
-                        first_pending = false;
-                        first_hung = true;
-                        if !copy_pending {
-                            attempt.result = Err(Failure::Hung);
-                            return attempt;
-                        }
-                    }
-                    decide = overdue && first_pending;
+                // The probe marks a hung server down itself.
+                verdict = verdict_of(io.probe.as_mut(), machine.probe()), if machine.awaits_verdict() && io.probe.is_some() => {
+                    Event::Verdict(verdict)
                 },
                 // An answer on time ended the shared stall that held this
                 // call's copy back: ask for it now.
-                _ = self.shared.stall_over.notified(), if held_copy_at.is_some() => {
-                    held_copy_at = Some(Instant::now());
-                },
+                _ = self.shared.stall_over.notified(), if machine.holds_copy() => Event::StallOver,
                 // The copy's server was dropped meanwhile (found hung or
                 // dead): the copy will not answer.
                 _ = async {
-                    match copy_down.as_mut() {
+                    match io.copy_down.as_mut() {
                         Some(down) => { let _ = down.wait_for(|d| *d).await; }
                         None => std::future::pending().await,
                     }
-                }, if copy_pending => {
-                    copy_state = Copy::Failed;
-                    copy_late_at = None;
-                    if !first_pending {
-                        attempt.result = match first_status.take() {
-                            Some(status) => Err(Failure::Status(status)),
-                            None => Err(Failure::Hung),
-                        };
-                        return attempt;
-                    }
-                },
+                }, if machine.copy_pending() => Event::CopyServerDown,
                 // The server was dropped meanwhile (another call's probe
                 // found it hung, its health check failed): leave it now.
-                _ = async { let _ = down.wait_for(|d| *d).await; }, if first_pending => {
-                    first_pending = false;
-                    first_hung = true;
-                    if !copy_pending {
-                        attempt.result = Err(Failure::Hung);
-                        return attempt;
-                    }
+                _ = async { let _ = io.down.wait_for(|d| *d).await; }, if machine.first_pending() => {
+                    Event::ServerDown
                 },
-                _ = tokio::time::sleep_until(next.into()) => {
-                    let now = Instant::now();
-                    if hedge_at.is_some_and(|at| at <= now) {
-                        // Late: probe the server (or join the probe under
-                        // way), and hedge at the same moment.
-                        hedge_at = None;
-                        let (verdict, second, ask_again) =
-                            self.late(server, &skip, started, copies);
-                        probe = Some(verdict);
-                        held_copy_at = ask_again;
-                        if let Some(second) = second {
-                            send_copy!(second, now);
-                        }
-                    }
-                    if held_copy_at.is_some_and(|at| at <= now) {
-                        held_copy_at = None;
-                        if first_pending && copy_state == Copy::None {
-                            let (second, ask_again) = self.held_copy(server, &skip, started);
-                            held_copy_at = ask_again;
-                            if let Some(second) = second {
-                                send_copy!(second, now);
-                            }
-                        }
-                    }
-                    if copy_late_at.is_some_and(|at| at <= now) {
-                        copy_late_at = None;
-                        if copy_state == Copy::OnTime {
-                            copy_state = Copy::Late;
-                            if late_copy_is_shared_stall(copy_state, probe_state) {
-                                // Two servers slow together: the cause is
-                                // shared. (While the first server's probe
-                                // is pending, its verdict decides.)
-                                self.shared.state.lock().unwrap().stall();
-                            }
-                        }
-                    }
-                    if deadline_at.is_some_and(|at| at <= now) {
-                        deadline_at = None;
-                        overdue = true;
-                        decide = first_pending;
-                    }
-                    if now >= final_at {
-                        attempt.result = match first_status.take() {
-                            Some(status) => Err(Failure::Status(status)),
-                            None if first_hung => Err(Failure::Hung),
-                            None => Err(Failure::Late(longest.max(deadline))),
-                        };
-                        return attempt;
-                    }
-                },
-            }
-            if decide {
-                let late = {
-                    let state = self.shared.state.lock().unwrap();
-                    Late {
-                        probe: probe_state,
-                        copy: copy_state,
-                        // A busy server's copy would queue elsewhere as
-                        // it does here: wait, as in a shared stall.
-                        shared_stall: state.shared_stall
-                            || state
-                                .busy(&server.address, started, Instant::now())
-                                .is_some(),
-                        other_server: state
-                            .servers
-                            .iter()
-                            .any(|s| s.address != server.address && !skip.contains(&s.address)),
-                        token: state.budget.has_token(),
-                    }
-                };
-                match at_deadline(late) {
-                    AtDeadline::Abandon => {
-                        self.shared.state.lock().unwrap().budget.spend();
-                        attempt.result = Err(Failure::Late(deadline));
-                        return attempt;
-                    }
-                    AtDeadline::Hung => {
-                        attempt.result = Err(Failure::Hung);
-                        return attempt;
-                    }
-                    AtDeadline::Reprobe => {
-                        // Probe again at once (joining a probe under way
-                        // if another call opened one), with a copy if one
-                        // is covered; the verdict alone decides nothing
-                        // until the next deadline, so a server that
-                        // answers its probes is looked at once a deadline.
-                        let now = Instant::now();
-                        hedge_at = Some(now);
-                        probe_state = Probe::Pending;
-                        overdue = false;
-                        deadline_at = Some(now + deadline);
-                    }
-                    AtDeadline::WaitForProbe | AtDeadline::KeepWaiting => {}
-                }
+                _ = tokio::time::sleep_until(machine.next_timer().into()) => Event::Timer,
+            };
+            let now = Instant::now();
+            let actions = machine.handle(event, now);
+            if let Some(attempt) = self.carry_out(f, &mut io, &mut machine, actions, now) {
+                return attempt;
             }
         }
+    }
+
+    /// Carries out what an attempt's machine asked at `now`, answering its
+    /// questions as they come: the attempt's end, if it has come.
+    fn carry_out<T, F, Fut>(
+        &self,
+        f: &mut F,
+        io: &mut AttemptIo<'_, T, Fut>,
+        machine: &mut AttemptMachine,
+        actions: Vec<Action>,
+        now: Instant,
+    ) -> Option<Attempt<T>>
+    where
+        F: FnMut(GameClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut actions: VecDeque<Action> = actions.into();
+        while let Some(action) = actions.pop_front() {
+            let answer = match action {
+                Action::Ask(ask) => Some(Event::Offered(self.offer(io, ask, machine))),
+                Action::AskPool => Some(Event::Pool(self.pool_now(io))),
+                Action::SendCopy => {
+                    let second = io.offered.take().expect("a copy was offered");
+                    let future = {
+                        let _copying = SendingCopy::new();
+                        Box::pin(f(GameClient::new(second.channel.clone())))
+                    };
+                    io.copy_down = Some(second.down.subscribe());
+                    io.copy = Some((second, now, future));
+                    None
+                }
+                Action::Stall => {
+                    self.shared.state.lock().unwrap().stall();
+                    None
+                }
+                Action::MarkCopyDown => {
+                    if let Some((second, _, _)) = &io.copy {
+                        self.mark_down(&second.address);
+                    }
+                    None
+                }
+                Action::Answer { copy, on_time } => {
+                    return Some(self.answered(io, machine, copy, on_time));
+                }
+                Action::GiveUp { spend, outcome } => {
+                    if spend {
+                        self.shared.state.lock().unwrap().budget.spend();
+                    }
+                    let result = match outcome {
+                        Outcome::Status => Err(Failure::Status(
+                            io.first_status.take().expect("the first request failed"),
+                        )),
+                        Outcome::Hung => Err(Failure::Hung),
+                        Outcome::Late(after) => Err(Failure::Late(after)),
+                    };
+                    return Some(Attempt {
+                        result,
+                        answered_by: io.server.address.clone(),
+                        hedges: machine.hedges(),
+                        hedge_won: false,
+                        hedge_sent: machine.hedge_sent(),
+                    });
+                }
+            };
+            if let Some(answer) = answer {
+                actions.extend(machine.handle(answer, now));
+            }
+        }
+        None
+    }
+
+    /// The pool's answer to an attempt's question ([`Ask`]): whether a
+    /// copy goes now (its server kept in `io` for [`Action::SendCopy`]),
+    /// and when to ask again.
+    fn offer<T, Fut>(
+        &self,
+        io: &mut AttemptIo<'_, T, Fut>,
+        ask: Ask,
+        machine: &AttemptMachine,
+    ) -> Offer {
+        let (second, ask_again) = match ask {
+            Ask::Late => {
+                // Late: probe the server (or join the probe under way),
+                // and hedge at the same moment.
+                let (verdict, second, ask_again) =
+                    self.late(io.server, &io.skip, io.started, io.copies);
+                io.probe = Some(verdict);
+                (second, ask_again)
+            }
+            Ask::HeldCopy => self.held_copy(io.server, &io.skip, io.started),
+            Ask::SilentCopy => (self.silent_copy(io.server, &io.skip, machine.copy()), None),
+        };
+        let copy = second.as_ref().map(|s| self.hedge_delay(&s.address));
+        io.offered = second;
+        Offer { copy, ask_again }
+    }
+
+    /// What the pool knows when an attempt on `io.server` is overdue.
+    fn pool_now<T, Fut>(&self, io: &AttemptIo<'_, T, Fut>) -> PoolNow {
+        let state = self.shared.state.lock().unwrap();
+        let address = &io.server.address;
+        PoolNow {
+            // A busy server's copy would queue elsewhere as it does here:
+            // wait, as in a shared stall.
+            shared_stall: state.shared_stall
+                || state.busy(address, io.started, Instant::now()).is_some(),
+            other_server: state
+                .servers
+                .iter()
+                .any(|s| &s.address != address && !io.skip.contains(&s.address)),
+            token: state.budget.has_token(),
+        }
+    }
+
+    /// The attempt was answered (by its copy with `copy`): the answer is
+    /// timed, a copy's win noted, and the attempt returned.
+    fn answered<T, Fut>(
+        &self,
+        io: &mut AttemptIo<'_, T, Fut>,
+        machine: &AttemptMachine,
+        copy: bool,
+        on_time: bool,
+    ) -> Attempt<T>
+    where
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let response = io.answer.take().expect("an answer came");
+        let mut attempt = Attempt {
+            result: Err(Failure::Hung),
+            answered_by: io.server.address.clone(),
+            hedges: machine.hedges(),
+            hedge_won: copy,
+            hedge_sent: machine.hedge_sent(),
+        };
+        if copy {
+            let (second, copy_started, _) = io.copy.take().expect("a copy answered");
+            self.record_call(&second.address, copy_started, on_time);
+            self.hedge_won(&io.server.address, &second.address, io.started);
+            self.note_alone(&second.address, response.metadata());
+            attempt.answered_by = second.address;
+        } else {
+            self.note_alone(&io.server.address, response.metadata());
+            self.record_call(&io.server.address, io.started, on_time);
+        }
+        attempt.result = Ok(response);
+        attempt
     }
 
     /// A call on `server` is late: decides with [`when_late`] whether to
@@ -656,6 +627,21 @@ impl ServerPool {
             && should_hedge(false, state.database_unavailable, target.is_some(), true))
         .then(|| stall_try.into_iter().chain(busy).chain(reserve_at).max())
         .flatten();
+        if step.hedge == Hedge::No {
+            tracing::debug!(
+                server = server.address,
+                late_us = now.saturating_duration_since(sent).as_micros() as u64,
+                stall = held,
+                busy = busy.is_some(),
+                ?funds,
+                database = state.database_unavailable,
+                other_server = target.is_some(),
+                joined = !step.probe,
+                ask_again_us =
+                    ask_again.map(|at| at.saturating_duration_since(sent).as_micros() as u64),
+                "late call: no copy now"
+            );
+        }
         if step.hedge == Hedge::Covered
             && let Some(suspect) = state.suspects.get_mut(&server.address)
         {
@@ -671,11 +657,12 @@ impl ServerPool {
             let (tell, verdict) = watch::channel(Probe::Pending);
             let id = state.next_suspicion;
             state.next_suspicion += 1;
+            let suspicion = Suspicion::opened(&state.tuning, step.hedge, sent);
             state.suspects.insert(
                 server.address.clone(),
                 Suspect {
                     id,
-                    suspicion: Suspicion::opened(step.hedge, sent),
+                    suspicion,
                     verdict: verdict.clone(),
                 },
             );
@@ -747,6 +734,10 @@ impl ServerPool {
         if !copy_when_silent(copy, target.is_some()) {
             return None;
         }
+        tracing::debug!(
+            server = server.address,
+            "silent server: its late call copied now"
+        );
         state.copy_sent(true, false, Instant::now());
         target
     }
@@ -754,7 +745,7 @@ impl ServerPool {
     /// A hedge to `winner` answered before `slow` did, for a call sent at
     /// `sent`. A second such win over `slow` ([`win_moves_calls`]) moves
     /// calls to the winner. With a game set, `slow` stays its players'
-    /// server; it is left out of the game's choice for [`SLOW_COOL_OFF`],
+    /// server; it is left out of the game's choice for `Tuning::slow_cool_off`,
     /// then tried again (a server slow for good keeps losing races and is
     /// left again).
     pub(super) fn hedge_won(&self, slow: &str, winner: &str, sent: Instant) {
@@ -764,7 +755,7 @@ impl ServerPool {
             .beaten
             .as_ref()
             .map(|(address, at)| (address.as_str(), *at));
-        if !win_moves_calls(beaten, slow, sent, now) {
+        if !win_moves_calls(&state.tuning, beaten, slow, sent, now) {
             state.beaten = Some((slow.to_string(), now));
             return;
         }

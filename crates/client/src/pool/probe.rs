@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::choice::pick;
-use super::decide::{PROBE_PATIENCE, Probe, Probing, probe_verdict, silent_after};
+use super::decide::{Probe, Probing, probe_verdict, silent_after};
 
 use super::*;
 
@@ -16,11 +16,7 @@ impl ServerPool {
     /// A health check on `address` answered after `rtt`.
     pub(super) fn record_probe(&self, address: &str, rtt: Duration) {
         let mut state = self.shared.state.lock().unwrap();
-        state
-            .timing
-            .entry(address.to_string())
-            .or_default()
-            .record_probe(rtt);
+        state.timing_mut(address).record_probe(rtt);
     }
 
     /// Health-checks a late call's server on its warm connection, and at
@@ -28,11 +24,12 @@ impl ServerPool {
     /// verdict counts even when the call is answered first).
     /// [`probe_verdict`] decides, as each answer or deadline comes: the
     /// late server has its probe deadline, the other as long as
-    /// [`PROBE_PATIENCE`] of them. A hung server is marked down (which
+    /// `Tuning::probe_patience` of them. A hung server is marked down (which
     /// every call in flight on it hears). The verdict is told on `tell`,
     /// and closes suspicion `id`.
     pub(super) fn probe(&self, server: &Server, id: u64, tell: watch::Sender<Probe>) {
         let pool = self.clone();
+        let t = self.shared.config.tuning;
         let (timeout, own_round_trip, other) = {
             let state = self.shared.state.lock().unwrap();
             let others: Vec<&Server> = state
@@ -54,8 +51,8 @@ impl ServerPool {
         tokio::spawn(async move {
             let started = Instant::now();
             let overdue_at = started + timeout;
-            let give_up_at = started + timeout * PROBE_PATIENCE;
-            let longest = timeout * PROBE_PATIENCE;
+            let give_up_at = started + timeout * t.probe_patience;
+            let longest = timeout * t.probe_patience;
             let check = healthy(&server.channel, longest);
             tokio::pin!(check);
             let other_check = async {
@@ -80,7 +77,7 @@ impl ServerPool {
                 // slow, whatever its check says (past a cluster's capacity
                 // one server answers checks later than another).
                 now.answered |= pool.answered_since_suspected(&server.address, id);
-                let verdict = probe_verdict(now, rtt::PROBE_SLACK);
+                let verdict = probe_verdict(&t, now);
                 match verdict {
                     Probe::Pending => {}
                     Probe::Silent => {
@@ -99,10 +96,10 @@ impl ServerPool {
                 // then that long and the hung slack more.
                 let (silent_at, other_slack_at) = match now.other {
                     Some(Some(other)) if verdict == Probe::Pending => (
-                        started + silent_after(other, own_round_trip),
-                        started + other + rtt::PROBE_SLACK,
+                        started + silent_after(&t, other, own_round_trip),
+                        started + other + t.probe_slack,
                     ),
-                    Some(Some(other)) => (give_up_at, started + other + rtt::PROBE_SLACK),
+                    Some(Some(other)) => (give_up_at, started + other + t.probe_slack),
                     _ => (give_up_at, give_up_at),
                 };
                 tokio::select! {

@@ -16,23 +16,23 @@
 //! each later one RTTVAR ← ¾·RTTVAR + ¼·|SRTT − R|, then SRTT ← ⅞·SRTT + ⅛·R.
 //! SRTT + 4·RTTVAR ("RTO") is a round trip that is late.
 //!
-//! From them:
+//! From them (the names are [`Tuning`]'s fields):
 //!
-//! - **call deadline** = max([`DEADLINE_FLOOR`], call RTO +
-//!   [`STALL_ALLOWANCE`]), at most [`DEADLINE_CAP`]. A server is given its
+//! - **call deadline** = max(`deadline_floor`, call RTO +
+//!   `stall_allowance`), at most `deadline_cap`. A server is given its
 //!   usual round trip and its variation, plus the length of a database stall
 //!   a healthy server may sit in; on loopback that is the 150 ms the
 //!   loopback figures were tuned with, at 100 ms one way about 340 ms.
 //! - **slow deadline** (every server slow: the cause is shared) = max(
-//!   [`SLOW_DEADLINE_FLOOR`], 4 × the call deadline).
-//! - **hedge delay** = the p95 of this client's last [`WINDOW`] answered
-//!   calls to that server ("The Tail at Scale"), at least [`HEDGE_FLOOR`]
+//!   `slow_deadline_floor`, 4 × the call deadline).
+//! - **hedge delay** = the p95 of this client's last `window` answered
+//!   calls to that server ("The Tail at Scale"), at least `hedge_floor`
 //!   (a loopback cluster whose p95 is under a millisecond must not hedge
 //!   every scheduling hiccup) and at most the network RTO plus
-//!   [`HEDGE_HEADROOM`] (the loopback cap of 40 ms, now counted above the
+//!   `hedge_headroom` (the loopback cap of 40 ms, now counted above the
 //!   round trip instead of from zero, so a far server is never hedged before
 //!   its answer could arrive, and a hung near one costs ≤ 40 ms). Before
-//!   [`MIN_SAMPLES`] answers of its own, a server's p95 is *borrowed*
+//!   `min_samples` answers of its own, a server's p95 is *borrowed*
 //!   ([`ServerTiming::borrow_work`]): its own network SRTT plus the work
 //!   above the network that the servers this client knows better take at
 //!   their p95 (the longest of them), since every server does the same
@@ -42,43 +42,13 @@
 //!   turned slow then cost every such call that long before its copy left.
 //!   With nothing to borrow from it is that cap.
 //! - **probe deadline** (a health check sent when a call is late) = network
-//!   RTO + [`PROBE_SLACK`], at least [`PROBE_FLOOR`]: a server that cannot
+//!   RTO + `probe_slack`, at least `probe_floor`: a server that cannot
 //!   answer a health check within its own round trip plus scheduling slack
 //!   is hung, not far.
 
 use std::time::Duration;
 
-/// A call deadline is never shorter: on loopback a healthy server sits in
-/// database stalls of up to ~100 ms under load, and 150 ms is what the
-/// loopback failover figures were measured with.
-pub const DEADLINE_FLOOR: Duration = Duration::from_millis(150);
-/// What a deadline allows above the server's own round trip: a database
-/// stall every server shares (checkpoints, WAL flushes) lasts up to ~100 ms.
-pub const STALL_ALLOWANCE: Duration = Duration::from_millis(100);
-/// No server is given longer: beyond this it is unusable for a real-time
-/// game whatever its excuse.
-pub const DEADLINE_CAP: Duration = Duration::from_secs(5);
-/// The deadline once every server is slow together is never shorter.
-pub const SLOW_DEADLINE_FLOOR: Duration = Duration::from_secs(1);
-/// The shortest hedge delay (see the module docs).
-pub const HEDGE_FLOOR: Duration = Duration::from_millis(2);
-/// How far above the network's RTO the hedge delay may go.
-pub const HEDGE_HEADROOM: Duration = Duration::from_millis(40);
-/// Slack over the network RTO before a health probe is called unanswered:
-/// a loaded two-core machine can hold a healthy process's task for tens of
-/// milliseconds.
-pub const PROBE_SLACK: Duration = Duration::from_millis(50);
-/// A probe is never given less: on loopback under load a healthy server
-/// can take tens of milliseconds to be scheduled, and a wrong "hung"
-/// drops its connection.
-pub const PROBE_FLOOR: Duration = Duration::from_millis(100);
-/// Answered calls remembered per server for the hedge delay.
-pub const WINDOW: usize = 128;
-/// Answers needed before the window's percentile is trusted.
-pub const MIN_SAMPLES: usize = 16;
-/// The percentile is recomputed after this many new samples (a sort of the
-/// window costs a few microseconds; calls come every few milliseconds).
-const RECOMPUTE_EVERY: usize = 8;
+use super::tuning::Tuning;
 
 /// One RFC 6298 estimator.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -128,6 +98,8 @@ fn micros(us: f64) -> Duration {
 /// Everything the pool knows about one server's timing.
 #[derive(Clone, Debug, Default)]
 pub struct ServerTiming {
+    /// The numbers its deadlines are derived with.
+    tuning: Tuning,
     /// From health checks: the network.
     pub net: Rtt,
     /// From answered calls: the network and the server's work.
@@ -139,6 +111,14 @@ pub struct ServerTiming {
 }
 
 impl ServerTiming {
+    /// Nothing known yet, deadlines derived with `tuning`.
+    pub fn new(tuning: &Tuning) -> ServerTiming {
+        ServerTiming {
+            tuning: *tuning,
+            ..ServerTiming::default()
+        }
+    }
+
     /// A health check on the warm connection answered after `rtt`.
     pub fn record_probe(&mut self, rtt: Duration) {
         self.net.observe(rtt);
@@ -148,18 +128,19 @@ impl ServerTiming {
     pub fn record_call(&mut self, rtt: Duration) {
         self.call.observe(rtt);
         let us = u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
-        if self.samples_us.len() < WINDOW {
+        let t = &self.tuning;
+        if self.samples_us.len() < t.window {
             self.samples_us.push(us);
         } else {
             self.samples_us[self.next] = us;
-            self.next = (self.next + 1) % WINDOW;
+            self.next = (self.next + 1) % t.window;
         }
         self.since_recompute += 1;
-        if self.samples_us.len() >= MIN_SAMPLES && self.since_recompute >= RECOMPUTE_EVERY {
+        if self.samples_us.len() >= t.min_samples && self.since_recompute >= t.recompute_every {
             self.since_recompute = 0;
             let mut sorted = self.samples_us.clone();
             sorted.sort_unstable();
-            let p95 = sorted[(sorted.len() * 95).div_ceil(100) - 1];
+            let p95 = sorted[(sorted.len() * t.hedge_percentile).div_ceil(100) - 1];
             self.p95 = Some(Duration::from_micros(u64::from(p95)));
         }
     }
@@ -168,28 +149,31 @@ impl ServerTiming {
     /// good (see the module docs).
     pub fn deadline(&self) -> Duration {
         let rto = self.call.rto().or(self.net.rto()).unwrap_or_default();
-        (rto + STALL_ALLOWANCE).clamp(DEADLINE_FLOOR, DEADLINE_CAP)
+        let t = &self.tuning;
+        (rto + t.stall_allowance).clamp(t.deadline_floor, t.deadline_cap)
     }
 
     /// The deadline once every server has been slow together.
     pub fn slow_deadline(&self) -> Duration {
-        (self.deadline() * 4).max(SLOW_DEADLINE_FLOOR)
+        let t = &self.tuning;
+        (self.deadline() * t.slow_deadline_factor).max(t.slow_deadline_floor)
     }
 
     /// After this long without an answer a call is late: it may be hedged,
     /// and the server is probed.
     pub fn hedge_delay(&self) -> Duration {
-        let cap = self.net.rto().unwrap_or_default() + HEDGE_HEADROOM;
+        let t = &self.tuning;
+        let cap = self.net.rto().unwrap_or_default() + t.hedge_headroom;
         let cap = cap.min(self.deadline());
         match self.p95 {
-            Some(p95) => p95.clamp(HEDGE_FLOOR, cap.max(HEDGE_FLOOR)),
+            Some(p95) => p95.clamp(t.hedge_floor, cap.max(t.hedge_floor)),
             None => cap,
         }
     }
 
     /// What this server's calls take above its network round trip at their
     /// p95: the server's work (a database transaction and the queue before
-    /// it). `None` before [`MIN_SAMPLES`] answers or the first health check.
+    /// it). `None` before `min_samples` answers or the first health check.
     pub fn work_p95(&self) -> Option<Duration> {
         Some(self.p95?.saturating_sub(self.net.srtt()?))
     }
@@ -199,7 +183,7 @@ impl ServerTiming {
         self.p95.is_some()
     }
 
-    /// Before this server has [`MIN_SAMPLES`] answers of its own, its p95
+    /// Before this server has `min_samples` answers of its own, its p95
     /// is taken as its network SRTT plus `work`, what the better-known
     /// servers' calls take above their network (see the module docs and
     /// [`borrowed_work`]). Still clamped as [`Self::hedge_delay`] says.
@@ -213,7 +197,8 @@ impl ServerTiming {
 
     /// A health probe unanswered after this long means the server is hung.
     pub fn probe_deadline(&self) -> Duration {
-        (self.net.rto().unwrap_or_default() + PROBE_SLACK).max(PROBE_FLOOR)
+        let t = &self.tuning;
+        (self.net.rto().unwrap_or_default() + t.probe_slack).max(t.probe_floor)
     }
 }
 
@@ -227,6 +212,15 @@ pub fn borrowed_work<'a>(others: impl IntoIterator<Item = &'a ServerTiming>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const T: Tuning = Tuning::DEFAULT;
+    const DEADLINE_FLOOR: Duration = T.deadline_floor;
+    const STALL_ALLOWANCE: Duration = T.stall_allowance;
+    const DEADLINE_CAP: Duration = T.deadline_cap;
+    const HEDGE_FLOOR: Duration = T.hedge_floor;
+    const PROBE_FLOOR: Duration = T.probe_floor;
+    const WINDOW: usize = T.window;
+    const MIN_SAMPLES: usize = T.min_samples;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

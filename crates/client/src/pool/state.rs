@@ -12,8 +12,9 @@ use tonic::transport::Channel;
 
 use super::budget::{Budget, Funds};
 use super::decide::{
-    Probe, SETTLE, Suspicion, busy_excused_until, on_the_beat, stall_trial_at, stall_trial_due,
+    Probe, Suspicion, busy_excused_until, on_the_beat, stall_trial_at, stall_trial_due,
 };
+use super::tuning::Tuning;
 
 use super::*;
 
@@ -39,6 +40,8 @@ pub(super) struct Shared {
 /// never held across an `.await`.
 #[derive(Default)]
 pub(super) struct State {
+    /// The pool's tuning (a copy of [`PoolConfig::tuning`]).
+    pub(super) tuning: Tuning,
     pub(super) servers: Vec<Server>,
     pub(super) current: Option<String>,
     pub(super) known: Vec<String>,
@@ -87,11 +90,11 @@ pub(super) struct State {
     /// Numbers the suspicions, so a verdict closes its own and no later one.
     pub(super) next_suspicion: u64,
     /// Servers whose answers said they queued calls for the database
-    /// ([`BUSY_KEY`]): until when that is believed ([`BUSY_HOLD`]), and how
+    /// ([`BUSY_KEY`]): until when that is believed (`Tuning::busy_hold`), and how
     /// long the last such answer queued.
     pub(super) busy: HashMap<String, (Instant, Duration)>,
     /// When each server last answered a call: alive then, so the next
-    /// background refresh need not health-check it ([`FULL_CHECK_EVERY`]).
+    /// background refresh need not health-check it (`Tuning::full_check_every`).
     pub(super) answered_at: HashMap<String, Instant>,
     /// Background refreshes so far.
     pub(super) refreshes: u64,
@@ -134,12 +137,12 @@ impl State {
     }
 
     /// In a game, keeps `address` out of the game's choice for
-    /// [`SLOW_COOL_OFF`], to the next beat of the wall clock
-    /// (`decide::BEAT`), so a game's players go back to it together; then
+    /// `Tuning::slow_cool_off`, to the next beat of the wall clock
+    /// (`Tuning::beat`), so a game's players go back to it together; then
     /// the game's calls go back to it.
     pub(super) fn cool_off(&mut self, address: &str) {
         if self.game.is_some() {
-            let until = on_the_beat_after(SLOW_COOL_OFF);
+            let until = on_the_beat_after(self.tuning.beat, self.tuning.slow_cool_off);
             self.cooling.retain(|(cooling, _)| cooling != address);
             self.cooling.push((address.to_string(), until));
         }
@@ -153,7 +156,7 @@ impl State {
         if now >= *until {
             return None;
         }
-        let excused = busy_excused_until(sent, self.hedge_delay(address), *queued);
+        let excused = busy_excused_until(&self.tuning, sent, self.hedge_delay(address), *queued);
         (now < excused).then_some(excused)
     }
 
@@ -162,19 +165,24 @@ impl State {
     /// delay).
     pub(super) fn copy_funds(&self, address: &str, sent: Instant, now: Instant) -> Funds {
         let hedge_delay = self.hedge_delay(address);
+        let net_rtt = self
+            .timing
+            .get(address)
+            .and_then(|t| t.net.srtt())
+            .unwrap_or_default();
         self.budget
-            .copy_funds(now.saturating_duration_since(sent), hedge_delay)
+            .copy_funds(now.saturating_duration_since(sent), hedge_delay, net_rtt)
     }
 
     /// Whether a late call held back by a shared stall may try a copy now
     /// (see `decide::stall_trial_due`).
     pub(super) fn stall_trial(&self, now: Instant) -> bool {
-        self.shared_stall && stall_trial_due(self.stall_seen, self.stall_tries, now)
+        self.shared_stall && stall_trial_due(&self.tuning, self.stall_seen, self.stall_tries, now)
     }
 
     /// When the shared stall's next try is due (see [`Self::stall_trial`]).
     pub(super) fn stall_trial_at(&self) -> Option<Instant> {
-        stall_trial_at(self.stall_seen, self.stall_tries)
+        stall_trial_at(&self.tuning, self.stall_seen, self.stall_tries)
     }
 
     /// A copy went out as a try of the shared stall: the next try waits its
@@ -202,7 +210,11 @@ impl State {
     /// A server's timing; one with too few answers of its own borrows the
     /// others' work for its hedge delay ([`ServerTiming::borrow_work`]).
     pub(super) fn timing(&self, address: &str) -> ServerTiming {
-        let mut timing = self.timing.get(address).cloned().unwrap_or_default();
+        let mut timing = self
+            .timing
+            .get(address)
+            .cloned()
+            .unwrap_or_else(|| ServerTiming::new(&self.tuning));
         if !timing.knows_its_p95() {
             let others = self
                 .timing
@@ -225,7 +237,18 @@ impl State {
             .filter_map(|t| t.net.rto())
             .max()
             .unwrap_or_default();
-        (farthest * 4).clamp(KEEPALIVE_TIMEOUT_FLOOR, KEEPALIVE_TIMEOUT_CAP)
+        let t = &self.tuning;
+        (farthest * t.keepalive_timeout_rtos)
+            .clamp(t.keepalive_timeout_floor, t.keepalive_timeout_cap)
+    }
+
+    /// The timing of `address`, created with the pool's tuning if none is
+    /// known yet.
+    pub(super) fn timing_mut(&mut self, address: &str) -> &mut ServerTiming {
+        let tuning = self.tuning;
+        self.timing
+            .entry(address.to_string())
+            .or_insert_with(|| ServerTiming::new(&tuning))
     }
 }
 
@@ -234,7 +257,7 @@ pub(super) struct Server {
     pub(super) address: String,
     pub(super) channel: Channel,
     /// When it will have been live in this pool (connected and answering
-    /// its health check) for `decide::SETTLE`, on the next beat: a running
+    /// its health check) for `Tuning::settle`, on the next beat: a running
     /// game goes back to it only from then on (`decide::game_server`).
     pub(super) settled_at: Instant,
     /// Set when the server is dropped (dead, hung, failed its health
@@ -243,21 +266,21 @@ pub(super) struct Server {
     pub(super) down: Arc<watch::Sender<bool>>,
 }
 
-/// The moment `wait` from now, put off to the next beat of the wall clock
-/// (`decide::BEAT`), which the pools of a game's players share.
-pub(super) fn on_the_beat_after(wait: Duration) -> Instant {
+/// The moment `wait` from now, put off to the next `beat` of the wall
+/// clock, which the pools of a game's players share.
+pub(super) fn on_the_beat_after(beat: Duration, wait: Duration) -> Instant {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    Instant::now() + on_the_beat(wall, wait)
+    Instant::now() + on_the_beat(beat, wall, wait)
 }
 
 impl Server {
-    pub(super) fn new(address: String, channel: Channel) -> Server {
+    pub(super) fn new(address: String, channel: Channel, tuning: &Tuning) -> Server {
         Server {
             address,
             channel,
-            settled_at: on_the_beat_after(SETTLE),
+            settled_at: on_the_beat_after(tuning.beat, tuning.settle),
             down: Arc::new(watch::Sender::new(false)),
         }
     }
