@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use borbaman_client::pool::{PoolConfig, ServerPool};
 use borbaman_game::{GameState, SEATS};
+use borbaman_lab::measure::cpu_time_ms;
 use borbaman_proto::pb;
 use borbaman_server::store::partitions;
 use borbaman_server::store::replay::{self, ReplayAudit};
@@ -112,18 +113,6 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
-}
-
-/// CPU time this process has used, in milliseconds.
-pub fn cpu_time_ms() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
 /// Fetches finished game `game_id` through the servers and makes its

@@ -270,9 +270,9 @@ pub async fn check_clusters(
         versions.ahead_of_game += on.ahead_of_game;
         logged.extend(replay::finished_games(db, Some(&game_ids)).await?);
     }
-    let cpu_before = crate::replay::cpu_time_ms();
+    let cpu_before = super::cpu_time_ms();
     let replays = ReplayAudit::of(&logged);
-    let replay_cpu_ms = crate::replay::cpu_time_ms() - cpu_before;
+    let replay_cpu_ms = super::cpu_time_ms() - cpu_before;
     let state_regressions = logs
         .iter()
         .flat_map(|l| &l.sessions)

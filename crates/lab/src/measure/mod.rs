@@ -341,6 +341,18 @@ impl Target {
 /// returns the faults it injected.
 pub type Injector = Box<dyn FnOnce(RunClock, Shutdown) -> JoinHandle<Vec<FaultEvent>> + Send>;
 
+/// CPU time this process has used, in milliseconds.
+pub fn cpu_time_ms() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(usage.ru_utime) + ms(usage.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
