@@ -59,13 +59,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::cgroup::{CgroupError, CpuGroup, CpuQuotas};
+use crate::cgroup::CpuGroup;
 use crate::ha::{HaError, HaOptions, LocalHa, Switchover};
-use crate::postgres::{LocalPostgres, PgError, PgOptions};
+use crate::postgres::{LocalPostgres, PgOptions};
 use crate::process::{Spawner, signal, wait_or_kill, wait_stopped};
 use crate::proxy::{self, TcpProxy};
 use crate::wan::WanSpec;
 use borbaman_proto::ready::ReadyLine;
+
+mod config;
+pub use config::*;
+use config::{cpu_groups, json_logs_unless_set, log_dir};
 
 /// The longest [`LocalCluster::hang`] waits for a SIGSTOPped server's
 /// threads to stop (a few milliseconds, unless the host holds a core).
@@ -77,173 +81,6 @@ const ANY_PORT: &str = "127.0.0.1:0";
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a SIGTERMed server may take to drain and exit before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(5);
-
-/// Where the database comes from.
-#[derive(Clone, Debug)]
-pub enum Database {
-    /// An existing database.
-    Url(String),
-    /// A private PostgreSQL kept in this directory across runs.
-    Persistent(PathBuf),
-    /// A throwaway PostgreSQL, deleted on drop.
-    Temporary,
-    /// A throwaway replicated PostgreSQL ([`LocalHa`]: 3 etcd + 3 Patroni
-    /// members, synchronous), deleted on drop. Servers are given the
-    /// Patroni members (`--patroni`) and etcd (`--etcd`, to watch the
-    /// leader key) and follow the primary themselves.
-    Replicated,
-}
-
-impl Database {
-    /// `DATABASE_URL` if set, else `fallback`.
-    pub fn from_env_or(fallback: Database) -> Database {
-        match std::env::var("DATABASE_URL") {
-            Ok(url) if !url.trim().is_empty() => Database::Url(url),
-            _ => fallback,
-        }
-    }
-}
-
-/// What to start.
-#[derive(Clone, Debug)]
-pub struct ClusterConfig {
-    pub servers: usize,
-    pub database: Database,
-    /// fsync on for a kept database, off for throwaway ones by default.
-    pub fsync: bool,
-    /// The binary to run servers from, with the arguments that precede the
-    /// server flags: `current_exe() server` by default.
-    pub server_command: Option<(PathBuf, Vec<String>)>,
-    /// Extra flags for every server (e.g. a shorter round for tests).
-    pub server_args: Vec<String>,
-    /// Where server logs go; a temporary directory when `None`.
-    pub log_dir: Option<PathBuf>,
-    /// Give each server slot a [`TcpProxy`] to the database, so that
-    /// [`LocalCluster::partition_database`] can cut one server off it. Off
-    /// by default: the proxy adds two thread wake-ups to every database
-    /// round trip. A single database only (a URL with its host and port):
-    /// servers on the replicated database find the primary through Patroni
-    /// and would go around the proxy.
-    pub database_proxy: bool,
-    /// Put the servers at a distance from their clients: each server slot
-    /// gets a delay proxy per link here, and the registry hands out the
-    /// first link's proxy addresses. Empty (the default): clients reach
-    /// the servers directly.
-    pub wan: Vec<WanSpec>,
-    /// CPU quotas for the database and the servers (see [`crate::cgroup`]);
-    /// uncapped by default.
-    pub cpu: CpuQuotas,
-    /// Database clusters the games are partitioned over (at least 1, the
-    /// default). Cluster 0 is home (the database above, as with one);
-    /// each other one is a database of the same kind (a throwaway
-    /// PostgreSQL, one beside a kept one, or a Patroni group sharing the
-    /// replicated database's etcd), named `c1`, `c2`... and given to every
-    /// server with `--db-cluster` (and `--db-cluster-patroni`). An
-    /// existing database ([`Database::Url`]) is one cluster only.
-    pub db_clusters: usize,
-}
-
-impl ClusterConfig {
-    /// `servers` servers of this binary on a throwaway database of their
-    /// own (never `DATABASE_URL`: tests and measurements must not touch a
-    /// database someone keeps).
-    pub fn temporary(servers: usize) -> ClusterConfig {
-        ClusterConfig {
-            servers,
-            database: Database::Temporary,
-            fsync: false,
-            server_command: None,
-            server_args: Vec::new(),
-            log_dir: None,
-            database_proxy: false,
-            wan: Vec::new(),
-            cpu: CpuQuotas::default(),
-            db_clusters: 1,
-        }
-    }
-
-    /// Runs servers from `binary` (a `borbaman` binary: the `server`
-    /// subcommand is added).
-    pub fn with_binary(mut self, binary: impl Into<PathBuf>) -> ClusterConfig {
-        self.server_command = Some((binary.into(), vec!["server".into()]));
-        self
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ClusterError {
-    #[error(transparent)]
-    Postgres(#[from] PgError),
-    #[error(transparent)]
-    Replicated(#[from] HaError),
-    #[error("cannot start a server ({command}): {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
-    #[error("server {index} did not become ready: {reason}; see its log {log}")]
-    NotReady {
-        index: usize,
-        reason: String,
-        log: PathBuf,
-    },
-    #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: std::io::Error,
-    },
-    #[error("no server at index {0}")]
-    NoSuchServer(usize),
-    #[error("the database is not a single PostgreSQL of ours (an external or a replicated one)")]
-    ExternalDatabase,
-    #[error("the database is not replicated (start the cluster with the replicated database)")]
-    NotReplicated,
-    #[error(
-        "server {0} reaches the database directly: start the cluster with a database proxy \
-         (ClusterConfig::database_proxy)"
-    )]
-    NoProxy(usize),
-    #[error("cannot put a proxy in front of the database: {0}")]
-    Proxy(String),
-    #[error(transparent)]
-    Cgroup(#[from] CgroupError),
-    #[error("a CPU quota for the database needs a database of ours, not {0}")]
-    QuotaOnExternalDatabase(String),
-    #[error("the games need at least one database cluster (asked for {0})")]
-    NoDatabaseCluster(usize),
-    #[error(
-        "an existing database (DATABASE_URL) is one cluster: {0} database clusters need \
-         databases of ours (unset DATABASE_URL)"
-    )]
-    ClustersOnExternalDatabase(usize),
-    #[error(
-        "no database cluster {cluster} (there are {clusters}: 0 is home, 1..{clusters} the others)"
-    )]
-    NoSuchDatabaseCluster { cluster: usize, clusters: usize },
-}
-
-/// The name of database cluster `k` of a local cluster: `home` for 0 (the
-/// `--database-url` servers are given), `c1`, `c2`... for the others (as
-/// given with `--db-cluster`, and Patroni's scope of their group).
-pub fn db_cluster_name(k: usize) -> String {
-    if k == 0 {
-        "home".to_string()
-    } else {
-        format!("c{k}")
-    }
-}
-
-/// Where kept database cluster `k` lives beside home's data directory
-/// `home`: home itself for 0, else `<home>-c<k>` (for
-/// `~/.local/share/borbaman/postgres`, `postgres-c1` beside it).
-pub fn persistent_dir(home: &Path, k: usize) -> PathBuf {
-    if k == 0 {
-        return home.to_path_buf();
-    }
-    let mut name = home.file_name().unwrap_or_default().to_os_string();
-    name.push(format!("-{}", db_cluster_name(k)));
-    home.with_file_name(name)
-}
 
 /// One server process.
 struct ServerProcess {
@@ -301,28 +138,7 @@ impl LocalCluster {
         config: ClusterConfig,
         mut progress: impl FnMut(&str),
     ) -> Result<LocalCluster, ClusterError> {
-        let (temp_logs, log_dir) = match &config.log_dir {
-            Some(dir) => (None, dir.clone()),
-            None => {
-                let temp = tempfile::Builder::new()
-                    .prefix("borbaman-logs-")
-                    .tempdir()
-                    .map_err(|source| ClusterError::Io {
-                        context: "creating a log directory".into(),
-                        source,
-                    })?;
-                let path = temp.path().to_path_buf();
-                (Some(temp), path)
-            }
-        };
-        std::fs::create_dir_all(&log_dir).map_err(|source| ClusterError::Io {
-            context: format!("creating {}", log_dir.display()),
-            source,
-        })?;
-        let opts = PgOptions {
-            fsync: config.fsync,
-            port: None,
-        };
+        let (temp_logs, log_dir) = log_dir(&config)?;
         let clusters = config.db_clusters;
         if clusters == 0 {
             return Err(ClusterError::NoDatabaseCluster(clusters));
@@ -330,145 +146,22 @@ impl LocalCluster {
         if clusters > 1 && matches!(config.database, Database::Url(_)) {
             return Err(ClusterError::ClustersOnExternalDatabase(clusters));
         }
-        let mut server_args = config.server_args;
-        let db_groups = match config.cpu.database {
-            None => Vec::new(),
-            Some(_) if matches!(config.database, Database::Url(_)) => {
-                return Err(ClusterError::QuotaOnExternalDatabase(
-                    "an existing database (DATABASE_URL)".into(),
-                ));
-            }
-            Some(cores) => (0..clusters)
-                .map(|k| CpuGroup::create(&format!("db{k}"), cores).map(Arc::new))
-                .collect::<Result<Vec<_>, _>>()?,
-        };
-        let server_group = match config.cpu.servers {
-            Some(cores) => Some(CpuGroup::create("servers", cores)?),
-            None => None,
-        };
-        let group = |k: usize| db_groups.get(k).cloned();
-        let step = |what: &str, k: usize| match clusters {
-            1 => format!("starting {what}…"),
-            n => format!(
-                "starting {what} for database cluster {} ({}/{n})…",
-                db_cluster_name(k),
-                k + 1
-            ),
-        };
-        let mut postgres = Vec::new();
-        let mut ha: Vec<LocalHa> = Vec::new();
-        let mut database_urls = Vec::new();
-        match &config.database {
-            Database::Url(url) => database_urls.push(url.clone()),
-            Database::Persistent(dir) => {
-                for k in 0..clusters {
-                    progress(&step("database", k));
-                    let pg =
-                        LocalPostgres::start_in_group(&persistent_dir(dir, k), opts, group(k))?;
-                    database_urls.push(pg.url());
-                    postgres.push(pg);
-                }
-            }
-            Database::Temporary => {
-                for k in 0..clusters {
-                    progress(&step("database", k));
-                    let pg = LocalPostgres::start_temp_in(opts, group(k))?;
-                    database_urls.push(pg.url());
-                    postgres.push(pg);
-                }
-            }
-            Database::Replicated => {
-                for k in 0..clusters {
-                    let what = if k == 0 {
-                        "the replicated database (3 etcd, 3 Patroni members)"
-                    } else {
-                        "3 Patroni members"
-                    };
-                    progress(&step(what, k));
-                    let etcd = ha.first().map(LocalHa::etcd_urls).unwrap_or_default();
-                    let (scope, logs) = match k {
-                        0 => (crate::ha::SCOPE.to_string(), log_dir.join("ha")),
-                        k => {
-                            let name = db_cluster_name(k);
-                            (name.clone(), log_dir.join(format!("ha-{name}")))
-                        }
-                    };
-                    let group = LocalHa::start(HaOptions {
-                        fsync: config.fsync,
-                        log_dir: Some(logs),
-                        cpu_group: group(k),
-                        scope,
-                        etcd,
-                        ..HaOptions::default()
-                    })?;
-                    database_urls.push(group.database_url());
-                    if k == 0 {
-                        server_args.push(format!("--patroni={}", group.patroni_urls().join(",")));
-                        server_args.push(format!("--etcd={}", group.etcd_urls().join(",")));
-                    } else {
-                        server_args.push(format!(
-                            "--db-cluster-patroni={}={}",
-                            db_cluster_name(k),
-                            group.patroni_urls().join(",")
-                        ));
-                    }
-                    ha.push(group);
-                }
-            }
-        };
+        let (db_groups, server_group) = cpu_groups(&config)?;
+        let mut server_args = config.server_args.clone();
+        let (postgres, ha, database_urls) = start_databases(
+            &config,
+            &db_groups,
+            &log_dir,
+            &mut server_args,
+            &mut progress,
+        )?;
         let proxies = if config.database_proxy {
-            if !ha.is_empty() {
-                return Err(ClusterError::Proxy(
-                    "the replicated database is reached through Patroni, not one address".into(),
-                ));
-            }
-            let upstreams = database_urls
-                .iter()
-                .map(|url| {
-                    proxy::url_host_port(url).ok_or_else(|| {
-                        ClusterError::Proxy(format!("no host:port in the database URL {url:?}"))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            (0..config.servers)
-                .map(|_| {
-                    upstreams
-                        .iter()
-                        .map(|upstream| {
-                            TcpProxy::start(upstream).map_err(|source| ClusterError::Io {
-                                context: format!("starting a proxy to {upstream}"),
-                                source,
-                            })
-                        })
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .collect::<Result<Vec<_>, _>>()?
+            database_proxies(config.servers, &ha, &database_urls)?
         } else {
             Vec::new()
         };
-        let links = (0..config.servers)
-            .map(|_| {
-                config
-                    .wan
-                    .iter()
-                    .map(|wan| TcpProxy::with_wan(None, *wan))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| ClusterError::Io {
-                context: "starting a delay proxy".into(),
-                source,
-            })?;
-        let (program, program_args) = match config.server_command {
-            Some(command) => command,
-            None => {
-                let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
-                    context: "finding this program's path".into(),
-                    source,
-                })?;
-                (exe, vec!["server".to_string()])
-            }
-        };
+        let links = delay_links(&config)?;
+        let (program, program_args) = server_program(config.server_command)?;
         let mut cluster = LocalCluster {
             postgres,
             ha,
@@ -1114,54 +807,161 @@ impl Drop for LocalCluster {
     }
 }
 
-/// `--log-format=json` unless `args` chooses a format: logs in a cluster's
-/// log directory are read by machines more often than by people.
-fn json_logs_unless_set(args: &[String]) -> Option<&'static str> {
-    (!sets(args, "--log-format")).then_some("--log-format=json")
+/// Every database cluster of `config`, started (in its CPU group, if
+/// any), and the flags that tell the servers of each: their PostgreSQLs,
+/// their Patroni groups and the URLs the servers are given, home first.
+#[allow(clippy::type_complexity)]
+fn start_databases(
+    config: &ClusterConfig,
+    db_groups: &[Arc<CpuGroup>],
+    log_dir: &Path,
+    server_args: &mut Vec<String>,
+    progress: &mut impl FnMut(&str),
+) -> Result<(Vec<LocalPostgres>, Vec<LocalHa>, Vec<String>), ClusterError> {
+    let clusters = config.db_clusters;
+    let opts = PgOptions {
+        fsync: config.fsync,
+        port: None,
+    };
+    let group = |k: usize| db_groups.get(k).cloned();
+    let step = |what: &str, k: usize| match clusters {
+        1 => format!("starting {what}…"),
+        n => format!(
+            "starting {what} for database cluster {} ({}/{n})…",
+            db_cluster_name(k),
+            k + 1
+        ),
+    };
+    let mut postgres = Vec::new();
+    let mut ha: Vec<LocalHa> = Vec::new();
+    let mut database_urls = Vec::new();
+    match &config.database {
+        Database::Url(url) => database_urls.push(url.clone()),
+        Database::Persistent(dir) => {
+            for k in 0..clusters {
+                progress(&step("database", k));
+                let pg = LocalPostgres::start_in_group(&persistent_dir(dir, k), opts, group(k))?;
+                database_urls.push(pg.url());
+                postgres.push(pg);
+            }
+        }
+        Database::Temporary => {
+            for k in 0..clusters {
+                progress(&step("database", k));
+                let pg = LocalPostgres::start_temp_in(opts, group(k))?;
+                database_urls.push(pg.url());
+                postgres.push(pg);
+            }
+        }
+        Database::Replicated => {
+            for k in 0..clusters {
+                let what = if k == 0 {
+                    "the replicated database (3 etcd, 3 Patroni members)"
+                } else {
+                    "3 Patroni members"
+                };
+                progress(&step(what, k));
+                let etcd = ha.first().map(LocalHa::etcd_urls).unwrap_or_default();
+                let (scope, logs) = match k {
+                    0 => (crate::ha::SCOPE.to_string(), log_dir.join("ha")),
+                    k => {
+                        let name = db_cluster_name(k);
+                        (name.clone(), log_dir.join(format!("ha-{name}")))
+                    }
+                };
+                let group = LocalHa::start(HaOptions {
+                    fsync: config.fsync,
+                    log_dir: Some(logs),
+                    cpu_group: group(k),
+                    scope,
+                    etcd,
+                    ..HaOptions::default()
+                })?;
+                database_urls.push(group.database_url());
+                if k == 0 {
+                    server_args.push(format!("--patroni={}", group.patroni_urls().join(",")));
+                    server_args.push(format!("--etcd={}", group.etcd_urls().join(",")));
+                } else {
+                    server_args.push(format!(
+                        "--db-cluster-patroni={}={}",
+                        db_cluster_name(k),
+                        group.patroni_urls().join(",")
+                    ));
+                }
+                ha.push(group);
+            }
+        }
+    };
+    Ok((postgres, ha, database_urls))
 }
 
-/// Whether `args` gives `flag` (as `--flag value` or `--flag=value`).
-fn sets(args: &[String], flag: &str) -> bool {
-    args.iter().any(|a| {
-        a.strip_prefix(flag)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
-    })
-}
-
-/// `--db-warm-up-pace-ms=0` unless `args` sets the pace: for the servers of
-/// the end-to-end tests. The pace spreads a starting server's standing
-/// connections over ~0.2 s so that the calls of the servers already
-/// running (what a benchmark or a chaos run measures while it replaces a
-/// server) do not wait on their start-up; a test's servers start before
-/// its calls, and ~0.2 s a start adds up over the suite's few hundred
-/// starts. The connections are opened and planned all the same.
-pub fn no_warm_up_pace_unless_set(args: &[String]) -> Vec<String> {
-    const PACE: &str = "--db-warm-up-pace-ms";
-    if sets(args, PACE) {
-        Vec::new()
-    } else {
-        vec![format!("{PACE}=0")]
+/// A proxy per server slot in front of each database cluster (see
+/// [`ClusterConfig::database_proxy`]).
+fn database_proxies(
+    servers: usize,
+    ha: &[LocalHa],
+    database_urls: &[String],
+) -> Result<Vec<Vec<TcpProxy>>, ClusterError> {
+    if !ha.is_empty() {
+        return Err(ClusterError::Proxy(
+            "the replicated database is reached through Patroni, not one address".into(),
+        ));
     }
+    let upstreams = database_urls
+        .iter()
+        .map(|url| {
+            proxy::url_host_port(url).ok_or_else(|| {
+                ClusterError::Proxy(format!("no host:port in the database URL {url:?}"))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    (0..servers)
+        .map(|_| {
+            upstreams
+                .iter()
+                .map(|upstream| {
+                    TcpProxy::start(upstream).map_err(|source| ClusterError::Io {
+                        context: format!("starting a proxy to {upstream}"),
+                        source,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()
 }
 
-/// The server flags that lift the rate and connection limits, less those
-/// `args` sets itself. Every client of a local cluster comes from one
-/// address (loopback), and bench and chaos drive closed loops far above a
-/// player's rate: the limits are for open networks, and a test of them
-/// sets them.
-pub fn unlimited_unless_set(args: &[String]) -> Vec<String> {
-    const LIMITS: [&str; 5] = [
-        "--max-acts-per-s",
-        "--max-joins-per-ip-per-min",
-        "--max-reads-per-ip-per-s",
-        "--max-connections-per-ip",
-        "--max-connections",
-    ];
-    LIMITS
-        .iter()
-        .filter(|flag| !sets(args, flag))
-        .map(|flag| format!("{flag}=0"))
-        .collect()
+/// The delay proxies of each server slot, one per `config.wan` link.
+fn delay_links(config: &ClusterConfig) -> Result<Vec<Vec<TcpProxy>>, ClusterError> {
+    (0..config.servers)
+        .map(|_| {
+            config
+                .wan
+                .iter()
+                .map(|wan| TcpProxy::with_wan(None, *wan))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| ClusterError::Io {
+            context: "starting a delay proxy".into(),
+            source,
+        })
+}
+
+/// The program servers are run from, with the arguments before their flags:
+/// `server_command`, or this program's `server` subcommand.
+fn server_program(
+    server_command: Option<(PathBuf, Vec<String>)>,
+) -> Result<(PathBuf, Vec<String>), ClusterError> {
+    Ok(match server_command {
+        Some(command) => command,
+        None => {
+            let exe = std::env::current_exe().map_err(|source| ClusterError::Io {
+                context: "finding this program's path".into(),
+                source,
+            })?;
+            (exe, vec!["server".to_string()])
+        }
+    })
 }
 
 #[cfg(test)]

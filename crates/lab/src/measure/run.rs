@@ -8,24 +8,23 @@ use crate::shutdown::{self, Shutdown};
 use anyhow::Context;
 use attribution::{Attribution, StallWindows};
 use borbaman_client::pool::{PoolConfig, ServerPool};
-use borbaman_server::store::audit;
 use distance::{DistanceReport, link_of_client};
 use faults::FaultEvent;
 use floors::DbFloor;
-use indicatif::{ProgressBar, ProgressStyle};
 use pgview::PostgresView;
 use plot::{FaultMark, Reference};
 use record::{Recorder, RunClock};
 use report::{FloorRatios, SplitGames, Summary, Tail, floor_stats, measure};
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinHandle;
 use workload::{Progress, WorkloadConfig};
 
+use super::dbs::{
+    connect_one, count_rows, db_clusters_now, partition_map, read_costs, read_stats, total_cost,
+};
+use super::progress::progress_bar;
 use super::*;
 
 /// One pool for the floors at each distance (through the same proxies as
@@ -356,100 +355,6 @@ async fn check_invariants(
     Ok(Some(report))
 }
 
-/// One connection to `url`, for readings and checks.
-async fn connect_one(url: &str) -> Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await
-}
-
-/// The database clusters as they are now, home first: a local cluster's
-/// own; else home (`database_url`) and the others it lists; none without
-/// a database.
-async fn db_clusters_now(target: &Target) -> Vec<DbClusterNow> {
-    if let Some(now) = &target.db_clusters {
-        let now = now.clone();
-        if let Ok(clusters) = tokio::task::spawn_blocking(move || now()).await {
-            return clusters;
-        }
-    }
-    let Some(home) = target.database_url.clone() else {
-        return Vec::new();
-    };
-    let pids = target.database_pids.as_ref().map(|pids| pids());
-    let mut clusters = vec![DbClusterNow {
-        name: borbaman_cluster::db_cluster_name(0),
-        url: home.clone(),
-        pids,
-    }];
-    // A database from before partitions lists none: home alone.
-    if let Ok(listed) = clusters::listing(&home).await {
-        clusters.extend(listed.into_iter().filter_map(|(name, url, _)| {
-            Some(DbClusterNow {
-                name,
-                url: url?,
-                pids: None,
-            })
-        }));
-    }
-    clusters
-}
-
-/// Which cluster holds each partition, from home's map at the end of the
-/// run (the rule servers spread a fresh install's partitions by, when it
-/// cannot be read).
-async fn partition_map(clusters: &[DbClusterNow]) -> clusters::PartitionMap {
-    let names = || clusters.iter().map(|c| c.name.clone()).collect();
-    let Some(home) = clusters.first() else {
-        return clusters::PartitionMap::spread(names());
-    };
-    match clusters::listing(&home.url).await {
-        Ok(listed) if listed.len() == clusters.len() => clusters::PartitionMap::from_listing(
-            &listed
-                .into_iter()
-                .map(|(name, _, partitions)| (name, partitions))
-                .collect::<Vec<_>>(),
-        ),
-        _ => clusters::PartitionMap::spread(names()),
-    }
-}
-
-/// Each cluster's database counters (and CPU, when its processes are
-/// known) on the connections `dbs`, by cluster.
-async fn read_costs(
-    dbs: &[Option<PgPool>],
-    clusters: &[DbClusterNow],
-) -> Vec<Option<dbcost::Reading>> {
-    let mut readings = Vec::new();
-    for (k, db) in dbs.iter().enumerate() {
-        let pids = clusters.get(k).and_then(|c| c.pids.clone());
-        readings.push(match db {
-            Some(db) => dbcost::read(db, pids).await.ok(),
-            None => None,
-        });
-    }
-    readings
-}
-
-/// Every cluster's statistics views as one snapshot; `None` when one
-/// cannot be read.
-async fn read_stats(dbs: &[Option<PgPool>]) -> Option<pgview::Snapshot> {
-    let mut snapshots = Vec::new();
-    for db in dbs {
-        let views = audit::stat_snapshot(db.as_ref()?).await.ok()?;
-        snapshots.push(pgview::snapshot(views));
-    }
-    pgview::merge(snapshots)
-}
-
-/// The clusters' readings as one: `None` unless every cluster was read.
-fn total_cost(readings: &[Option<dbcost::Reading>]) -> Option<dbcost::Reading> {
-    let all: Option<Vec<dbcost::Reading>> = readings.iter().copied().collect();
-    dbcost::Reading::sum(&all?)
-}
-
 /// Lost, duplicated and regressed actions: from the invariant checks, or,
 /// without a database, the regressions the clients saw.
 fn fill_invariants(
@@ -749,16 +654,7 @@ pub async fn run_measured(
 
     // A closed loop's capacity floor, first phase: on the idle cluster
     // (see `capacity` for why it is short).
-    let closed_loop_url = match (&target.database_url, plan.workload.interval.is_zero()) {
-        (Some(_), true) => Some(
-            db_clusters_now(target)
-                .await
-                .into_iter()
-                .map(|c| c.url)
-                .collect::<Vec<_>>(),
-        ),
-        _ => None,
-    };
+    let closed_loop_url = closed_loop_urls(plan, target).await;
     let before_for = (plan.workload.total - plan.workload.warmup).min(capacity::BEFORE);
     // CPU readings around each phase and the workload: how many cores
     // other processes took meanwhile, the usual reason a floor moves.
@@ -816,13 +712,7 @@ pub async fn run_measured(
     let all = |samples: &[floors::FloorSamples], of: fn(&floors::FloorSamples) -> &Vec<u64>| {
         floor_stats(samples.iter().flat_map(|s| of(s).iter().copied()))
     };
-    let ping_failed: u64 = probed.iter().chain(&idle).map(|s| s.ping_failed).sum();
-    if ping_failed > 0 {
-        notes.push(format!(
-            "{ping_failed} floor pings failed or went unanswered (a server down or hung) \
-             and are left out of the floors"
-        ));
-    }
+    notes.extend(failed_pings_note(&probed, &idle));
     let mut summary = Summary {
         faults: faults.len() as u64,
         floor_ping_us: all(&probed, |s| &s.ping_us),
@@ -881,16 +771,50 @@ pub async fn run_measured(
             clusters::figures(&map, &records, &faults, summary.duration_s, &cluster_costs);
     }
     fill_invariants(&mut summary, invariants, &logs);
-    notes.push(format!(
-        "warm-up: calls started in the first {} s ({} calls) are in invocations.csv \
-         (warmup=true) but in no figure",
-        plan.workload.warmup.as_secs(),
-        summary.warmup_invocations
-    ));
+    notes.push(warmup_note(plan, &summary));
     summary.notes = notes;
 
     write_outputs(&plan.out, &records, &summary, &faults, warmup_us)?;
     Ok(summary)
+}
+
+/// The database clusters' URLs for a closed loop's capacity floor (with
+/// `--interval-ms 0` on a database this run can reach); `None` otherwise.
+async fn closed_loop_urls(plan: &RunPlan, target: &Target) -> Option<Vec<String>> {
+    match (&target.database_url, plan.workload.interval.is_zero()) {
+        (Some(_), true) => Some(
+            db_clusters_now(target)
+                .await
+                .into_iter()
+                .map(|c| c.url)
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// The note on floor pings that failed (a server down or hung), if any.
+fn failed_pings_note(
+    probed: &[floors::FloorSamples],
+    idle: &[floors::FloorSamples],
+) -> Option<String> {
+    let ping_failed: u64 = probed.iter().chain(idle).map(|s| s.ping_failed).sum();
+    (ping_failed > 0).then(|| {
+        format!(
+            "{ping_failed} floor pings failed or went unanswered (a server down or hung) \
+             and are left out of the floors"
+        )
+    })
+}
+
+/// The note on the warm-up's calls.
+fn warmup_note(plan: &RunPlan, summary: &Summary) -> String {
+    format!(
+        "warm-up: calls started in the first {} s ({} calls) are in invocations.csv \
+         (warmup=true) but in no figure",
+        plan.workload.warmup.as_secs(),
+        summary.warmup_invocations
+    )
 }
 
 fn write_outputs(
@@ -988,50 +912,6 @@ pub fn run_end(planned: Instant, faults_over: Instant, tail: Duration) -> Instan
     planned.max(faults_over + tail)
 }
 
-/// Shows elapsed seconds and live counters until `stop` turns true. Draws
-/// nothing when stderr is not a terminal.
-fn progress_bar(
-    plan: &RunPlan,
-    clock: RunClock,
-    progress: Arc<Progress>,
-    mut stop: Shutdown,
-) -> JoinHandle<()> {
-    let total = plan.workload.total;
-    let warmup = plan.workload.warmup;
-    let bar = ProgressBar::new(total.as_secs());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:>8} [{elapsed_precise}] {bar:30} {pos}/{len} s  {msg}",
-        )
-        .expect("valid template"),
-    );
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = stop.recv() => break,
-            }
-            let elapsed = clock.started().elapsed();
-            bar.set_prefix(if elapsed < warmup {
-                "warm-up"
-            } else {
-                "measure"
-            });
-            bar.set_position(elapsed.as_secs().min(total.as_secs()));
-            bar.set_message(format!(
-                "{} calls, {} refused, {} errors, {} failovers, {} games finished",
-                progress.calls.load(Ordering::Relaxed),
-                progress.refusals.load(Ordering::Relaxed),
-                progress.errors.load(Ordering::Relaxed),
-                progress.failovers.load(Ordering::Relaxed),
-                progress.sessions_finished.load(Ordering::Relaxed) / 4,
-            ));
-        }
-        bar.finish_and_clear();
-    })
-}
-
 /// The 1-minute load average (0 where /proc/loadavg is missing): this
 /// machine is shared, and a run beside someone's build says so here.
 fn load_average() -> f64 {
@@ -1073,44 +953,4 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// Every table's rows at the start, every minute, and once more when the
-/// run stops (a failed read is left out: the database may be failing over).
-async fn count_rows(
-    dbs: Vec<PgPool>,
-    clock: RunClock,
-    mut stop: Shutdown,
-) -> Vec<report::TableRows> {
-    let mut samples = Vec::new();
-    let mut ticker = tokio::time::interval(Duration::from_secs(60));
-    loop {
-        let stopping = tokio::select! {
-            _ = ticker.tick() => false,
-            _ = stop.recv() => true,
-        };
-        // Each table's rows on every cluster added up (a game's rows are
-        // on one cluster; the global tables are home's, empty elsewhere).
-        let mut rows = std::collections::BTreeMap::new();
-        let mut read = true;
-        for db in &dbs {
-            match audit::table_rows(db).await {
-                Ok(counts) => {
-                    for (table, n) in counts {
-                        *rows.entry(table.to_string()).or_insert(0) += n;
-                    }
-                }
-                Err(_) => read = false,
-            }
-        }
-        if read {
-            samples.push(report::TableRows {
-                at_s: clock.started().elapsed().as_secs_f64(),
-                rows,
-            });
-        }
-        if stopping {
-            return samples;
-        }
-    }
 }
