@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::record::Invocation;
-use super::report::{FloorStats, floor_stats};
+use super::stats::{FloorStats, floor_stats};
 
 /// The slowest a call may be and still not count as slow, when no floor
 /// was measured.

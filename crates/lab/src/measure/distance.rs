@@ -15,7 +15,7 @@ use borbaman_cluster::WanSpec;
 use serde::Serialize;
 
 use super::record::Invocation;
-use super::report::{self, FloorStats, RttStats, floor_stats, ratio};
+use super::stats::{self, FloorStats, RttStats, floor_stats, ratio};
 
 /// One distance of a run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -68,7 +68,7 @@ impl DistanceReport {
             .filter(|r| clients.contains(&r.client))
             .cloned()
             .collect();
-        let m = report::measure(&mine);
+        let m = stats::measure(&mine);
         let network = floor_stats(network_us.iter().copied());
         let minus = |act: u64, net: u64| act as i64 - net as i64;
         let act = &m.act_rtt_us;
@@ -104,15 +104,15 @@ impl DistanceReport {
             self.link,
             self.emulated_rtt_ms,
             self.clients,
-            report::us_to_ms(self.network_rtt_us.p50),
-            report::us_to_ms(self.network_rtt_us.p99),
-            report::us_to_ms(self.act_rtt_us.p50),
+            stats::us_to_ms(self.network_rtt_us.p50),
+            stats::us_to_ms(self.network_rtt_us.p99),
+            stats::us_to_ms(self.act_rtt_us.p50),
             self.act_p50_minus_network_us as f64 / 1000.0,
             self.act_p50_to_network,
-            report::us_to_ms(self.act_rtt_us.p99),
+            stats::us_to_ms(self.act_rtt_us.p99),
             self.act_p99_minus_network_us as f64 / 1000.0,
             self.act_p99_to_network,
-            report::us_to_ms(self.rtt_us.max),
+            stats::us_to_ms(self.rtt_us.max),
             self.invocations,
             self.errors,
             self.failovers,

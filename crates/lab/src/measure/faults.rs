@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::record::{CallKind, Invocation};
-use super::report::effective_rtt_us;
+use super::stats::effective_rtt_us;
 
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]

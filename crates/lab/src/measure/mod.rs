@@ -49,6 +49,7 @@ pub mod quota;
 pub mod record;
 pub mod report;
 mod run;
+pub mod stats;
 pub mod workload;
 
 pub use conclude::{MAX_CLOSED_LOOP_ERROR_SHARE, conclude, too_many_errors};
