@@ -22,6 +22,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -123,6 +124,14 @@ impl CpuGroup {
         if let Some(acct) = &acct {
             fs::create_dir_all(acct).map_err(|e| unavailable(acct, e))?;
             procs.push(procs_path(acct));
+        }
+        // A child started as another user (a Patroni member runs as the
+        // PostgreSQL user) joins the group after it dropped root: cgroup
+        // v1 lets a process move itself, given write access to the file.
+        for group in std::iter::once(&dir).chain(acct.as_ref()) {
+            let file = group.join("cgroup.procs");
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o666))
+                .map_err(|e| unavailable(&file, e))?;
         }
         Ok(CpuGroup {
             dir,
