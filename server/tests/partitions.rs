@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use borbaman_cluster::wait;
 use borbaman_proto::pb;
+use borbaman_proto::pb::game_client::GameClient;
 use common::*;
 use sqlx::PgPool;
+use tonic::transport::Channel;
 
 /// The cluster holding each partition, as home's map says.
 async fn partition_map(home: &PgPool) -> BTreeMap<i64, String> {
@@ -378,36 +380,33 @@ async fn every_server_routes_by_a_changed_map() {
     // Its partition now said to be on c1, where the game is not: each
     // server looks for it there.
     remap(&home, partition, "c1").await;
-    for client in &clients {
-        let token = player.token.clone();
-        let client = client.clone();
+    until_every_server(&clients, &player.token, game_id, false).await;
+    // And back: the game plays again through either server.
+    remap(&home, partition, "home").await;
+    until_every_server(&clients, &player.token, game_id, true).await;
+}
+
+/// Waits until every client's server finds (`found`) or does not find the
+/// token's game `game_id`: it routes the game by the map home has now.
+async fn until_every_server(
+    clients: &[GameClient<Channel>],
+    token: &[u8],
+    game_id: u64,
+    found: bool,
+) {
+    for client in clients {
         wait::until(
-            "the server to route by the new map",
+            "the server to route by the map",
             Duration::from_secs(3),
             || {
                 let mut client = client.clone();
                 let req = pb::GetStateRequest {
-                    token: token.clone(),
+                    token: token.to_vec(),
                     game_id,
                 };
-                async move { client.get_state(req).await.err().map(|_| ()) }
+                async move { (client.get_state(req).await.is_ok() == found).then_some(()) }
             },
         )
-        .await;
-    }
-    // And back: the game plays again through either server.
-    remap(&home, partition, "home").await;
-    for client in &clients {
-        let token = player.token.clone();
-        let client = client.clone();
-        wait::until("the server to route back", Duration::from_secs(3), || {
-            let mut client = client.clone();
-            let req = pb::GetStateRequest {
-                token: token.clone(),
-                game_id,
-            };
-            async move { client.get_state(req).await.ok().map(|_| ()) }
-        })
         .await;
     }
 }

@@ -209,17 +209,16 @@ macro_rules! log_actions {
     };
 }
 
-/// Rankings upsert for the commit that finishes the game (`$when`, and only
-/// if the game update `g` matched: a compare-and-set that lost counts
-/// nothing, so a game is counted once), per identity, under the name it
-/// played this game with; grouped and ordered by identity so two games
-/// finishing at once lock rankings rows in the same order. A game with a
-/// seat of a player without a long-lived identity counts for no one.
-macro_rules! rankings {
+/// A finished game's result per identity, from its seats: `identity_hash,
+/// name, games, wins, draws` rows, counted only for the commit that
+/// finishes the game (`$when`, and only if the game update `g` matched: a
+/// compare-and-set that lost counts nothing, so a game is counted once),
+/// under the name each played this game with. A game with a seat of a
+/// player without a long-lived identity counts for no one.
+macro_rules! game_results {
     ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
         concat!(
-            "rk AS (INSERT INTO rankings AS rk (identity_hash, name, games, wins, draws) \
-               SELECT identity_hash, min(name), count(*), count(*) FILTER (WHERE seat = ",
+            "identity_hash, min(name), count(*), count(*) FILTER (WHERE seat = ",
             $winner,
             "::smallint), CASE WHEN ",
             $draw,
@@ -229,8 +228,19 @@ macro_rules! rankings {
             $game,
             "::bigint AND NOT EXISTS (SELECT 1 FROM seats anon WHERE anon.game_id = ",
             $game,
-            "::bigint AND NOT anon.identified) \
-             GROUP BY identity_hash ORDER BY identity_hash \
+            "::bigint AND NOT anon.identified) GROUP BY identity_hash"
+        )
+    };
+}
+
+/// Rankings upsert of [`game_results!`], ordered by identity so two games
+/// finishing at once lock rankings rows in the same order.
+macro_rules! rankings {
+    ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
+        concat!(
+            "rk AS (INSERT INTO rankings AS rk (identity_hash, name, games, wins, draws) SELECT ",
+            game_results!($game, $winner, $draw, $when),
+            " ORDER BY identity_hash \
              ON CONFLICT (identity_hash) DO UPDATE SET name = excluded.name, \
                games = rk.games + excluded.games, \
                wins = rk.wins + excluded.wins, draws = rk.draws + excluded.draws)"
@@ -238,27 +248,17 @@ macro_rules! rankings {
     };
 }
 
-/// [`rankings!`] for a game on a cluster other than home: the same rows,
-/// into the cluster's `results` outbox, which a fold moves into home's
-/// rankings exactly once (see `store::partitions`).
+/// [`game_results!`] for a game on a cluster other than home: the same
+/// rows, into the cluster's `results` outbox, which a fold moves into
+/// home's rankings exactly once (see `store::partitions`).
 macro_rules! results {
     ($game:literal, $winner:literal, $draw:literal, $when:literal) => {
         concat!(
-            "rk AS (INSERT INTO results (game_id, identity_hash, name, games, wins, draws) \
-               SELECT ",
+            "rk AS (INSERT INTO results (game_id, identity_hash, name, games, wins, draws) SELECT ",
             $game,
-            "::bigint, identity_hash, min(name), count(*), count(*) FILTER (WHERE seat = ",
-            $winner,
-            "::smallint), CASE WHEN ",
-            $draw,
-            "::boolean THEN count(*) ELSE 0 END FROM seats WHERE ",
-            $when,
-            " AND EXISTS (SELECT 1 FROM g) AND game_id = ",
-            $game,
-            "::bigint AND NOT EXISTS (SELECT 1 FROM seats anon WHERE anon.game_id = ",
-            $game,
-            "::bigint AND NOT anon.identified) \
-             GROUP BY identity_hash ON CONFLICT DO NOTHING)"
+            "::bigint, ",
+            game_results!($game, $winner, $draw, $when),
+            " ON CONFLICT DO NOTHING)"
         )
     };
 }
