@@ -1,7 +1,9 @@
 //! `borbaman db`: the database clusters the games are partitioned over
-//! (see docs/scaling.md): list them, register one more.
+//! (see docs/scaling.md): list them, register one more, move partitions
+//! between them while their games play.
 
 use anyhow::Context;
+use borbaman_server::store::mover;
 use borbaman_server::store::partitions::{ClusterRow, ClusterSpec, check_name};
 use borbaman_server::store::{Store, StoreOptions};
 use clap::{Args, Subcommand};
@@ -23,6 +25,44 @@ pub enum DbCommand {
     /// holds no partition, so it serves no game until partitions move to
     /// it.
     AddCluster(AddClusterArgs),
+    /// Move a partition to another cluster while its games play: its rows
+    /// are copied by PostgreSQL's logical replication, then the partition
+    /// is read-only for a moment while the target catches up, and the
+    /// servers send its games to the target. Prints each step and how
+    /// long the partition was read-only. Running it again finishes a move
+    /// that was cut short (the move's state is kept at home). Needs
+    /// `wal_level = logical` on the source, and every server to have the
+    /// target open (--db-cluster).
+    Move(MoveArgs),
+    /// Spread the partitions evenly over the clusters, one move at a time
+    /// (each as `db move`). A cluster added with `db add-cluster` takes its
+    /// share.
+    Rebalance(RebalanceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MoveArgs {
+    /// The partition (0 to 63): a game's is its id modulo 64.
+    pub partition: u16,
+    /// The cluster it goes to (a name `db clusters` lists).
+    #[arg(long, value_name = "CLUSTER")]
+    pub to: String,
+    /// The home cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// One JSON document (the move's report) instead of the steps.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RebalanceArgs {
+    /// The home cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+    /// One JSON document (each move's report) instead of the steps.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -79,6 +119,8 @@ pub fn run(args: DbArgs) -> anyhow::Result<()> {
         match args.command {
             DbCommand::Clusters(args) => clusters(args).await,
             DbCommand::AddCluster(args) => add_cluster(args).await,
+            DbCommand::Move(args) => move_partition(args).await,
+            DbCommand::Rebalance(args) => rebalance(args).await,
         }
     })
 }
@@ -198,6 +240,79 @@ async fn add_cluster(args: AddClusterArgs) -> anyhow::Result<()> {
             added.partitions.len(),
             added.name,
             args.url
+        );
+    }
+    Ok(())
+}
+
+/// Prints a move's steps as they go (to stderr with `--json`, so stdout
+/// holds only the document).
+fn teller(json: bool) -> impl FnMut(String) + Send {
+    move |line: String| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
+async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
+    // The schema first: a home from before moves gets their tables.
+    home(&args.database_url).await?.close().await;
+    let mut say = teller(args.json);
+    let report = mover::move_partition(&args.database_url, args.partition, &args.to, &mut say)
+        .await
+        .with_context(|| format!("moving partition {}", args.partition))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if !report.already_there {
+        println!(
+            "partition {} moved from {} to {} in {:.0} ms; read-only for {:.1} ms",
+            report.partition,
+            report.source,
+            report.target,
+            report.total_ms,
+            report.read_only_ms.unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+async fn rebalance(args: RebalanceArgs) -> anyhow::Result<()> {
+    let store = home(&args.database_url).await?;
+    let rows = store.clusters().await?;
+    store.close().await;
+    let moves = mover::plan_rebalance(&rows);
+    let mut say = teller(args.json);
+    if moves.is_empty() {
+        say("the partitions are spread evenly already".to_string());
+    }
+    let mut reports = Vec::new();
+    for (i, (partition, to)) in moves.iter().enumerate() {
+        say(format!(
+            "move {} of {}: partition {partition} to {to}",
+            i + 1,
+            moves.len()
+        ));
+        let report = mover::move_partition(&args.database_url, *partition, to, &mut say)
+            .await
+            .with_context(|| format!("moving partition {partition} to {to}"))?;
+        reports.push(report);
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "moves": reports }))?
+        );
+    } else if !reports.is_empty() {
+        let worst = reports
+            .iter()
+            .filter_map(|r| r.read_only_ms)
+            .fold(0.0, f64::max);
+        println!(
+            "{} partitions moved; the longest read-only moment {worst:.1} ms",
+            reports.len()
         );
     }
     Ok(())

@@ -63,6 +63,13 @@ pub enum Error {
     /// `UNAVAILABLE`.
     #[error("database connection lost: {0}")]
     ConnectionLost(String),
+    /// The game's partition is not writable on the cluster the call went
+    /// to: it is moving to another cluster, or moved (this server's map was
+    /// stale). The store re-reads the map and goes where it says; if the
+    /// move outlasts the call's deadline it reaches the client as
+    /// `UNAVAILABLE`.
+    #[error("partition moving: {0}")]
+    Moved(String),
     /// A stored game state could not be decoded.
     #[error("stored game state is corrupt: {0}")]
     Corrupt(String),
@@ -192,9 +199,10 @@ impl From<Error> for Status {
             Error::RateLimited(_) => (Code::ResourceExhausted, Some(Reason::RateLimited)),
             Error::ServerFull { .. } => (Code::ResourceExhausted, Some(Reason::ServerFull)),
             Error::NameTaken(_) => (Code::AlreadyExists, Some(Reason::NameTaken)),
-            Error::Unavailable(_) | Error::Transient(_) | Error::ConnectionLost(_) => {
-                (Code::Unavailable, Some(Reason::DatabaseUnavailable))
-            }
+            Error::Unavailable(_)
+            | Error::Transient(_)
+            | Error::ConnectionLost(_)
+            | Error::Moved(_) => (Code::Unavailable, Some(Reason::DatabaseUnavailable)),
             Error::Corrupt(_) | Error::Internal(_) => (Code::Internal, None),
         };
         if code == Code::Internal {

@@ -97,6 +97,17 @@ pub enum PgError {
     },
 }
 
+/// What moving partitions between clusters needs of a cluster (logical
+/// replication, see `server/src/store/mover.rs`): logical decoding, and
+/// the slots, senders and workers of a move's copy.
+pub const MOVES: &[(&str, &str)] = &[
+    ("wal_level", "logical"),
+    ("max_replication_slots", "16"),
+    ("max_wal_senders", "16"),
+    ("max_logical_replication_workers", "8"),
+    ("max_sync_workers_per_subscription", "4"),
+];
+
 /// What PostgreSQL logs and times so a run can tell its stalls' causes
 /// (`borbaman bench` keeps the log in `OUT/logs/` and counts its events in
 /// each stall window): checkpoints, every autovacuum, connections opened
@@ -439,6 +450,9 @@ impl LocalPostgres {
         }
         if !self.opts.fsync {
             options.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
+        }
+        for (name, value) in MOVES {
+            options.push_str(&format!(" -c {name}={value}"));
         }
         for (name, value) in OBSERVE {
             options.push_str(&format!(" -c {name}={value}"));

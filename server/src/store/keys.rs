@@ -10,9 +10,10 @@ use std::time::Duration;
 /// `tokens_names_ranked`).
 const SESSION_KEY: &str = "SELECT key FROM cluster_keys WHERE name = 'session-token'";
 
-/// Whether the session of token hash `$1` was created more than `$2` ms
-/// ago (no row: there is no such session).
-const SESSION_OLDER_THAN: &str = "SELECT created_at < now() - $2::bigint * interval '1 millisecond' \
+/// Whether the first session of token hash `$1` (it has one per
+/// partition) was created more than `$2` ms ago (NULL: there is no such
+/// session).
+const SESSION_OLDER_THAN: &str = "SELECT min(created_at) < now() - $2::bigint * interval '1 millisecond' \
      FROM sessions WHERE token_hash = $1::bytea";
 
 /// Every statement, for the schema test.
@@ -50,7 +51,7 @@ impl Store {
             let old: Result<Option<bool>, _> = sqlx::query_scalar(SESSION_OLDER_THAN)
                 .bind(&token_hash[..])
                 .bind(window_ms)
-                .fetch_optional(lease.conn())
+                .fetch_one(lease.conn())
                 .await;
             Ok(lease.settle(old.map_err(Error::from))?.unwrap_or(false))
         })

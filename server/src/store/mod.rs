@@ -54,6 +54,8 @@ mod census;
 pub mod follow;
 mod gates;
 pub mod keys;
+pub mod mover;
+mod moves;
 pub mod names;
 pub mod partitions;
 pub mod play;

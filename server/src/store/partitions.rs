@@ -63,8 +63,20 @@ pub const HOME: &str = "home";
 /// (home from 0), so ids are unique across clusters.
 const ID_RANGE_BITS: u32 = 40;
 
-/// How often a server asks home whether the map changed.
+/// How often a server asks home whether the map changed (besides when a
+/// call meets a partition moving, see [`moves`](super::moves)).
 pub const MAP_POLL: Duration = Duration::from_millis(500);
+
+/// The environment variable that sets [`MAP_POLL`] in milliseconds: how
+/// the tests make a server whose map is stale.
+pub const MAP_POLL_ENV: &str = "BORBAMAN_MAP_POLL_MS";
+
+fn map_poll() -> Duration {
+    std::env::var(MAP_POLL_ENV)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(MAP_POLL, Duration::from_millis)
+}
 
 /// How long a token's placement sends its joins to the same cluster: well
 /// beyond any client's retries of one join.
@@ -418,7 +430,7 @@ impl Store {
     /// Reads the map if its version changed. A partition on a cluster this
     /// server has not opened (added since it started) keeps its old
     /// cluster here, and the change is logged: restart the server.
-    async fn load_map(&self) -> Result<(), Error> {
+    pub(super) async fn load_map(&self) -> Result<(), Error> {
         let Some(partitions) = &self.partitions else {
             return Ok(());
         };
@@ -517,7 +529,7 @@ impl Store {
         if self.partitions.is_none() {
             return;
         }
-        let mut poll = tokio::time::interval(MAP_POLL);
+        let mut poll = tokio::time::interval(map_poll());
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut fold = tokio::time::interval(FOLD_EVERY);
         fold.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -639,13 +651,14 @@ impl Store {
         }
     }
 
-    /// A partition this cluster holds, for a new game (any, at random).
-    pub(crate) fn new_game_partition(&self) -> u16 {
+    /// The partitions this cluster holds, for a new game (every partition
+    /// with one cluster); the join's statement takes one writable here.
+    pub(crate) fn new_game_partitions(&self) -> Vec<i16> {
         let held = self.held.read().expect("held partitions");
         if held.is_empty() {
-            return rand::random_range(0..PARTITIONS as u16);
+            return (0..PARTITIONS as i16).collect();
         }
-        held[rand::random_range(0..held.len())]
+        held.iter().map(|&p| p as i16).collect()
     }
 
     /// Where the token's join goes (step 1 of a join, see the module

@@ -91,8 +91,19 @@ macro_rules! game_cols {
     };
 }
 
+/// The partition of the game row in scope is writable on this cluster (see
+/// the `partition_fence` table): a partition moving away, or moved, takes
+/// no write here.
+macro_rules! writable {
+    () => {
+        "EXISTS (SELECT 1 FROM partition_fence pf WHERE pf.partition = games.partition \
+         AND pf.writable)"
+    };
+}
+
 /// Game update shared by every write: new state, version + 1, phase, plus
-/// `$extra` assignments, where `$cond` holds.
+/// `$extra` assignments, where `$cond` holds and the game's partition is
+/// writable here (`writable!`).
 macro_rules! update_game {
     ($state:literal, $phase:literal, $game:literal, $extra:literal, $($cond:tt)+) => {
         concat!(
@@ -110,6 +121,8 @@ macro_rules! update_game {
             $game,
             "::bigint",
             $($cond)+,
+            " AND ",
+            writable!(),
             " RETURNING id, version, created_at)"
         )
     };
@@ -268,7 +281,9 @@ macro_rules! results {
 /// and the database clock in microseconds, as one snapshot; locks nothing.
 /// One row per known token: the token hash, then the columns of the
 /// function `game_call_read` (migration `cas_reads`), which a write that
-/// lost its race reads again with (`read_again!`). `$2` tick length.
+/// lost its race reads again with (`read_again!`). `$2` tick length, `$3`
+/// the game (a token's session in its partition: a token has one per
+/// partition).
 pub const LOAD_CALLERS: &str = concat!(
     "SELECT s.token_hash, s.id, s.seat, s.in_game, coalesce(l.seq, 0), \
             coalesce(l.action, 0::smallint), coalesce(l.outcome, 0::smallint), \
@@ -279,15 +294,23 @@ pub const LOAD_CALLERS: &str = concat!(
     " FROM sessions s JOIN games g ON g.id = s.game_id \
      LEFT JOIN LATERAL (SELECT a.seq, a.action, a.outcome, a.tick FROM actions a \
                         WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true \
-     WHERE s.token_hash = ANY($1::bytea[])"
+     WHERE s.token_hash = ANY($1::bytea[]) AND s.partition = ($3::bigint % 64)::smallint"
 );
 
+/// The game of token hash `$1`'s session in the newest game, for a call
+/// that named a game in another partition (no row: the token has no
+/// session here).
+pub const SESSION_ELSEWHERE: &str = "SELECT s.game_id FROM sessions s WHERE s.token_hash = $1::bytea \
+     ORDER BY s.in_game DESC, s.game_id DESC LIMIT 1";
+
 /// The caller's game, without locking anything, then the caller's seat
-/// (-1 once freed). `$1` token hash, `$2` tick length.
+/// (-1 once freed). `$1` token hash, `$2` tick length, `$3` the game (its
+/// partition's session of the token).
 pub const READ_STATE: &str = concat!(
     "SELECT ",
     game_cols!("$2"),
-    ", s.seat FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
+    ", s.seat FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea \
+     AND s.partition = ($3::bigint % 64)::smallint"
 );
 
 /// One game, read inside a join's transaction. `$1` game, `$2` tick length.
@@ -333,6 +356,8 @@ pub const LOAD_WAITING_LOCKED: &str = concat!(
     "] FROM games g WHERE g.phase = ",
     waiting!(),
     " AND ($3::smallint IS NULL OR g.arena = $3::smallint) \
+     AND EXISTS (SELECT 1 FROM partition_fence pf WHERE pf.partition = g.partition \
+                 AND pf.writable) \
      AND NOT EXISTS (SELECT 1 FROM seats st \
                      WHERE st.game_id = g.id AND st.identity_hash = $4::bytea) \
      ORDER BY g.id LIMIT 1 FOR UPDATE"
@@ -360,6 +385,14 @@ pub const FREE_SILENT_SEATS: &str = "WITH f AS (SELECT id, seat FROM sessions \
            WHERE id = $1::bigint AND EXISTS (SELECT 1 FROM f)) \
      SELECT seat FROM f ORDER BY seat";
 
+/// Of a token's sessions (one per partition), the one in a game that has
+/// not finished first.
+macro_rules! running_first {
+    () => {
+        " ORDER BY (s.in_game AND g.phase <> 3) DESC, s.id DESC LIMIT 1"
+    };
+}
+
 /// A joining token's session: seat, in its game, last sequence number,
 /// then its game; locks nothing (a rejoin only reads). `$1` token hash,
 /// `$2` tick length.
@@ -367,15 +400,21 @@ pub const READ_JOINER: &str = concat!(
     "SELECT s.seat, s.in_game, \
             coalesce((SELECT max(a.seq) FROM actions a WHERE a.session_id = s.id), 0), ",
     game_cols!("$2"),
-    " FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea"
+    " FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea",
+    running_first!()
 );
 
 /// A joining token's session (locked), its game's phase and its last
-/// sequence number. `$1` token hash.
-pub const LOAD_SESSION_LOCKED: &str = "SELECT s.id, s.game_id, s.seat, s.in_game, g.phase, \
+/// sequence number. `$1` token hash. Read under the lobby's lock, so no
+/// other join of the token on this cluster seats it meanwhile.
+pub const LOAD_SESSION_LOCKED: &str = concat!(
+    "SELECT s.id, s.game_id, s.seat, s.in_game, g.phase, \
             coalesce((SELECT max(a.seq) FROM actions a WHERE a.session_id = s.id), 0) \
      FROM sessions s JOIN games g ON g.id = s.game_id \
-     WHERE s.token_hash = $1::bytea FOR UPDATE OF s";
+     WHERE s.token_hash = $1::bytea",
+    running_first!(),
+    " FOR UPDATE OF s"
+);
 
 /// A compare-and-set write's row when it matched: its new version in the
 /// first column, the game's creation and the database clock (both µs
@@ -399,15 +438,18 @@ macro_rules! written_row {
 /// (`written_row!`); or, if it wrote nothing, NULL then the callers'
 /// read done again ([`LOAD_CALLERS`]'s columns, one row per token, from
 /// `game_call_read`, which sees the commit the write lost to). `$tokens`
-/// token hashes, `$tick` tick length.
+/// token hashes (each one's session in game `$game`'s partition), `$tick`
+/// tick length.
 macro_rules! read_again {
-    ($tokens:literal, $tick:literal) => {
+    ($tokens:literal, $game:literal, $tick:literal) => {
         concat!(
             written_row!(),
             " UNION ALL \
               SELECT NULL::bigint, t.h, r.* FROM unnest(",
             $tokens,
-            "::bytea[]) t(h), game_call_read(t.h, ",
+            "::bytea[]) t(h), game_call_read(t.h, (",
+            $game,
+            "::bigint % 64)::smallint, ",
             $tick,
             "::bigint) r WHERE NOT EXISTS (SELECT 1 FROM g)"
         )
@@ -470,7 +512,7 @@ macro_rules! write_calls {
              AND seat IN (SELECT seat FROM w WHERE leaving AND NOT freed) \
              AND EXISTS (SELECT 1 FROM g)), ",
             $count!("$3", "$8", "$9", "$10::boolean"),
-            read_again!("$20", "$21")
+            read_again!("$20", "$3", "$21")
         )
     };
 }
@@ -561,33 +603,35 @@ pub const WRITE_ADVANCE: &str = write_advance!(rankings);
 /// [`WRITE_CALLS_OUTBOX`]).
 pub const WRITE_ADVANCE_OUTBOX: &str = write_advance!(results);
 
-/// Seats a session (new or existing) of identity `$8` (`$9`: a long-lived
-/// one) at `$3` of game `g`. With `$4` false
-/// a session for the token must not exist yet: a racing join that created
-/// one makes this return no row, and the call is retried.
+/// Seats the token's session in game `g`'s partition (new, or the one it
+/// has there: a token has one session per partition) of identity `$7`
+/// (`$8`: a long-lived one) at `$3` of game `g`. Joins of one token on a
+/// cluster take turns at the lobby's lock, so none seats it meanwhile.
+/// Returns the game, its version and the session's last sequence number.
 macro_rules! seat_session {
     () => {
         ", s AS (INSERT INTO sessions (token_hash, name, game_id, seat) \
                  SELECT $1::bytea, $2::text, id, $3::smallint FROM g \
-                 ON CONFLICT (token_hash) DO UPDATE SET name = excluded.name, \
+                 ON CONFLICT (token_hash, partition) DO UPDATE SET name = excluded.name, \
                    game_id = excluded.game_id, seat = excluded.seat, in_game = true \
-                 WHERE $4::boolean \
                  RETURNING id), \
            st AS (INSERT INTO seats (game_id, seat, session_id, name, identity_hash, identified) \
-                  SELECT g.id, $3::smallint, s.id, $2::text, $8::bytea, $9::boolean FROM g, s) \
-         SELECT g.id, g.version FROM g, s"
+                  SELECT g.id, $3::smallint, s.id, $2::text, $7::bytea, $8::boolean FROM g, s) \
+         SELECT g.id, g.version, \
+                coalesce((SELECT max(a.seq) FROM actions a WHERE a.session_id = s.id), 0) \
+         FROM g, s"
     };
 }
 
 /// Seats a session in an existing waiting game (locked by the join's
 /// transaction, so no compare-and-set). `$1` token hash, `$2` name, `$3`
-/// seat, `$4` the session exists, `$5` state, `$6` phase, `$7` game.
+/// seat, `$4` state, `$5` phase, `$6` game.
 pub const WRITE_JOIN_WAITING: &str = concat!(
     "WITH ",
     update_game!(
+        "$4",
         "$5",
         "$6",
-        "$7",
         ", names[$3::smallint + 1] = $2::text, active_at[$3::smallint + 1] = now()",
         ""
     ),
@@ -613,13 +657,17 @@ macro_rules! initial_active {
 }
 
 /// Seats a session in a new game. Parameters as [`WRITE_JOIN_WAITING`],
-/// but `$7` is the new game's arena, and `$10` its partition (one this
-/// cluster holds): its id is the id sequence's next value times 64 plus
-/// the partition.
+/// but `$6` is the new game's arena, and `$9` the partitions this cluster
+/// holds: the game goes to one of them writable here (at random), its id
+/// the id sequence's next value times 64 plus the partition. No row: none
+/// is writable (all moving away).
 pub const WRITE_JOIN_NEW: &str = concat!(
-    "WITH g AS (INSERT INTO games (id, state, phase, arena, names, active_at) \
-     VALUES (nextval(pg_get_serial_sequence('games', 'id')) * 64 + $10::smallint, \
-             $5::bytea, $6::smallint, $7::smallint, ARRAY[",
+    "WITH p AS (SELECT pf.partition FROM partition_fence pf \
+                WHERE pf.partition = ANY($9::smallint[]) AND pf.writable \
+                ORDER BY random() LIMIT 1), \
+          g AS (INSERT INTO games (id, state, phase, arena, names, active_at) \
+     SELECT nextval(pg_get_serial_sequence('games', 'id')) * 64 + p.partition, \
+             $4::bytea, $5::smallint, $6::smallint, ARRAY[",
     initial_name!(0),
     ", ",
     initial_name!(1),
@@ -635,7 +683,7 @@ pub const WRITE_JOIN_NEW: &str = concat!(
     initial_active!(2),
     ", ",
     initial_active!(3),
-    "]) RETURNING id, version)",
+    "] FROM p RETURNING id, version)",
     seat_session!()
 );
 
@@ -704,6 +752,7 @@ pub const COUNT_LIVE_GAMES: &str = "SELECT (SELECT count(*) FROM games \
 #[cfg(test)]
 pub const ALL: &[&str] = &[
     LOAD_CALLERS,
+    SESSION_ELSEWHERE,
     READ_STATE,
     READ_GAME,
     READ_JOINER,

@@ -49,12 +49,21 @@ impl ServerProcess {
     }
 
     pub fn start_with(database_url: &str, extra: &[&str]) -> ServerProcess {
+        Self::start_with_env(database_url, extra, &[])
+    }
+
+    /// As [`ServerProcess::start_with`], with environment variables `env`.
+    pub fn start_with_env(
+        database_url: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         let stderr = if std::env::var_os("BORBAMAN_TEST_LOGS").is_some() {
             Stdio::inherit()
         } else {
             Stdio::null()
         };
-        Self::spawn("127.0.0.1:0", database_url, extra, stderr, None)
+        Self::spawn_env("127.0.0.1:0", database_url, extra, stderr, None, env)
     }
 
     /// As [`ServerProcess::start_with`], its log (without colours) written
@@ -84,7 +93,19 @@ impl ServerProcess {
         stderr: Stdio,
         open_files: Option<u64>,
     ) -> ServerProcess {
+        Self::spawn_env(listen, database_url, extra, stderr, open_files, &[])
+    }
+
+    fn spawn_env(
+        listen: &str,
+        database_url: &str,
+        extra: &[&str],
+        stderr: Stdio,
+        open_files: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> ServerProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_borbaman-server"));
+        command.envs(env.iter().copied());
         if let Some(limit) = open_files {
             use std::os::unix::process::CommandExt;
             let limit = libc::rlimit {

@@ -130,8 +130,10 @@ impl Store {
     }
 
     /// Seats the token's player, in one transaction on `conn`: under the
-    /// session's lock, which also settles a join with the same token that
-    /// seated it since [`Store::rejoin`] read it, and the lobby's. A new
+    /// lobby's lock, taken first, which also settles a join with the same
+    /// token that seated it since [`Store::rejoin`] read it (a token has a
+    /// session per partition, so only the lock keeps two joins of one
+    /// token from seating it twice), and its session's. A new
     /// game is opened only if `seats` finds room for it among the running
     /// games, counted under the lobby's lock.
     pub(super) async fn seat(
@@ -145,11 +147,11 @@ impl Store {
     ) -> Result<Joined, Error> {
         let identity_hash = &identity.hash;
         let mut tx = sqlx::Connection::begin(conn).await?;
+        sqlx::query(LOCK_LOBBY).execute(&mut *tx).await?;
         let session: Option<(i64, i64, i16, bool, i16, i64)> = sqlx::query_as(LOAD_SESSION_LOCKED)
             .bind(&token_hash[..])
             .fetch_optional(&mut *tx)
             .await?;
-        let last_seq = session.map_or(0, |s| s.5.max(0) as u64);
         let running = session.filter(|s| s.3 && s.4 != Phase::Finished.code());
         if let Some((_, game_id, seat, ..)) = running {
             let row = sqlx::query(READ_GAME)
@@ -163,11 +165,10 @@ impl Store {
                 game_id: snapshot.game_id,
                 seat: seat_index(seat)? as u8,
                 rejoined: true,
-                last_seq,
+                last_seq: session.map_or(0, |s| s.5.max(0) as u64),
                 snapshot,
             });
         }
-        sqlx::query(LOCK_LOBBY).execute(&mut *tx).await?;
         let waiting = sqlx::query(LOAD_WAITING_LOCKED)
             .bind(i64::from(TICK_MS))
             .bind(self.lobby_seat_ttl_ms)
@@ -229,7 +230,6 @@ impl Store {
             .bind(&token_hash[..])
             .bind(name)
             .bind(i16::from(seat))
-            .bind(session.is_some())
             .bind(Packed(&snapshot.state))
             .bind(snapshot.state.phase().code());
         query = if new_game {
@@ -239,14 +239,16 @@ impl Store {
         };
         query = query.bind(&identity_hash[..]).bind(identity.claims_names);
         if new_game {
-            query = query.bind(self.new_game_partition() as i16);
+            query = query.bind(self.new_game_partitions());
         }
         let Some(row) = query.fetch_optional(&mut *tx).await? else {
             return Err(Error::Transient(
-                "another join with the same token won the race".into(),
+                "no partition of this cluster takes new games now (moving away)".into(),
             ));
         };
-        let (game_id, version): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+        let (game_id, version, last_seq): (i64, i64, i64) =
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        let last_seq = last_seq.max(0) as u64;
         sqlx::query(LOG_SEATS)
             .bind(game_id)
             .bind(version)

@@ -134,11 +134,7 @@ impl Store {
     /// Applies one action at the current tick, exactly once per sequence
     /// number.
     pub async fn act(&self, call: &ActCall) -> Result<Acted, Error> {
-        match self
-            .route(call.game_id)
-            .write(Call::Act(call.clone()))
-            .await?
-        {
+        match self.write_routed(Call::Act(call.clone())).await? {
             Reply::Acted(acted) => Ok(*acted),
             Reply::Left(_) => Err(Error::Internal("an Act was answered as a Leave".into())),
         }
@@ -147,13 +143,28 @@ impl Store {
     /// Leaves the game (a forfeit while it runs), exactly once per sequence
     /// number.
     pub async fn leave(&self, call: &LeaveCall) -> Result<Left, Error> {
-        match self
-            .route(call.game_id)
-            .write(Call::Leave(call.clone()))
-            .await?
-        {
+        match self.write_routed(Call::Leave(call.clone())).await? {
             Reply::Left(left) => Ok(left),
             Reply::Acted(_) => Err(Error::Internal("a Leave was answered as an Act".into())),
+        }
+    }
+
+    /// [`Store::write`] on the cluster of the call's game; where the
+    /// game's partition is moving or moved ([`Error::Moved`]), again on
+    /// the cluster the map names once it names another (see
+    /// [`moves`](crate::store::moves)).
+    async fn write_routed(&self, call: Call) -> Result<Reply, Error> {
+        let game_id = call.game_id();
+        let deadline = tokio::time::Instant::now() + self.db_timeout;
+        loop {
+            let store = self.route(game_id);
+            match store.write(call.clone()).await {
+                Err(Error::Moved(why)) => {
+                    tracing::debug!(game_id, %why, "the game's partition moves: waiting for the map");
+                    self.await_move(game_id, &store, deadline).await?;
+                }
+                other => return other,
+            }
         }
     }
 

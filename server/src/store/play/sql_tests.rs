@@ -529,11 +529,13 @@ async fn a_write_that_misses_writes_nothing() {
     let load = sqlx::query(LOAD_CALLERS)
         .bind(vec![token])
         .bind(tick_ms)
+        .bind(game)
         .fetch_one(pool)
         .await
         .unwrap();
-    let function = sqlx::query("SELECT * FROM game_call_read($1, $2)")
+    let function = sqlx::query("SELECT * FROM game_call_read($1, ($2 % 64)::smallint, $3)")
         .bind(token)
+        .bind(game)
         .bind(tick_ms)
         .fetch_one(pool)
         .await

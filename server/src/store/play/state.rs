@@ -57,10 +57,20 @@ impl Store {
     /// The caller's game advanced to the current tick. A plain read; only
     /// when the clock alone finished the game is that committed (once,
     /// through the write path) so the rankings are recorded.
+    /// On the cluster of the game's partition; where it is moving or moved,
+    /// on the one the map names next (see [`moves`](crate::store::moves)).
     pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
-        if let super::super::partitions::Routed::Other(store) = self.route(game_id) {
-            return Box::pin(store.state(token_hash, game_id)).await;
+        let deadline = tokio::time::Instant::now() + self.db_timeout;
+        loop {
+            let store = self.route(game_id);
+            match store.state_here(token_hash, game_id).await {
+                Err(Error::Moved(_)) => self.await_move(game_id, &store, deadline).await?,
+                other => return other,
+            }
         }
+    }
+
+    async fn state_here(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let result = async {
@@ -91,9 +101,15 @@ impl Store {
         let row = sqlx::query(READ_STATE)
             .bind(&token_hash[..])
             .bind(i64::from(TICK_MS))
+            .bind(to_db_id(game_id)?)
             .fetch_optional(&mut *conn)
-            .await?
-            .ok_or_else(unknown_token)?;
+            .await?;
+        let Some(row) = row else {
+            // Not here: moved away (this server's map is stale), or unknown.
+            crate::store::moves::refuse_if_fenced(conn, game_id).await?;
+            let not_yours = super::write::not_yours(conn, token_hash, game_id).await?;
+            return Err(not_yours.unwrap_or_else(unknown_token));
+        };
         let (now_tick, mut snapshot) = game_row(&row, 0)?;
         if row.try_get::<i16, _>(6)? < 0 {
             return Err(seat_freed(snapshot.game_id as i64));
@@ -107,6 +123,7 @@ impl Store {
         if let Some(before) = advance_to(&mut snapshot, now_tick)
             && !commit_clock(self, conn, &mut snapshot, before).await?
         {
+            crate::store::moves::refuse_if_fenced(conn, game_id).await?;
             return Ok(Cas::Missed(None));
         }
         Ok(Cas::Done(snapshot))

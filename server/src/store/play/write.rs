@@ -25,17 +25,38 @@ pub(super) struct Committed {
 }
 
 /// Reads the callers' sessions (`tokens`) and their games in one
-/// statement, without a lock; an unknown token has no read.
+/// statement, without a lock; an unknown token (none in game `game_id`'s
+/// partition) has no read.
 pub(super) async fn load_callers(
     conn: &mut PgConnection,
     tokens: &[&[u8]],
+    game_id: u64,
 ) -> Result<Reads, Error> {
     let rows = sqlx::query(LOAD_CALLERS)
         .bind(tokens)
         .bind(i64::from(TICK_MS))
+        .bind(to_db_id(game_id)?)
         .fetch_all(&mut *conn)
         .await?;
     rows.iter().map(|row| caller_row(row, 0)).collect()
+}
+
+/// A token without a session in game `game_id`'s partition but with one
+/// in another (a token has one per partition): the game is not its game.
+pub(super) async fn not_yours(
+    conn: &mut PgConnection,
+    token_hash: &crate::token::TokenHash,
+    game_id: u64,
+) -> Result<Option<Error>, Error> {
+    let elsewhere: Option<i64> = sqlx::query_scalar(SESSION_ELSEWHERE)
+        .bind(&token_hash[..])
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(elsewhere.map(|theirs| {
+        Error::PermissionDenied(format!(
+            "game {game_id} is not your game (yours is {theirs})"
+        ))
+    }))
 }
 
 /// A compare-and-set write of Acts and Leaves that matched.
@@ -117,7 +138,7 @@ impl Store {
                 let read = match cas.start() {
                     Some(read) => read,
                     // One statement reads one snapshot.
-                    None => split_reads(load_callers(conn, &tokens).await?, game_id)
+                    None => split_reads(load_callers(conn, &tokens, game_id).await?, game_id)
                         .ok_or_else(|| Error::Internal("one read saw two versions".into()))?,
                 };
                 let written = self
@@ -158,11 +179,19 @@ impl Store {
             known: unconfirmed,
         } = read;
         let Some(game) = game.as_mut() else {
-            // Nobody's session is in the game: every call is refused.
-            let answers = calls
-                .iter()
-                .map(|call| Err(refusal_without_game(call, &sessions)))
-                .collect();
+            // Nobody's session is in the game here: the game moved away
+            // (this server's map is stale), or every call is refused.
+            crate::store::moves::refuse_if_fenced(conn, game_id).await?;
+            let mut answers = Vec::with_capacity(calls.len());
+            for call in calls {
+                let refusal = refusal_without_game(call, &sessions);
+                answers.push(Err(match refusal {
+                    Error::Unauthenticated(_) => not_yours(conn, call.token_hash(), game_id)
+                        .await?
+                        .unwrap_or(refusal),
+                    other => other,
+                }));
+            }
             return Ok(Cas::Done(Committed {
                 answers,
                 known: None,
@@ -187,6 +216,7 @@ impl Store {
             if let Some(before) = advance_to(&mut snapshot, game.now_tick)
                 && !commit_clock(self, conn, &mut snapshot, before).await?
             {
+                crate::store::moves::refuse_if_fenced(conn, game_id).await?;
                 return Ok(Cas::Missed(None));
             }
         } else {
@@ -227,6 +257,7 @@ impl Store {
             let done = match written(rows)? {
                 Cas::Done(done) => done,
                 Cas::Missed(again) => {
+                    crate::store::moves::refuse_if_fenced(conn, game_id).await?;
                     return Ok(Cas::Missed(again.and_then(|r| split_reads(*r, game_id))));
                 }
                 Cas::ReadFirst => return Ok(Cas::ReadFirst),

@@ -1,0 +1,177 @@
+//! A partition moved to another cluster while its game plays: real
+//! servers on two real PostgreSQL clusters, one of them with a map that
+//! never refreshes by itself (it learns the move only from the fence).
+//! Every act answered is in the target's log exactly once, the source
+//! takes no write after the cut-over, and a player joining again finds
+//! its game on the target.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use borbaman_proto::pb;
+use borbaman_server::store::mover;
+use common::*;
+use sqlx::PgPool;
+
+async fn writable(pool: &PgPool, partition: i16) -> bool {
+    sqlx::query_scalar("SELECT writable FROM partition_fence WHERE partition = $1")
+        .bind(partition)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Each (token, seq) of game `game_id`'s action log on `pool`.
+async fn logged(pool: &PgPool, game_id: u64) -> Vec<(Vec<u8>, i64)> {
+    sqlx::query_as(
+        "SELECT s.token_hash, a.seq FROM actions a JOIN sessions s ON s.id = a.session_id \
+         WHERE a.game_id = $1 ORDER BY 1, 2",
+    )
+    .bind(game_id as i64)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_partition_moves_while_its_game_plays_and_every_act_lands_once_on_the_target() {
+    let (home_pg, other_pg) = (start_db(), start_db());
+    let cluster = format!("--db-cluster=c1={}", other_pg.url());
+    let fresh = ServerProcess::start_with(&home_pg.url(), &[&cluster]);
+    // Its map never refreshes on its own: it learns of the move only
+    // when the source's fence turns its writes away.
+    let stale = ServerProcess::start_with_env(
+        &home_pg.url(),
+        &[&cluster],
+        &[("BORBAMAN_MAP_POLL_MS", "3600000")],
+    );
+    let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
+    let mut client = fresh.game().await;
+    // The first game's worth of joiners is placed on home.
+    let players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+    let partition = (game_id % 64) as i16;
+    let on: String = sqlx::query_scalar("SELECT cluster FROM partition_map WHERE partition = $1")
+        .bind(partition)
+        .fetch_one(&home)
+        .await
+        .unwrap();
+    assert_eq!(on, "home", "the first game is on home");
+
+    // Each player acts in turn through both servers until told to stop;
+    // every act must be answered.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for (i, mut player) in players.clone().into_iter().enumerate() {
+        let clients = [fresh.game().await, stale.game().await];
+        let stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            let mut n = i;
+            while !*stop.borrow() || answered.len() < 40 {
+                let req = player.act_request(action(player.next_seq));
+                let seq = req.seq;
+                let reply = clients[n % 2].clone().act(req).await;
+                assert!(
+                    reply.is_ok(),
+                    "act {seq} of seat {}: {reply:?}",
+                    player.seat
+                );
+                answered.push(seq as i64);
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (player, answered)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut said = Vec::new();
+    let report = mover::move_partition(&home_pg.url(), partition as u16, "c1", &mut |line| {
+        said.push(line)
+    })
+    .await
+    .expect("the move");
+    eprintln!("{}\n{report:?}", said.join("\n"));
+    assert_eq!(
+        (report.source.as_str(), report.target.as_str()),
+        ("home", "c1")
+    );
+    assert!(
+        said.iter().any(|l| l.contains("read-only")),
+        "the move tells its steps: {said:?}"
+    );
+    // Play on after the move, through both servers.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop_tx.send(true).unwrap();
+    let mut sent = BTreeSet::new();
+    for task in tasks {
+        let (player, answered) = task.await.unwrap();
+        for seq in answered {
+            sent.insert((player.token.clone(), seq));
+        }
+    }
+
+    // The map and the fences: writable on the target only.
+    let on: String = sqlx::query_scalar("SELECT cluster FROM partition_map WHERE partition = $1")
+        .bind(partition)
+        .fetch_one(&home)
+        .await
+        .unwrap();
+    assert_eq!(on, "c1");
+    assert_eq!(
+        (
+            writable(&home, partition).await,
+            writable(&other, partition).await
+        ),
+        (false, true)
+    );
+    // Every answered act is in the target's log, once; the source kept
+    // no copy of the game.
+    let target_log = logged(&other, game_id).await;
+    let tokens: Vec<Vec<u8>> = players
+        .iter()
+        .map(|p| borbaman_server::token::hash(&p.token).to_vec())
+        .collect();
+    let unique: BTreeSet<_> = target_log.iter().cloned().collect();
+    assert_eq!(unique.len(), target_log.len(), "no act logged twice");
+    for (token, seq) in &sent {
+        let hash = &tokens[players.iter().position(|p| &p.token == token).unwrap()];
+        assert!(
+            unique.contains(&(hash.clone(), *seq)),
+            "act {seq} was answered but is not in the target's log"
+        );
+    }
+    assert_eq!(
+        target_log.len(),
+        sent.len(),
+        "no act the players did not send"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM games WHERE id = $1")
+        .bind(game_id as i64)
+        .fetch_one(&home)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the source's copy is deleted");
+
+    // A player joining again (its client restarted) through the stale
+    // server finds its seat in the moved game.
+    let mut stale_client = stale.game().await;
+    let reply = stale_client
+        .join(pb::JoinRequest {
+            name: "p0".into(),
+            token: players[0].token.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((reply.game_id, reply.rejoined), (game_id, true));
+
+    // Running the move again does nothing.
+    let again = mover::move_partition(&home_pg.url(), partition as u16, "c1", &mut |_| {})
+        .await
+        .unwrap();
+    assert!(again.already_there);
+}
