@@ -21,15 +21,27 @@ ALTER TABLE sessions DROP CONSTRAINT sessions_token_hash_key;
 -- that writes a game checks it, so a partition made read-only here takes
 -- no write after that commit; the mover takes this table's lock to make
 -- it read-only, so no write that read it before is still in flight when
--- it commits. Every partition starts writable: a cluster that never held
--- a partition is never sent its games (only a move changes the map, and a
--- move fences the cluster it leaves).
+-- it commits. Every partition starts writable here (an existing
+-- database holds them all); a cluster is given the fence of the
+-- partitions the map gives it when it joins (`partition_fence_set`), and
+-- after that only a move changes it: the partitions a cluster may write
+-- are the ones the map gives it, but for the moment of a move's
+-- cut-over, when none may write the moving one.
 CREATE TABLE partition_fence (
     partition SMALLINT PRIMARY KEY CHECK (partition >= 0 AND partition < 64),
     writable  BOOLEAN  NOT NULL
 );
 INSERT INTO partition_fence (partition, writable)
     SELECT p, true FROM generate_series(0, 63) p;
+
+-- The fence was set from the map once (a row here): a cluster registered
+-- after others holds only what the map gives it (see
+-- `server/src/store/partitions.rs`); home, and a database from before
+-- partitions, hold every partition until then.
+CREATE TABLE partition_fence_set (
+    id     SMALLINT    PRIMARY KEY CHECK (id = 1),
+    set_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
 
 -- A move's mark: written on the source in the transaction that fences the
 -- partition, published with its rows; once the target sees the mark,

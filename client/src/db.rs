@@ -221,6 +221,8 @@ async fn add_cluster(args: AddClusterArgs) -> anyhow::Result<()> {
     let cluster = home(&args.url)
         .await
         .with_context(|| format!("cannot prepare cluster {}", args.name))?;
+    // It holds no partition until one moves to it.
+    cluster.set_fence(&[]).await?;
     cluster.close().await;
     let store = home(&args.database_url).await?;
     store.register_clusters(&[spec], false).await?;

@@ -59,6 +59,14 @@ async fn a_partition_moves_while_its_game_plays_and_every_act_lands_once_on_the_
         .await
         .unwrap();
     assert_eq!(on, "home", "the first game is on home");
+    assert_eq!(
+        (
+            writable(&home, partition).await,
+            writable(&other, partition).await
+        ),
+        (true, false),
+        "a partition is writable where the map puts it, and only there"
+    );
 
     // Each player acts in turn through both servers until told to stop;
     // every act must be answered.

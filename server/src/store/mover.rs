@@ -70,6 +70,10 @@ const KEEP_SOURCE_COPY: Duration = Duration::from_secs(2);
 /// queues behind it.
 const FENCE_LOCK_TIMEOUT_MS: u32 = 25;
 
+/// How long a copy may keep failing (a worker's error, retried by
+/// PostgreSQL) before the mover gives up and says so.
+const COPY_ERRORS_FOR: Duration = Duration::from_secs(30);
+
 /// The move's steps, in order, as `partition_moves.step` names them.
 const STEPS: &[&str] = &["copying", "fencing", "fenced", "flipped", "done"];
 
@@ -345,6 +349,17 @@ async fn reach(home: &PgPool, home_url: &str, name: &str) -> anyhow::Result<Reac
     let pool = connect(&url)
         .await
         .with_context(|| format!("cluster {name}"))?;
+    // A cluster whose fence was never set from the map (the servers set
+    // it when they first open a cluster) gets it now, before any step.
+    let held: Vec<i16> =
+        sqlx::query_scalar("SELECT partition FROM partition_map WHERE cluster = $1")
+            .bind(name)
+            .fetch_all(home)
+            .await?;
+    sqlx::query(super::partitions::SET_FENCE)
+        .bind(&held)
+        .execute(&pool)
+        .await?;
     Ok(Reached {
         name: name.to_string(),
         url,
@@ -436,6 +451,11 @@ async fn prepare(
         drop_subscription(&dst.pool, &names.subscription).await?;
     }
     if !subscribed || !slot {
+        // An earlier move's mark and rows, which the copy would clash with.
+        sqlx::query("DELETE FROM move_marks WHERE partition = $1")
+            .bind(partition as i16)
+            .execute(&dst.pool)
+            .await?;
         let deleted = delete_partition(dst, partition, &mut |_| {}).await?;
         if deleted > 0 {
             say(format!(
@@ -472,7 +492,25 @@ async fn prepare(
     ));
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_said = Instant::now();
+    let mut failing_since = None;
     loop {
+        let errors: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(sync_error_count + apply_error_count), 0)::bigint \
+             FROM pg_stat_subscription_stats WHERE subname = $1",
+        )
+        .bind(&names.subscription)
+        .fetch_one(&dst.pool)
+        .await?;
+        if errors > 0 && failing_since.is_none() {
+            failing_since = Some(Instant::now());
+        }
+        if failing_since.is_some_and(|at: Instant| at.elapsed() >= COPY_ERRORS_FOR) {
+            bail!(
+                "partition {partition}: the copy to {} keeps failing ({errors} errors); \
+                 see that cluster's PostgreSQL log, then run the move again",
+                dst.name
+            );
+        }
         let (ready, tables): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE r.srsubstate = 'r'), count(*) \
              FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid \

@@ -277,6 +277,13 @@ const FOLD: &str = "WITH r AS (SELECT * FROM unnest($1::bigint[], $2::bytea[], $
 
 const DELETE_RESULTS: &str = "DELETE FROM results WHERE game_id = ANY($1::bigint[])";
 
+/// Sets a cluster's fence from the map (`$1`: the partitions it holds),
+/// the first time only (see migration `partition_moves`).
+pub(crate) const SET_FENCE: &str = "WITH first AS (INSERT INTO partition_fence_set (id) VALUES (1) \
+       ON CONFLICT DO NOTHING RETURNING id) \
+     UPDATE partition_fence SET writable = (partition = ANY($1::smallint[])) \
+     WHERE EXISTS (SELECT 1 FROM first)";
+
 /// Moves a cluster's id sequences into its range (never backwards).
 const ID_RANGE: &str = "SELECT setval(pg_get_serial_sequence(t, 'id'), $1::bigint, false) \
      FROM unnest(ARRAY['games', 'sessions']) t \
@@ -293,6 +300,7 @@ pub const ALL: &[&str] = &[
     PLACE,
     PLACED,
     READ_RESULTS,
+    SET_FENCE,
     FOLD,
     DELETE_RESULTS,
     ID_RANGE,
@@ -345,6 +353,13 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query("UPDATE partition_map_version SET version = version + 1 WHERE id = 1")
+                    .execute(&mut *tx)
+                    .await?;
+                let held: Vec<i16> = (0..PARTITIONS as i16)
+                    .filter(|p| *p as usize % names.len() == 0)
+                    .collect();
+                sqlx::query(SET_FENCE)
+                    .bind(&held)
                     .execute(&mut *tx)
                     .await?;
                 tracing::info!(clusters = ?names, "partitions spread over the clusters");
@@ -507,6 +522,7 @@ impl Store {
             .migrate()
             .await
             .map_err(|e| Error::Unavailable(format!("cluster {}: migrating: {e}", row.name)))?;
+        store.set_fence(&row.partitions).await?;
         let first = i64::from(row.number.max(0)) << ID_RANGE_BITS;
         store
             .retrying(|| async {
@@ -521,6 +537,23 @@ impl Store {
         store.warm_up().await?;
         tracing::info!(cluster = %row.name, "database cluster opened");
         Ok(store)
+    }
+
+    /// Sets this cluster's fence from the map: it may write `held` (the
+    /// partitions the map gives it), the first time only; afterwards only
+    /// moves change it.
+    pub async fn set_fence(&self, held: &[u16]) -> Result<(), Error> {
+        let held: Vec<i16> = held.iter().map(|&p| p as i16).collect();
+        self.retrying(|| async {
+            let mut lease = self.lease().await?;
+            let done = sqlx::query(SET_FENCE)
+                .bind(&held)
+                .execute(lease.conn())
+                .await;
+            lease.settle(done.map_err(Error::from))
+        })
+        .await?;
+        Ok(())
     }
 
     /// Reloads the map within [`MAP_POLL`] of a change, and folds the

@@ -1,0 +1,139 @@
+//! `borbaman db move` killed at each of its steps while the partition's
+//! game plays: the partition is writable on at most one cluster (on
+//! exactly one but for the cut-over's moment), running the move again
+//! finishes it, and every input the players sent is applied once.
+
+mod common;
+
+use std::process::Command;
+
+use borbaman_cluster::{ClusterConfig, LocalCluster};
+use borbaman_proto::pb::Action;
+use sqlx::PgPool;
+
+/// Where partition `p` may be written: (home, c1).
+async fn writable(home: &PgPool, c1: &PgPool, p: i16) -> (bool, bool) {
+    let on = |pool: &PgPool| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT writable FROM partition_fence WHERE partition = $1",
+            )
+            .bind(p)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    (on(home).await, on(c1).await)
+}
+
+async fn owner(home: &PgPool, p: i16) -> String {
+    sqlx::query_scalar("SELECT cluster FROM partition_map WHERE partition = $1")
+        .bind(p)
+        .fetch_one(home)
+        .await
+        .unwrap()
+}
+
+/// `borbaman db move P --to TO`, ended at `crash_at` if given.
+fn db_move(home_url: &str, p: i16, to: &str, crash_at: Option<&str>) -> std::process::Output {
+    // Bounded: a move that hangs fails the test with what it said.
+    let mut command = Command::new("timeout");
+    command.args(["120", env!("CARGO_BIN_EXE_borbaman")]);
+    command.args([
+        "db",
+        "move",
+        &p.to_string(),
+        "--to",
+        to,
+        "--database-url",
+        home_url,
+    ]);
+    if let Some(point) = crash_at {
+        command.env("BORBAMAN_CRASH_AT", point);
+    }
+    command.env("RUST_BACKTRACE", "0");
+    command.output().expect("run borbaman db move")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_again_finishes() {
+    let cluster = LocalCluster::start(
+        ClusterConfig {
+            db_clusters: 2,
+            ..common::config(2, &[])
+        },
+        |_| {},
+    )
+    .expect("start a local cluster");
+    let urls = cluster.database_urls();
+    let home = PgPool::connect(&urls[0]).await.unwrap();
+    let c1 = PgPool::connect(&urls[1]).await.unwrap();
+    let (_pool, mut players) = common::pool_and_game(&cluster, "mover").await;
+    let game_id = players[0].game_id();
+    let p = (game_id % 64) as i16;
+    let mut sent = 0u64;
+    let mut on = owner(&home, p).await;
+    for point in ["move-started", "move-copied", "move-fenced", "move-flipped"] {
+        let to = if on == "home" { "c1" } else { "home" };
+        eprintln!("moving partition {p} to {to}, ended at {point}");
+        let killed = db_move(&urls[0], p, to, Some(point));
+        eprintln!(
+            "{}{}",
+            String::from_utf8_lossy(&killed.stdout),
+            String::from_utf8_lossy(&killed.stderr)
+        );
+        assert!(
+            !killed.status.success(),
+            "the mover ended at {point}: {}",
+            String::from_utf8_lossy(&killed.stderr)
+        );
+        let (at_home, at_c1) = writable(&home, &c1, p).await;
+        let writers = usize::from(at_home) + usize::from(at_c1);
+        if point == "move-fenced" {
+            assert_eq!(
+                writers, 0,
+                "cut between the fence and the flip: nobody writes"
+            );
+        } else {
+            assert_eq!(writers, 1, "killed at {point}: ({at_home}, {at_c1})");
+            let writer = if at_home { "home" } else { "c1" };
+            assert_eq!(owner(&home, p).await, writer, "the map names the writer");
+        }
+        let again = db_move(&urls[0], p, to, None);
+        assert!(
+            again.status.success(),
+            "the move run again after {point}: {}{}",
+            String::from_utf8_lossy(&again.stdout),
+            String::from_utf8_lossy(&again.stderr)
+        );
+        assert_eq!(owner(&home, p).await, to);
+        assert_eq!(
+            writable(&home, &c1, p).await,
+            (to == "home", to == "c1"),
+            "after {point}"
+        );
+        on = to.to_string();
+        // The game plays on, on its new cluster.
+        for player in players.iter_mut() {
+            player
+                .act(Action::Idle)
+                .await
+                .expect("an act after the move");
+            sent += 1;
+        }
+    }
+    let db = if on == "home" { &home } else { &c1 };
+    let mut applied = 0;
+    for player in &players {
+        let seqs = common::applied_seqs(db, game_id, player.seat()).await;
+        let unique: std::collections::BTreeSet<_> = seqs.iter().collect();
+        assert_eq!(unique.len(), seqs.len(), "no input applied twice");
+        applied += seqs.len() as u64;
+    }
+    assert!(
+        applied >= sent,
+        "every input sent applied on the game's cluster: {applied} of {sent}"
+    );
+}
