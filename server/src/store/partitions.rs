@@ -356,7 +356,7 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
                 let held: Vec<i16> = (0..PARTITIONS as i16)
-                    .filter(|p| *p as usize % names.len() == 0)
+                    .filter(|p| (*p as usize).is_multiple_of(names.len()))
                     .collect();
                 sqlx::query(SET_FENCE)
                     .bind(&held)
