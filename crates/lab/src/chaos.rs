@@ -32,6 +32,13 @@
 //! - `db-switchover`: a planned switchover through Patroni's REST API;
 //! - `etcd-kill`: SIGKILL one etcd member (the primary should not move).
 //!
+//! With `--db-clusters N` (2 or more) there is one more fault:
+//!
+//! - `partition-move`: the partition of a game in play (one at random)
+//!   moves to the next database cluster (`borbaman db move`, see
+//!   docs/scaling.md); `faults.csv` has how long it was read-only
+//!   (`read_only_ms`). Faults after it move partitions back and forth.
+//!
 //! With `--db-clusters N` the database faults act on one cluster,
 //! `--fault-cluster K` (0, home, by default): only that cluster's Patroni
 //! group fails over (`etcd-kill` hits the one etcd they share), and the
@@ -224,6 +231,11 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         );
     }
     check_fault_cluster(args.fault_cluster, args.db.db_clusters, &args.fault)?;
+    anyhow::ensure!(
+        args.db.db_clusters >= 2 || !args.fault.contains(&FaultKind::PartitionMove),
+        "--fault partition-move moves a partition between database clusters: add \
+         --db-clusters 2 (or more)"
+    );
     anyhow::ensure!(
         args.fault_interval_s > 0,
         "--fault-interval-s must be at least 1"
@@ -427,8 +439,11 @@ async fn inject_one(
         recovered_ms: None,
         restored_ms: 0.0,
         error: String::new(),
+        read_only_ms: None,
     };
-    let result = if kind.needs_ha() {
+    let result = if kind == FaultKind::PartitionMove {
+        partition_move(cluster, &mut event).await
+    } else if kind.needs_ha() {
         database_fault(cluster, kind, index, timing, &mut event).await
     } else {
         server_fault(cluster, kind, index, timing, &mut event).await
@@ -487,6 +502,64 @@ async fn server_fault(
         FaultKind::DbRestart => blocking(cluster, move |c| c.restart_database_of(db_cluster)).await,
         other => Err(format!("{other} is not a server fault")),
     }
+}
+
+/// Moves the partition of a game in play (one at random; any partition if
+/// none plays) to the next database cluster, as `borbaman db move` does.
+async fn partition_move(
+    cluster: &Arc<Mutex<LocalCluster>>,
+    event: &mut FaultEvent,
+) -> Result<(), String> {
+    let urls = cluster.lock().unwrap().database_urls();
+    let home = sqlx::PgPool::connect(&urls[0])
+        .await
+        .map_err(|e| format!("home cluster: {e}"))?;
+    let mut playing: Vec<i32> = Vec::new();
+    for url in &urls {
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .map_err(|e| format!("a database cluster: {e}"))?;
+        let found: Vec<i32> = sqlx::query_scalar(
+            "SELECT DISTINCT (g.id % 64)::int FROM games g \
+             JOIN partition_fence f ON f.partition = g.partition AND f.writable \
+             WHERE g.phase = 2",
+        )
+        .fetch_all(&pool)
+        .await
+        .map_err(|e| e.to_string())?;
+        playing.extend(found);
+        pool.close().await;
+    }
+    let partition = match playing.len() {
+        0 => rand::random_range(0..64u16),
+        n => playing[rand::random_range(0..n)] as u16,
+    };
+    let clusters: Vec<(String, i32)> =
+        sqlx::query_as("SELECT name, number FROM db_clusters ORDER BY number")
+            .fetch_all(&home)
+            .await
+            .map_err(|e| e.to_string())?;
+    let owner: String =
+        sqlx::query_scalar("SELECT cluster FROM partition_map WHERE partition = $1")
+            .bind(partition as i16)
+            .fetch_one(&home)
+            .await
+            .map_err(|e| e.to_string())?;
+    home.close().await;
+    let at = clusters
+        .iter()
+        .position(|(name, _)| *name == owner)
+        .unwrap_or(0);
+    let to = clusters[(at + 1) % clusters.len()].0.clone();
+    event.target = format!("partition {partition} {owner}->{to}");
+    let report =
+        borbaman_server::store::mover::move_partition(&urls[0], partition, &to, &mut |line| {
+            tracing::info!("{line}")
+        })
+        .await
+        .map_err(|e| format!("{e:#}"))?;
+    event.read_only_ms = report.read_only_ms.map(|ms| (ms * 10.0).round() / 10.0);
+    Ok(())
 }
 
 /// A fault on the replicated database: on its primary (or one etcd member),

@@ -325,6 +325,7 @@ mod tests {
             target: fault_target("c1", 1, "pg0"),
             promoted_ms: Some(100.0),
             committing_ms: Some(150.0),
+            read_only_ms: None,
             recovered_ms: None,
             restored_ms: 3_000.0,
             error: String::new(),

@@ -38,10 +38,13 @@ pub enum FaultKind {
     /// One game server answers every game call late for a while (its slow
     /// mode, SIGUSR1/SIGUSR2).
     Slow,
+    /// Move the partition of a game in play to another database cluster
+    /// (`--db-clusters` 2 or more; `borbaman db move`).
+    PartitionMove,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::Hang,
         FaultKind::Restart,
@@ -52,6 +55,7 @@ impl FaultKind {
         FaultKind::EtcdKill,
         FaultKind::DbPartition,
         FaultKind::Slow,
+        FaultKind::PartitionMove,
     ];
 
     /// True for the faults of the replicated database.
@@ -90,6 +94,7 @@ impl fmt::Display for FaultKind {
             FaultKind::EtcdKill => "etcd-kill",
             FaultKind::DbPartition => "db-partition",
             FaultKind::Slow => "slow",
+            FaultKind::PartitionMove => "partition-move",
         })
     }
 }
@@ -122,6 +127,9 @@ pub struct FaultEvent {
     pub restored_ms: f64,
     /// Empty, or why the fault could not be injected or recovered from.
     pub error: String,
+    /// `partition-move`: how long the partition was read-only (no cluster
+    /// took its games' writes) at the cut-over.
+    pub read_only_ms: Option<f64>,
 }
 
 /// Fills each fault's `recovered_ms` from the clients' records: the time
@@ -226,6 +234,7 @@ mod tests {
             target: "pg1".into(),
             promoted_ms: Some(100.0),
             committing_ms: Some(150.0),
+            read_only_ms: None,
             recovered_ms: None,
             restored_ms: 9000.0,
             error: String::new(),
@@ -265,6 +274,7 @@ mod tests {
             target: "127.0.0.1:1".into(),
             promoted_ms: None,
             committing_ms: None,
+            read_only_ms: None,
             recovered_ms: Some(40.0),
             restored_ms: 500.0,
             error: String::new(),
