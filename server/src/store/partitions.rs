@@ -394,13 +394,10 @@ impl Store {
     }
 
     /// Opens every cluster home lists and routes games by the map from now
-    /// on; a store with only home listed stays as it was. Start-up only;
-    /// [`Store::follow_map`] keeps the map current afterwards.
+    /// on. Start-up only; [`Store::follow_map`] keeps the map current
+    /// afterwards, and opens the clusters added later. With home alone, a
+    /// call or a join costs nothing more than with one database.
     pub async fn open_clusters(self, opts: &StoreOptions) -> Result<Store, Error> {
-        let rows = self.clusters().await?;
-        if rows.len() <= 1 && rows.iter().all(|r| r.name == HOME) {
-            return Ok(self);
-        }
         let partitions = Arc::new(Partitions {
             clusters: RwLock::new(Vec::new()),
             map: RwLock::new(Map {
@@ -412,13 +409,31 @@ impl Store {
         });
         let mut home = self;
         home.partitions = Some(partitions);
+        home.migrate_clusters(opts).await?;
         home.open_new_clusters().await?;
         home.load_map().await?;
         Ok(home)
     }
 
+    /// Applies the migrations on every cluster home lists. Start-up only
+    /// (a migration's future cannot move between threads; a cluster added
+    /// later got its schema from `borbaman db add-cluster`).
+    async fn migrate_clusters(&self, opts: &StoreOptions) -> Result<(), Error> {
+        for row in self.clusters().await? {
+            let Some(url) = &row.url else { continue };
+            let mut opts = cluster_options(opts, &row)?;
+            opts.min_connections = 0;
+            let store = Store::connect(url, &opts)?;
+            store
+                .migrate()
+                .await
+                .map_err(|e| Error::Unavailable(format!("cluster {}: migrating: {e}", row.name)))?;
+            store.close().await;
+        }
+        Ok(())
+    }
+
     /// Opens the clusters home lists that this server has not opened yet.
-    /// Start-up only (a migration's future cannot move between threads).
     async fn open_new_clusters(&self) -> Result<(), Error> {
         let Some(partitions) = &self.partitions else {
             return Ok(());
@@ -442,9 +457,9 @@ impl Store {
         Ok(())
     }
 
-    /// Reads the map if its version changed. A partition on a cluster this
-    /// server has not opened (added since it started) keeps its old
-    /// cluster here, and the change is logged: restart the server.
+    /// Reads the map if its version changed, opening the clusters added
+    /// since (a cluster that cannot be opened keeps its partitions on
+    /// their old cluster here, and the error is logged).
     pub(super) async fn load_map(&self) -> Result<(), Error> {
         let Some(partitions) = &self.partitions else {
             return Ok(());
@@ -461,7 +476,17 @@ impl Store {
         if partitions.map.read().expect("map lock").version == version {
             return Ok(());
         }
-        let rows = self.clusters().await?;
+        let mut rows = self.clusters().await?;
+        let known = |rows: &[ClusterRow]| {
+            let opened = partitions.clusters.read().expect("clusters");
+            rows.iter().all(|r| opened.iter().any(|c| c.name == r.name))
+        };
+        if !known(&rows) {
+            if let Err(err) = Box::pin(self.open_new_clusters()).await {
+                tracing::error!(error = %err, "could not open a database cluster the map names");
+            }
+            rows = self.clusters().await?;
+        }
         let opened: Vec<Arc<Cluster>> = partitions.clusters.read().expect("clusters").clone();
         let mut owner = partitions.map.read().expect("map lock").owner.clone();
         let mut serving = Vec::new();
@@ -469,7 +494,7 @@ impl Store {
             let Some(at) = opened.iter().position(|c| c.name == row.name) else {
                 tracing::error!(
                     cluster = %row.name,
-                    "the partition map names a cluster this server has not opened; restart it"
+                    "the partition map names a cluster this server could not open"
                 );
                 continue;
             };
@@ -491,37 +516,20 @@ impl Store {
         Ok(())
     }
 
-    /// Connects to cluster `row`, applies the migrations there, moves its
-    /// id sequences into its range and opens its standing connections.
+    /// Connects to cluster `row` (migrated already), sets its fence the
+    /// first time, moves its id sequences into its range and opens its
+    /// standing connections.
     async fn open_cluster(
         &self,
         partitions: &Partitions,
         row: &ClusterRow,
         url: &str,
     ) -> Result<Store, Error> {
-        let mut opts = partitions.opts.clone();
-        opts.follow = match (&partitions.opts.follow, row.patroni.is_empty()) {
-            (Some(home), false) => {
-                let mut follow = home.clone();
-                follow.members = row
-                    .patroni
-                    .iter()
-                    .map(|m| m.parse())
-                    .collect::<Result<_, String>>()
-                    .map_err(Error::InvalidArgument)?;
-                follow.etcd_prefix = scope_prefix(&home.etcd_prefix, &row.name);
-                Some(follow)
-            }
-            _ => None,
-        };
+        let opts = cluster_options(&partitions.opts, row)?;
         let mut store = Store::connect(url, &opts)?.with_metrics(self.metrics.clone());
         store.home = false;
         store.cluster = row.name.as_str().into();
         store.finished = self.finished.clone();
-        store
-            .migrate()
-            .await
-            .map_err(|e| Error::Unavailable(format!("cluster {}: migrating: {e}", row.name)))?;
         store.set_fence(&row.partitions).await?;
         let first = i64::from(row.number.max(0)) << ID_RANGE_BITS;
         store
@@ -557,7 +565,8 @@ impl Store {
     }
 
     /// Reloads the map within [`MAP_POLL`] of a change, and folds the
-    /// results outboxes, until `shutdown`. Does nothing with one cluster.
+    /// results outboxes, until `shutdown`. Does nothing on a store that
+    /// never opened the clusters ([`Store::open_clusters`]).
     pub async fn follow_map(self, mut shutdown: Shutdown) {
         if self.partitions.is_none() {
             return;
@@ -697,7 +706,7 @@ impl Store {
     /// Where the token's join goes (step 1 of a join, see the module
     /// docs): home itself with one cluster.
     pub(crate) async fn place(&self, token_hash: &TokenHash) -> Result<Routed<'_>, Error> {
-        let Some(partitions) = &self.partitions else {
+        let Some(partitions) = self.several() else {
             return Ok(Routed::Home(self));
         };
         if let Some(target) = self.placed(token_hash).await?
@@ -736,7 +745,7 @@ impl Store {
     /// The cluster the token was last placed on; `None` with one cluster
     /// or a token never placed.
     pub(crate) async fn placed(&self, token_hash: &TokenHash) -> Result<Option<Routed<'_>>, Error> {
-        if self.partitions.is_none() {
+        if self.several().is_none() {
             return Ok(None);
         }
         let placed: Option<String> = self
@@ -750,6 +759,13 @@ impl Store {
             })
             .await?;
         Ok(placed.map(|name| self.cluster_named(&name)))
+    }
+
+    /// The clusters, when there are several (home alone places no join).
+    fn several(&self) -> Option<&Arc<Partitions>> {
+        self.partitions
+            .as_ref()
+            .filter(|p| p.clusters.read().expect("clusters").len() > 1)
     }
 
     /// The store of the cluster named `name` (home if unknown).
@@ -767,6 +783,27 @@ impl Store {
             None => Routed::Home(self),
         }
     }
+}
+
+/// How cluster `row` is opened: as home (`home`), following its own
+/// Patroni group (scope: its name) when it has one and home is followed.
+fn cluster_options(home: &StoreOptions, row: &ClusterRow) -> Result<StoreOptions, Error> {
+    let mut opts = home.clone();
+    opts.follow = match (&home.follow, row.patroni.is_empty()) {
+        (Some(follow_home), false) => {
+            let mut follow = follow_home.clone();
+            follow.members = row
+                .patroni
+                .iter()
+                .map(|m| m.parse())
+                .collect::<Result<_, String>>()
+                .map_err(Error::InvalidArgument)?;
+            follow.etcd_prefix = scope_prefix(&follow_home.etcd_prefix, &row.name);
+            Some(follow)
+        }
+        _ => None,
+    };
+    Ok(opts)
 }
 
 /// The URLs of the clusters other than home that home (`db`) lists, in
