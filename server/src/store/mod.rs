@@ -232,6 +232,11 @@ impl<R> CasLoop<R> {
         }
     }
 
+    /// The writes lost so far.
+    pub(crate) fn missed(&self) -> u32 {
+        self.retries
+    }
+
     /// The read the next attempt starts from; `None`: it reads.
     pub(crate) fn start(&mut self) -> Option<R> {
         self.next.take()

@@ -5,7 +5,7 @@
 //! writable on its cluster (`partition_fence`, see `writable!` in the
 //! queries). A write that finds it fenced writes nothing and the call
 //! learns why ([`refuse_if_fenced`], on the rare path of a write that
-//! matched nothing): [`Error::Moved`]. The store then reads the map from
+//! matched nothing twice in a row, or found no session): [`Error::Moved`]. The store then reads the map from
 //! home until it names another cluster for the partition (at once when
 //! this server's map was stale; within the move's read-only moment when
 //! the partition is being cut over), and the call runs there.

@@ -79,6 +79,10 @@ impl Store {
                 loop {
                     let _: Option<()> = cas.start();
                     let read = self.state_once(conn, token_hash, game_id).await?;
+                    if matches!(read, Cas::Missed(_)) && cas.missed() > 0 {
+                        // Missed again: a fenced partition misses every time.
+                        crate::store::moves::refuse_if_fenced(conn, game_id).await?;
+                    }
                     if let Some(snapshot) = cas.after(self, read).await? {
                         break Ok(snapshot);
                     }
@@ -123,7 +127,6 @@ impl Store {
         if let Some(before) = advance_to(&mut snapshot, now_tick)
             && !commit_clock(self, conn, &mut snapshot, before).await?
         {
-            crate::store::moves::refuse_if_fenced(conn, game_id).await?;
             return Ok(Cas::Missed(None));
         }
         Ok(Cas::Done(snapshot))

@@ -144,6 +144,10 @@ impl Store {
                 let written = self
                     .write_calls(conn, game_id, calls, &tokens, read)
                     .await?;
+                if matches!(written, Cas::Missed(_)) && cas.missed() > 0 {
+                    // Missed again: a fenced partition misses every time.
+                    crate::store::moves::refuse_if_fenced(conn, game_id).await?;
+                }
                 if let Some(committed) = cas.after(self, written).await? {
                     break committed;
                 }
@@ -216,7 +220,6 @@ impl Store {
             if let Some(before) = advance_to(&mut snapshot, game.now_tick)
                 && !commit_clock(self, conn, &mut snapshot, before).await?
             {
-                crate::store::moves::refuse_if_fenced(conn, game_id).await?;
                 return Ok(Cas::Missed(None));
             }
         } else {
@@ -257,7 +260,6 @@ impl Store {
             let done = match written(rows)? {
                 Cas::Done(done) => done,
                 Cas::Missed(again) => {
-                    crate::store::moves::refuse_if_fenced(conn, game_id).await?;
                     return Ok(Cas::Missed(again.and_then(|r| split_reads(*r, game_id))));
                 }
                 Cas::ReadFirst => return Ok(Cas::ReadFirst),
