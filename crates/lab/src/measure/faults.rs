@@ -249,7 +249,8 @@ pub struct FaultCalls {
     /// Calls whose first attempt went to the faulted server: its games'
     /// players' calls, until their pools left it.
     pub to_faulted_server: CallFigures,
-    /// Every other call in the fault's window.
+    /// Every other call in the fault's window, but those first sent to
+    /// the server of another fault whose window they were in.
     pub to_other_servers: CallFigures,
 }
 
@@ -260,11 +261,12 @@ pub struct FaultCalls {
 /// cluster was whole again: a call sent just before a kill or a hang is
 /// the one it catches. The first share is what the faulted server's
 /// players felt, the second what its fault cost everyone else (copies
-/// and failovers crowding the other servers).
+/// and failovers crowding the other servers). When two faults' windows
+/// touch, a call first sent to either's server is in neither's rest.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FaultSplit {
-    /// Over every server fault: the calls first sent to a server while it
-    /// was the one faulted…
+    /// Over every server fault, each call once: the calls first sent to a
+    /// server while it was the one faulted…
     pub to_faulted_server: CallFigures,
     /// …and the other calls in a server fault's window.
     pub to_other_servers: CallFigures,
@@ -279,44 +281,50 @@ impl FaultSplit {
             .filter(|f| !f.kind.is_database())
             .map(|f| (f, window_us(f)))
             .collect();
-        let answered: Vec<&Invocation> =
-            records.iter().filter(|r| !r.warmup && r.is_ok()).collect();
         let in_flight =
             |r: &Invocation, (from, to): (u64, u64)| r.start_us <= to && r.end_us() >= from;
-        let mut split = FaultSplit::default();
-        for &(fault, window) in &on_servers {
-            let (to_it, rest): (Vec<&Invocation>, Vec<&Invocation>) = answered
+        // Each answered call in some server fault's window, and whether it
+        // was first sent to the server of a fault it was in flight in
+        // (windows can touch: a call sent to the next fault's server
+        // while the last one's window lasts is the next one's, not the
+        // rest of the last one's).
+        let calls: Vec<(&Invocation, bool)> = records
+            .iter()
+            .filter(|r| !r.warmup && r.is_ok())
+            .filter(|r| on_servers.iter().any(|(_, w)| in_flight(r, *w)))
+            .map(|r| {
+                let to_a_faulted = on_servers
+                    .iter()
+                    .any(|(f, w)| in_flight(r, *w) && r.first_server == f.target);
+                (r, to_a_faulted)
+            })
+            .collect();
+        let figures = |keep: &dyn Fn(&Invocation, bool) -> bool| {
+            CallFigures::of(
+                calls
+                    .iter()
+                    .filter(|(r, to_a_faulted)| keep(r, *to_a_faulted))
+                    .map(|(r, _)| effective_rtt_us(r)),
+            )
+        };
+        FaultSplit {
+            to_faulted_server: figures(&|_, to_a_faulted| to_a_faulted),
+            to_other_servers: figures(&|_, to_a_faulted| !to_a_faulted),
+            faults: on_servers
                 .iter()
-                .filter(|r| in_flight(r, window))
-                .partition(|r| r.first_server == fault.target);
-            split.faults.push(FaultCalls {
-                time_s: fault.time_s,
-                kind: fault.kind,
-                target: fault.target.clone(),
-                to_faulted_server: CallFigures::of(to_it.iter().map(|r| effective_rtt_us(r))),
-                to_other_servers: CallFigures::of(rest.iter().map(|r| effective_rtt_us(r))),
-            });
+                .map(|&(fault, window)| FaultCalls {
+                    time_s: fault.time_s,
+                    kind: fault.kind,
+                    target: fault.target.clone(),
+                    to_faulted_server: figures(&|r, _| {
+                        in_flight(r, window) && r.first_server == fault.target
+                    }),
+                    to_other_servers: figures(&|r, to_a_faulted| {
+                        in_flight(r, window) && !to_a_faulted
+                    }),
+                })
+                .collect(),
         }
-        // Over all faults a call counts once: the faulted server's if it
-        // was first sent to the server of any fault it was in flight in.
-        let (mut to_faulted, mut rest) = (Vec::new(), Vec::new());
-        for r in answered {
-            let mut of = on_servers
-                .iter()
-                .filter(|(_, w)| in_flight(r, *w))
-                .peekable();
-            if of.peek().is_none() {
-                continue;
-            }
-            if of.any(|(f, _)| r.first_server == f.target) {
-                to_faulted.push(effective_rtt_us(r));
-            } else {
-                rest.push(effective_rtt_us(r));
-            }
-        }
-        split.to_faulted_server = CallFigures::of(to_faulted);
-        split.to_other_servers = CallFigures::of(rest);
-        split
     }
 
     /// The summary's lines: the split over every server fault, then each
@@ -459,6 +467,8 @@ mod tests {
             fault(1.0, FaultKind::Kill, "a", 500.0),
             // Not a server's: no split.
             fault(2.6, FaultKind::DbRestart, "database", 100.0),
+            // Window 2.45 s to 3.55 s: it touches the first kill's.
+            fault(2.45, FaultKind::Kill, "c", 100.0),
             // Window 4.0 s to 5.5 s.
             fault(4.0, FaultKind::Hang, "b", 500.0),
         ];
@@ -480,7 +490,8 @@ mod tests {
             sent("b", 1, 1_200_000, 4_000),   // the kill's, elsewhere
             sent("a", 2, 1_000_000, 2_000),   // in flight at it, to a
             sent("b", 3, 980_000, 5_000),     // ended before it: neither
-            sent("a", 0, 2_600_000, 3_000),   // after its window: neither
+            sent("c", 3, 2_450_000, 90_000),  // the second kill's only
+            sent("a", 0, 3_600_000, 3_000),   // after both windows: neither
             warmup,                           // neither
             failed,                           // neither
             sent("b", 1, 4_100_000, 300_000), // the hang's, to b
@@ -492,20 +503,27 @@ mod tests {
             p99_us,
             max_us,
         };
-        assert_eq!(split.faults.len(), 2, "the database's fault is not split");
-        let (kill, hang) = (&split.faults[0], &split.faults[1]);
+        assert_eq!(split.faults.len(), 3, "the database's fault is not split");
+        let (kill, other_kill, hang) = (&split.faults[0], &split.faults[1], &split.faults[2]);
         assert_eq!((kill.kind, kill.target.as_str()), (FaultKind::Kill, "a"));
         assert_eq!(kill.to_faulted_server, figures(2, 60_000, 60_000));
-        assert_eq!(kill.to_other_servers, figures(1, 4_000, 4_000));
+        assert_eq!(
+            kill.to_other_servers,
+            figures(1, 4_000, 4_000),
+            "a call sent to the next fault's server is not this one's rest"
+        );
+        assert_eq!(other_kill.target, "c");
+        assert_eq!(other_kill.to_faulted_server, figures(1, 90_000, 90_000));
+        assert_eq!(other_kill.to_other_servers, figures(0, 0, 0));
         assert_eq!((hang.kind, hang.target.as_str()), (FaultKind::Hang, "b"));
         assert_eq!(hang.to_faulted_server, figures(1, 300_000, 300_000));
         assert_eq!(hang.to_other_servers, figures(1, 7_000, 7_000));
-        assert_eq!(split.to_faulted_server.calls, 3);
+        assert_eq!(split.to_faulted_server.calls, 4);
         assert_eq!(split.to_faulted_server.max_us, 300_000);
         assert_eq!(split.to_other_servers.calls, 2);
         assert_eq!(split.to_other_servers.max_us, 7_000);
         let lines = split.lines();
-        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines.len(), 4, "{lines:?}");
         assert!(
             lines[1].contains("kill a at 1.000 s: to it 2 calls"),
             "{lines:?}"
