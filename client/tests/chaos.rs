@@ -95,6 +95,46 @@ fn three_kills_lose_and_duplicate_nothing() {
     assert!(split["in_faults_calls"].as_u64().unwrap() > 0, "{summary}");
     assert!(stdout.contains("tail by fault: RTT max"), "{stdout}");
 
+    // Each kill's calls split by where they were first sent: a killed
+    // server that had a game (calls first sent to it in the 200 ms before
+    // the kill) has its players' calls in its share, the ones the kill
+    // caught in flight or that went to it before their pool left it.
+    let split = &summary["fault_split"];
+    let each = split["faults"].as_array().expect("a split of each kill");
+    assert_eq!(each.len(), kills.len(), "{split}");
+    let sent_to = |row: &str| -> (u64, String) {
+        let start_us = row.split(',').next().unwrap().parse().unwrap();
+        let first_server = row.rsplit(',').next().unwrap().to_string();
+        (start_us, first_server)
+    };
+    for (kill, split) in kills.iter().zip(each) {
+        assert_eq!(split["kind"], "kill", "{split}");
+        assert_eq!(split["target"].as_str(), Some(kill[3].as_str()), "{split}");
+        let at_us: u64 = kill[1].parse().unwrap();
+        let had_a_game = rows.iter().map(|row| sent_to(row)).any(|(start_us, to)| {
+            to == kill[3] && (at_us.saturating_sub(200_000)..at_us).contains(&start_us)
+        });
+        let to_it = split["to_faulted_server"]["calls"].as_u64().unwrap();
+        assert!(!had_a_game || to_it > 0, "{split}");
+        assert!(
+            split["to_other_servers"]["calls"].as_u64().unwrap() > 0,
+            "{split}"
+        );
+    }
+    let to_faulted = split["to_faulted_server"]["calls"].as_u64().unwrap();
+    let by_kill: u64 = each
+        .iter()
+        .map(|s| s["to_faulted_server"]["calls"].as_u64().unwrap())
+        .sum();
+    assert!(
+        to_faulted <= by_kill,
+        "a call counts once over all kills: {split}"
+    );
+    assert!(
+        stdout.contains("by where each was first sent: to the faulted server"),
+        "{stdout}"
+    );
+
     for chart in ["ecdf.svg", "rtt.svg"] {
         let svg = run.file(chart);
         assert!(svg.starts_with("<svg") && svg.len() > 1000, "{chart}");

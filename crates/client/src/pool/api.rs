@@ -75,6 +75,11 @@ impl Default for PoolConfig {
 pub struct CallInfo {
     /// Address of the server that answered.
     pub server: String,
+    /// Address of the server the call's first attempt was sent to: the
+    /// game's server when the call began. It differs from `server` when a
+    /// copy or a later attempt answered; a report of a server's fault
+    /// counts the calls sent to it by this.
+    pub first_server: String,
     /// Attempts made, 1 when the first server answered.
     pub attempts: u32,
     /// True when at least one attempt failed because of its server and the

@@ -200,6 +200,7 @@ impl ServerPool {
         let mut last_failure = String::new();
         let mut backoff = Duration::ZERO;
         let mut moved = None;
+        let mut first_server = None;
         self.shared.state.lock().unwrap().budget.earn();
         loop {
             let Some(server) = self.current_server(&plan.skip()) else {
@@ -233,6 +234,7 @@ impl ServerPool {
                 continue;
             };
             attempts += 1;
+            first_server.get_or_insert_with(|| server.address.clone());
             if attempts > 1 {
                 self.shared.state.lock().unwrap().retries += 1;
             } else {
@@ -263,6 +265,7 @@ impl ServerPool {
                             .unwrap_or_default();
                     let info = CallInfo {
                         server: attempt.answered_by,
+                        first_server: first_server.take().unwrap_or_default(),
                         attempts,
                         failed_over: plan.failed_over,
                         started,

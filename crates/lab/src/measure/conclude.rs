@@ -298,6 +298,9 @@ fn print_faults_and_distances(summary: &Summary) {
             summary.fault_tail.elsewhere_max_us,
             summary.fault_tail.elsewhere_calls,
         );
+        for line in summary.fault_split.lines() {
+            println!("{line}");
+        }
     }
     for distance in &summary.distances {
         println!("{}", distance.line());

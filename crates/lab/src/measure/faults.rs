@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::record::{CallKind, Invocation};
-use super::stats::effective_rtt_us;
+use super::stats::{effective_rtt_us, rtt_stats};
 
 /// A kind of fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
@@ -183,16 +183,20 @@ pub struct FaultTail {
     pub elsewhere_calls: u64,
 }
 
+/// A fault's window, in microseconds since the start of the run: from
+/// its injection until [`AFTER_RESTORED`] after the cluster was whole
+/// again.
+fn window_us(f: &FaultEvent) -> (u64, u64) {
+    let restored = Duration::from_secs_f64(f.restored_ms.max(0.0) / 1000.0);
+    (
+        f.at_us,
+        f.at_us + (restored + AFTER_RESTORED).as_micros() as u64,
+    )
+}
+
 impl FaultTail {
     pub fn new(faults: &[FaultEvent], records: &[Invocation]) -> FaultTail {
-        let windows: Vec<(u64, u64)> = faults
-            .iter()
-            .map(|f| {
-                let restored = Duration::from_secs_f64(f.restored_ms.max(0.0) / 1000.0);
-                let end = f.at_us + (restored + AFTER_RESTORED).as_micros() as u64;
-                (f.at_us, end)
-            })
-            .collect();
+        let windows: Vec<(u64, u64)> = faults.iter().map(window_us).collect();
         let mut tail = FaultTail::default();
         for r in records.iter().filter(|r| !r.warmup && r.is_ok()) {
             let rtt = effective_rtt_us(r);
@@ -208,6 +212,154 @@ impl FaultTail {
             }
         }
         tail
+    }
+}
+
+/// How many answered calls, their p99 and their slowest (µs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CallFigures {
+    pub calls: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+}
+
+impl CallFigures {
+    fn of(rtts_us: impl IntoIterator<Item = u64>) -> CallFigures {
+        let stats = rtt_stats(rtts_us);
+        CallFigures {
+            calls: stats.samples,
+            p99_us: stats.p99,
+            max_us: stats.max,
+        }
+    }
+
+    /// `12 calls, p99 45.1 ms, max 60.2 ms`, or `no call`.
+    pub fn line(&self) -> String {
+        match self.calls {
+            0 => "no call".into(),
+            n => format!(
+                "{n} calls, p99 {:.1} ms, max {:.1} ms",
+                self.p99_us as f64 / 1000.0,
+                self.max_us as f64 / 1000.0
+            ),
+        }
+    }
+}
+
+/// One server fault's answered calls, split by where each was first sent.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FaultCalls {
+    /// When it was injected, in seconds since the start of the run.
+    pub time_s: f64,
+    pub kind: FaultKind,
+    /// The faulted server's address.
+    pub target: String,
+    /// Calls whose first attempt went to the faulted server: its games'
+    /// players' calls, until their pools left it.
+    pub to_faulted_server: CallFigures,
+    /// Every other call in the fault's window, but those first sent to
+    /// the server of another fault whose window they were in.
+    pub to_other_servers: CallFigures,
+}
+
+/// A chaos run's server faults (not the database's), each fault's answered
+/// calls split in two: those first sent to the faulted server, and the
+/// rest. A call is a fault's when it was in flight at any moment of the
+/// fault's window, from its injection until [`AFTER_RESTORED`] after the
+/// cluster was whole again: a call sent just before a kill or a hang is
+/// the one it catches. The first share is what the faulted server's
+/// players felt, the second what its fault cost everyone else (copies
+/// and failovers crowding the other servers). When two faults' windows
+/// touch, a call first sent to either's server is in neither's rest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FaultSplit {
+    /// Over every server fault, each call once: the calls first sent to a
+    /// server while it was the one faulted…
+    pub to_faulted_server: CallFigures,
+    /// …and the other calls in a server fault's window.
+    pub to_other_servers: CallFigures,
+    /// Each server fault's own split, in the order they came.
+    pub faults: Vec<FaultCalls>,
+}
+
+impl FaultSplit {
+    pub fn new(faults: &[FaultEvent], records: &[Invocation]) -> FaultSplit {
+        let on_servers: Vec<(&FaultEvent, (u64, u64))> = faults
+            .iter()
+            .filter(|f| !f.kind.is_database())
+            .map(|f| (f, window_us(f)))
+            .collect();
+        let in_flight =
+            |r: &Invocation, (from, to): (u64, u64)| r.start_us <= to && r.end_us() >= from;
+        // Each answered call in some server fault's window, and whether it
+        // was first sent to the server of a fault it was in flight in
+        // (windows can touch: a call sent to the next fault's server
+        // while the last one's window lasts is the next one's, not the
+        // rest of the last one's).
+        let calls: Vec<(&Invocation, bool)> = records
+            .iter()
+            .filter(|r| !r.warmup && r.is_ok())
+            .filter(|r| on_servers.iter().any(|(_, w)| in_flight(r, *w)))
+            .map(|r| {
+                let to_a_faulted = on_servers
+                    .iter()
+                    .any(|(f, w)| in_flight(r, *w) && r.first_server == f.target);
+                (r, to_a_faulted)
+            })
+            .collect();
+        let figures = |keep: &dyn Fn(&Invocation, bool) -> bool| {
+            CallFigures::of(
+                calls
+                    .iter()
+                    .filter(|(r, to_a_faulted)| keep(r, *to_a_faulted))
+                    .map(|(r, _)| effective_rtt_us(r)),
+            )
+        };
+        FaultSplit {
+            to_faulted_server: figures(&|_, to_a_faulted| to_a_faulted),
+            to_other_servers: figures(&|_, to_a_faulted| !to_a_faulted),
+            faults: on_servers
+                .iter()
+                .map(|&(fault, window)| FaultCalls {
+                    time_s: fault.time_s,
+                    kind: fault.kind,
+                    target: fault.target.clone(),
+                    to_faulted_server: figures(&|r, _| {
+                        in_flight(r, window) && r.first_server == fault.target
+                    }),
+                    to_other_servers: figures(&|r, to_a_faulted| {
+                        in_flight(r, window) && !to_a_faulted
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    /// The summary's lines: the split over every server fault, then each
+    /// fault's. None without a server fault.
+    pub fn lines(&self) -> Vec<String> {
+        if self.faults.is_empty() {
+            return Vec::new();
+        }
+        let mut lines = vec![format!(
+            "calls in a server fault's window (in flight from its injection to {} s after it \
+             was whole again), by where each was first sent: to the faulted server {}; to \
+             the others {}",
+            AFTER_RESTORED.as_secs(),
+            self.to_faulted_server.line(),
+            self.to_other_servers.line(),
+        )];
+        lines.extend(self.faults.iter().map(|f| {
+            format!(
+                "  {} {} at {:.3} s: to it {}; to the others {}",
+                f.kind,
+                f.target,
+                f.time_s,
+                f.to_faulted_server.line(),
+                f.to_other_servers.line(),
+            )
+        }));
+        lines
     }
 }
 
@@ -304,6 +456,93 @@ mod tests {
         // Without faults every call is elsewhere.
         let none = FaultTail::new(&[], &records);
         assert_eq!((none.in_faults_calls, none.elsewhere_max_us), (0, 30_000));
+    }
+
+    #[test]
+    fn a_server_faults_calls_are_split_by_the_server_they_were_first_sent_to() {
+        use crate::measure::record::tests::act;
+        let fault = |time_s: f64, kind, target: &str, restored_ms| FaultEvent {
+            time_s,
+            at_us: (time_s * 1e6) as u64,
+            kind,
+            target: target.into(),
+            promoted_ms: None,
+            committing_ms: None,
+            recovered_ms: Some(40.0),
+            restored_ms,
+            error: String::new(),
+        };
+        let faults = [
+            // Window 1.0 s to 2.5 s.
+            fault(1.0, FaultKind::Kill, "a", 500.0),
+            // Not a server's: no split.
+            fault(2.6, FaultKind::DbRestart, "database", 100.0),
+            // Window 2.45 s to 3.55 s: it touches the first kill's.
+            fault(2.45, FaultKind::Kill, "c", 100.0),
+            // Window 4.0 s to 5.5 s.
+            fault(4.0, FaultKind::Hang, "b", 500.0),
+        ];
+        let sent = |to: &str, client, start_us, rtt_us| Invocation {
+            first_server: to.into(),
+            ..act(client, start_us, rtt_us)
+        };
+        let mut warmup = sent("a", 0, 1_100_000, 900_000);
+        warmup.warmup = true;
+        let mut failed = sent("a", 1, 1_100_000, 800_000);
+        failed.status = "Unavailable".into();
+        let records = vec![
+            // Sent to a before its kill, in flight at it, answered by b.
+            Invocation {
+                server: "b".into(),
+                failed_over: true,
+                ..sent("a", 0, 990_000, 60_000)
+            },
+            sent("b", 1, 1_200_000, 4_000),   // the kill's, elsewhere
+            sent("a", 2, 1_000_000, 2_000),   // in flight at it, to a
+            sent("b", 3, 980_000, 5_000),     // ended before it: neither
+            sent("c", 3, 2_450_000, 90_000),  // the second kill's only
+            sent("a", 0, 3_600_000, 3_000),   // after both windows: neither
+            warmup,                           // neither
+            failed,                           // neither
+            sent("b", 1, 4_100_000, 300_000), // the hang's, to b
+            sent("a", 2, 4_200_000, 7_000),   // the hang's, elsewhere
+        ];
+        let split = FaultSplit::new(&faults, &records);
+        let figures = |calls, p99_us, max_us| CallFigures {
+            calls,
+            p99_us,
+            max_us,
+        };
+        assert_eq!(split.faults.len(), 3, "the database's fault is not split");
+        let (kill, other_kill, hang) = (&split.faults[0], &split.faults[1], &split.faults[2]);
+        assert_eq!((kill.kind, kill.target.as_str()), (FaultKind::Kill, "a"));
+        assert_eq!(kill.to_faulted_server, figures(2, 60_000, 60_000));
+        assert_eq!(
+            kill.to_other_servers,
+            figures(1, 4_000, 4_000),
+            "a call sent to the next fault's server is not this one's rest"
+        );
+        assert_eq!(other_kill.target, "c");
+        assert_eq!(other_kill.to_faulted_server, figures(1, 90_000, 90_000));
+        assert_eq!(other_kill.to_other_servers, figures(0, 0, 0));
+        assert_eq!((hang.kind, hang.target.as_str()), (FaultKind::Hang, "b"));
+        assert_eq!(hang.to_faulted_server, figures(1, 300_000, 300_000));
+        assert_eq!(hang.to_other_servers, figures(1, 7_000, 7_000));
+        assert_eq!(split.to_faulted_server.calls, 4);
+        assert_eq!(split.to_faulted_server.max_us, 300_000);
+        assert_eq!(split.to_other_servers.calls, 2);
+        assert_eq!(split.to_other_servers.max_us, 7_000);
+        let lines = split.lines();
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(
+            lines[1].contains("kill a at 1.000 s: to it 2 calls"),
+            "{lines:?}"
+        );
+
+        // Database faults only: nothing to split, nothing printed.
+        let none = FaultSplit::new(&faults[1..2], &records);
+        assert_eq!(none, FaultSplit::default());
+        assert!(none.lines().is_empty());
     }
 
     fn failed_only(records: &[Invocation]) -> Vec<Invocation> {

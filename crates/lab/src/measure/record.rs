@@ -98,6 +98,12 @@ pub struct Invocation {
     /// `game`: see the pool's `Move`); empty when it did not.
     #[serde(default)]
     pub moved: String,
+    /// Address of the server the call's first attempt was sent to (the
+    /// game's server when it began), whoever answered; empty for a call
+    /// that failed. A chaos run's split by faulted server
+    /// ([`super::faults::FaultSplit`]) counts calls by it.
+    #[serde(default)]
+    pub first_server: String,
 }
 
 impl Invocation {
@@ -285,6 +291,7 @@ pub(crate) mod tests {
             server_cas_us: None,
             server_total_us: None,
             moved: String::new(),
+            first_server: "127.0.0.1:1".into(),
         }
     }
 
@@ -297,7 +304,8 @@ pub(crate) mod tests {
         failed.attempts = 2;
         failed.first_failure_us = Some(1_500);
         failed.last_attempt_us = Some(2_500);
-        failed.failure = "Unknown from 127.0.0.1:1: transport error".into();
+        failed.failure = "Unknown from 127.0.0.1:2: transport error".into();
+        failed.first_server = "127.0.0.1:2".into();
         failed.tick_late_us = 70;
         failed.backoff_us = 300;
         failed.answer_sent_us = 2_500;

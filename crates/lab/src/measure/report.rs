@@ -298,6 +298,9 @@ pub struct Summary {
     pub tail: Tail,
     /// A chaos run's slowest calls during its faults and elsewhere.
     pub fault_tail: super::faults::FaultTail,
+    /// A chaos run's server faults, each one's calls split by where they
+    /// were first sent: to the faulted server, or to the others.
+    pub fault_split: super::faults::FaultSplit,
     /// Games split over servers (see [`SplitGames`]).
     pub split_games: SplitGames,
     /// The slow calls' time by part, beside every call's

@@ -603,6 +603,7 @@ fn fill_tail(
         .tail
         .outside(records, &machine::stood_still_stretches(readings));
     summary.fault_tail = faults::FaultTail::new(faults, records);
+    summary.fault_split = faults::FaultSplit::new(faults, records);
     summary.split_games = SplitGames::new(records);
 }
 

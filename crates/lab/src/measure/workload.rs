@@ -542,6 +542,7 @@ impl ClientRun {
                 .moved
                 .map(|m| m.as_str().to_string())
                 .unwrap_or_default(),
+            first_server: info.first_server.clone(),
         });
     }
 
@@ -600,6 +601,7 @@ impl ClientRun {
             server_cas_us: None,
             server_total_us: None,
             moved: String::new(),
+            first_server: String::new(),
         });
     }
 }
