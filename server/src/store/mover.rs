@@ -11,11 +11,11 @@
 //!    partition from an earlier move is deleted, and the publication, its
 //!    slot and the subscription are made; the mover waits until the copy
 //!    is done and the target streams.
-//! 2. `fencing` → `fenced`: on the source, under `partition_fence`'s lock
-//!    (it waits for every write that read the fence before, and the writes
-//!    after it see the fence), the partition is made read-only and a mark
-//!    is written in the same transaction. From here no cluster takes a
-//!    write for the partition; the servers' calls for its games wait.
+//! 2. `fencing` → `fenced`: on the source, the partition is made
+//!    read-only; once every transaction that began before that commit has
+//!    ended (a write that began after saw the fence), a mark is written.
+//!    From here no cluster takes a write for the partition; the servers'
+//!    calls for its games wait. (See [`fence`] for how.)
 //! 3. `flipped`: once the mark reached the target (so did every write the
 //!    source took before it), the partition is made writable there and the
 //!    map sends it there (its version bumped); the calls that waited go
@@ -68,7 +68,7 @@ const KEEP_SOURCE_COPY: Duration = Duration::from_secs(2);
 /// How long the fence waits for the writes in flight on the source before
 /// it gives up and tries again: while it waits, every write on the source
 /// queues behind it.
-const FENCE_LOCK_TIMEOUT_MS: u32 = 25;
+const FENCE_LOCK_TIMEOUT_MS: u32 = 5;
 
 /// How long a copy may keep failing (a worker's error, retried by
 /// PostgreSQL) before the mover gives up and says so.
@@ -576,10 +576,89 @@ async fn publish(pool: &PgPool, partition: u16, names: &Names) -> anyhow::Result
     Ok(())
 }
 
-/// Step 2: the partition read-only on the source, and the mark written,
-/// in one transaction under the fence's lock; retried while the writes in
-/// flight hold it past [`FENCE_LOCK_TIMEOUT_MS`].
+/// Step 2: the partition read-only on the source, then, once no write
+/// that could have read the fence before is still in flight, the mark.
+///
+/// Without blocking anyone: the fence commits, then the mover waits for
+/// every transaction on the database that began before that commit to
+/// end (`pg_stat_activity`): a write that began later saw the fence. Where
+/// the mover cannot see the other sessions' transactions (neither
+/// superuser, nor the servers' role, nor `pg_read_all_stats`), it takes
+/// the fence table's lock instead, which waits for them the same way but
+/// holds every write on that cluster behind it meanwhile
+/// ([`fence_under_lock`]).
 async fn fence(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
+    let unseen: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND backend_type = 'client backend' AND state IS NULL",
+    )
+    .fetch_one(&src.pool)
+    .await?;
+    if unseen > 0 {
+        return fence_under_lock(src, partition, id).await;
+    }
+    let fenced_at: i64 = {
+        let mut tx = src.pool.begin().await?;
+        sqlx::query("UPDATE partition_fence SET writable = false WHERE partition = $1")
+            .bind(partition as i16)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        // Read after the commit: a transaction that began at or after it
+        // began after the fence was in.
+        sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+            .fetch_one(&src.pool)
+            .await?
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let older: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND backend_type = 'client backend' AND pid <> pg_backend_pid() \
+             AND xact_start < to_timestamp($1::float8 / 1000000)",
+        )
+        .bind(fenced_at as f64)
+        .fetch_one(&src.pool)
+        .await?;
+        if older == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "partition {partition}: {older} transactions older than the fence still run on \
+                 {} after 30 s; run the move again once they end",
+                src.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    mark(&src.pool, partition, id).await
+}
+
+/// The move's mark, flushed at commit even where commits are not (a
+/// cluster run with synchronous_commit off): the source sends the target
+/// only WAL flushed, and every write before the mark is there.
+async fn mark(pool: &PgPool, partition: u16, id: i64) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit = on")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO move_marks (partition, move_id) VALUES ($1, $2) \
+         ON CONFLICT (partition) DO UPDATE SET move_id = excluded.move_id",
+    )
+    .bind(partition as i16)
+    .bind(id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// [`fence`] under the fence table's lock: the fence and the mark in one
+/// transaction; retried while the writes in flight hold the lock past
+/// [`FENCE_LOCK_TIMEOUT_MS`].
+async fn fence_under_lock(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let attempt = async {
@@ -589,9 +668,6 @@ async fn fence(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
             )))
             .execute(&mut *tx)
             .await?;
-            // Flushed at commit even where commits are not (a cluster run
-            // with synchronous_commit off): the source sends the target
-            // only WAL flushed, and every write before the mark is there.
             sqlx::query("SET LOCAL synchronous_commit = on")
                 .execute(&mut *tx)
                 .await?;
