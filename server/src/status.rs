@@ -191,7 +191,22 @@ impl CensusCache {
     /// A census at most a second old, asking every cluster if needed
     /// (briefly: a scrape must not hang on a database that is down). A
     /// cluster that does not answer keeps its count of the last minute.
+    /// Each cluster's primary and partitions are as the server holds them
+    /// now, never cached: a switch shows at once.
     pub async fn refresh(&self) -> CensusReport {
+        let mut report = self.counted().await;
+        let now = self.store.clusters_now();
+        for cluster in &mut report.clusters {
+            if let Some(held) = now.iter().find(|c| c.name == cluster.name) {
+                cluster.primary = held.primary.clone();
+                cluster.partitions = held.partitions;
+            }
+        }
+        report
+    }
+
+    /// The census with the counts at most a second old.
+    async fn counted(&self) -> CensusReport {
         let mut kept = self.kept.lock().await;
         if kept
             .complete_at

@@ -72,14 +72,13 @@ FROM (SELECT phase, \
 WHERE active > 0";
 
 impl Store {
-    /// Counts every cluster's active games and seated players at once,
-    /// home first, each within `timeout`.
-    pub async fn census_by_cluster(&self, timeout: Duration) -> Vec<ClusterCensus> {
+    /// Every cluster this server holds, home first, with its primary and
+    /// partitions as they are now (no census).
+    pub fn clusters_now(&self) -> Vec<ClusterCensus> {
         let single = self.partitions.is_none();
-        let mut counting = JoinSet::new();
-        let mut shown = Vec::new();
-        for (at, store) in self.every_cluster().into_iter().enumerate() {
-            shown.push(ClusterCensus {
+        self.every_cluster()
+            .iter()
+            .map(|store| ClusterCensus {
                 name: store.cluster.to_string(),
                 primary: store.primary_address(),
                 // One cluster holds every partition (its list is empty:
@@ -90,15 +89,26 @@ impl Store {
                     store.held.read().expect("held partitions").len()
                 },
                 census: None,
-            });
+            })
+            .collect()
+    }
+
+    /// Counts every cluster's active games and seated players at once,
+    /// home first, each within `timeout`.
+    pub async fn census_by_cluster(&self, timeout: Duration) -> Vec<ClusterCensus> {
+        let mut shown = self.clusters_now();
+        let mut counting = JoinSet::new();
+        for (at, store) in self.every_cluster().into_iter().enumerate() {
             counting.spawn(async move {
                 let counted = tokio::time::timeout(timeout, store.census_here()).await;
                 (at, counted.ok().and_then(Result::ok))
             });
         }
         while let Some(joined) = counting.join_next().await {
-            if let Ok((at, census)) = joined {
-                shown[at].census = census;
+            if let Ok((at, census)) = joined
+                && let Some(shown) = shown.get_mut(at)
+            {
+                shown.census = census;
             }
         }
         shown
