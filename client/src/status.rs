@@ -2,7 +2,9 @@
 //!
 //! Asks the given servers' registries for the live servers, then every
 //! server at once for its `Status` (uptime, calls/s, p99, database member,
-//! refusals), each with a short deadline, so the whole screen comes within
+//! refusals, and each database cluster's primary, partitions and games:
+//! with several clusters, one line per cluster below the servers), each
+//! with a short deadline, so the whole screen comes within
 //! about two deadlines even when some servers are dead: a server the
 //! registry still lists but that does not answer shows as `gone`. Needs no
 //! database access, but the servers' operator token (`--operator-token`,
@@ -67,10 +69,30 @@ pub struct ServerRow {
     pub version: Option<String>,
 }
 
+/// One database cluster as `borbaman status` shows it, from what the
+/// servers that answered said of it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClusterRow {
+    /// `home`, or its name as `borbaman db clusters` lists it.
+    pub name: String,
+    /// `host:port` of its primary, as most of the servers that named one
+    /// name it (Patroni's when they follow it, else the cluster's URL's).
+    pub primary: Option<String>,
+    /// How many partitions it holds.
+    pub partitions: u32,
+    /// Its games and seated players (`None` if no server could count them).
+    pub games_waiting: Option<u32>,
+    pub games_running: Option<u32>,
+    pub players_seated: Option<u32>,
+}
+
 /// The whole cluster as `borbaman status` shows it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Screen {
     pub servers: Vec<ServerRow>,
+    /// The database clusters the games are partitioned over, home first
+    /// (one, home, when they all live in one database).
+    pub clusters: Vec<ClusterRow>,
     /// The cluster's games and seated players (as the servers that
     /// answered counted them; `None` if none could).
     pub games_waiting: Option<u32>,
@@ -117,6 +139,9 @@ impl Screen {
             row.id = Some(server.id.clone());
         }
         let mut screen = Screen::default();
+        // Per cluster, in the order servers list them, and every primary
+        // named for it with how many servers named it.
+        let mut clusters: Vec<(ClusterRow, Vec<(String, usize)>)> = Vec::new();
         for (address, row) in rows.iter_mut() {
             match answers.get(address) {
                 Some(Ok(reply)) => {
@@ -139,12 +164,48 @@ impl Screen {
                     screen.games_waiting = screen.games_waiting.max(reply.games_waiting);
                     screen.games_running = screen.games_running.max(reply.games_running);
                     screen.players_seated = screen.players_seated.max(reply.players_seated);
+                    for said in &reply.clusters {
+                        let at = match clusters.iter().position(|(c, _)| c.name == said.name) {
+                            Some(at) => at,
+                            None => {
+                                clusters.push((
+                                    ClusterRow {
+                                        name: said.name.clone(),
+                                        primary: None,
+                                        partitions: said.partitions,
+                                        games_waiting: None,
+                                        games_running: None,
+                                        players_seated: None,
+                                    },
+                                    Vec::new(),
+                                ));
+                                clusters.len() - 1
+                            }
+                        };
+                        let (cluster, primaries) = &mut clusters[at];
+                        cluster.games_waiting = cluster.games_waiting.max(said.games_waiting);
+                        cluster.games_running = cluster.games_running.max(said.games_running);
+                        cluster.players_seated = cluster.players_seated.max(said.players_seated);
+                        if !said.primary.is_empty() {
+                            match primaries.iter_mut().find(|(p, _)| *p == said.primary) {
+                                Some((_, n)) => *n += 1,
+                                None => primaries.push((said.primary.clone(), 1)),
+                            }
+                        }
+                    }
                 }
                 Some(Err(err)) => row.error = Some(err.clone()),
                 None => row.error = Some("not asked".into()),
             }
         }
         screen.servers = rows.into_values().collect();
+        screen.clusters = clusters
+            .into_iter()
+            .map(|(mut cluster, primaries)| {
+                cluster.primary = most_named(primaries);
+                cluster
+            })
+            .collect();
         screen
     }
 
@@ -181,6 +242,24 @@ impl Screen {
             }
         }
         let count = |n: Option<u32>| n.map_or("?".to_string(), |n| n.to_string());
+        // One database: the summary line says it all.
+        if self.clusters.len() > 1 {
+            out += &format!(
+                "\n{:<22} {:<22} {:>10} {:>8} {:>8} {:>8}\n",
+                "CLUSTER", "PRIMARY", "PARTITIONS", "WAITING", "RUNNING", "SEATED"
+            );
+            for c in &self.clusters {
+                out += &format!(
+                    "{:<22} {:<22} {:>10} {:>8} {:>8} {:>8}\n",
+                    c.name,
+                    c.primary.as_deref().unwrap_or("unknown"),
+                    c.partitions,
+                    count(c.games_waiting),
+                    count(c.games_running),
+                    count(c.players_seated),
+                );
+            }
+        }
         out += &format!(
             "\n{} of {} servers live · games: {} waiting, {} running · players seated: {} · \
              refused in the last minute: {}\n",
@@ -193,6 +272,16 @@ impl Screen {
         );
         out
     }
+}
+
+/// The primary most servers named (the first named of those tied): during
+/// a failover servers learn of the new one a moment apart.
+fn most_named(primaries: Vec<(String, usize)>) -> Option<String> {
+    let most = primaries.iter().map(|(_, n)| *n).max()?;
+    primaries
+        .into_iter()
+        .find(|(_, n)| *n == most)
+        .map(|(p, _)| p)
 }
 
 /// `12s`, `5m03s`, `2h07m`.
@@ -345,6 +434,18 @@ mod tests {
             players_seated: Some(16),
             refusals_last_minute: 2,
             connections_open: 5,
+            clusters: vec![cluster("home", "db:5432", waiting)],
+        }
+    }
+
+    fn cluster(name: &str, primary: &str, waiting: u32) -> pb::ClusterStatus {
+        pb::ClusterStatus {
+            name: name.into(),
+            primary: primary.into(),
+            partitions: 64,
+            games_waiting: Some(waiting),
+            games_running: Some(4),
+            players_seated: Some(16),
         }
     }
 
@@ -381,6 +482,61 @@ mod tests {
         assert!(text.contains("2m05s"), "{text}");
         assert!(text.contains("1 of 2 servers live"), "{text}");
         assert!(text.contains("refused in the last minute: 2"), "{text}");
+    }
+
+    #[test]
+    fn one_database_adds_no_cluster_lines() {
+        let mut answers = BTreeMap::new();
+        answers.insert("x:1".to_string(), Ok(reply("x", "db:5432", 1)));
+        let screen = Screen::assemble(&["x:1".into()], &[], &answers);
+        assert_eq!(screen.clusters.len(), 1);
+        assert_eq!(screen.clusters[0].primary.as_deref(), Some("db:5432"));
+        assert!(!screen.render().contains("CLUSTER"), "{}", screen.render());
+    }
+
+    #[test]
+    fn each_cluster_gets_a_line_with_the_primary_most_servers_name() {
+        let two = |id: &str, c1_primary: &str, c1_waiting: u32| {
+            let mut r = reply(id, "home-db:5432", 0);
+            r.clusters = vec![
+                pb::ClusterStatus {
+                    partitions: 32,
+                    ..cluster("home", "home-db:5432", 0)
+                },
+                pb::ClusterStatus {
+                    partitions: 32,
+                    games_running: None,
+                    ..cluster("c1", c1_primary, c1_waiting)
+                },
+            ];
+            r
+        };
+        let mut answers = BTreeMap::new();
+        // Mid-failover: one server still names c1's old primary, two the
+        // new one; and one has no primary for it yet.
+        answers.insert("a:1".to_string(), Ok(two("a", "pg-old:5433", 2)));
+        answers.insert("b:1".to_string(), Ok(two("b", "pg-new:5434", 1)));
+        answers.insert("c:1".to_string(), Ok(two("c", "pg-new:5434", 1)));
+        answers.insert("d:1".to_string(), Ok(two("d", "", 1)));
+        let seeds: Vec<String> = answers.keys().cloned().collect();
+        let screen = Screen::assemble(&seeds, &[], &answers);
+        let names: Vec<&str> = screen.clusters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["home", "c1"], "home first");
+        let c1 = &screen.clusters[1];
+        assert_eq!(c1.primary.as_deref(), Some("pg-new:5434"));
+        assert_eq!(c1.partitions, 32);
+        assert_eq!(c1.games_waiting, Some(2), "the freshest count");
+        assert_eq!(c1.games_running, None, "no server counted it");
+        let text = screen.render();
+        assert!(text.contains("CLUSTER"), "{text}");
+        let line = text.lines().find(|l| l.starts_with("c1 ")).expect(&text);
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            fields,
+            ["c1", "pg-new:5434", "32", "2", "?", "16"],
+            "{text}"
+        );
+        assert_eq!(most_named(vec![]), None);
     }
 
     #[test]

@@ -350,6 +350,20 @@ async fn status_shows_three_servers_then_a_killed_one_gone() {
     .await;
     assert!(screen.servers.iter().all(|s| s.reachable && s.listed));
     assert!(screen.games_waiting.is_some(), "the games were counted");
+    // One database: one cluster, holding every partition, and no cluster
+    // lines on the screen.
+    let home = &screen.clusters;
+    assert_eq!(home.len(), 1, "{home:?}");
+    assert_eq!(
+        (home[0].name.as_str(), home[0].partitions),
+        ("home", 64),
+        "{home:?}"
+    );
+    assert_eq!(
+        home[0].primary.as_deref(),
+        Some(host_port(&cluster.database_url()).as_str())
+    );
+    assert!(!screen.render().contains("CLUSTER"));
 
     let killed = cluster.addresses()[2].clone();
     common::blocking(|| cluster.kill(2)).unwrap();
@@ -370,6 +384,83 @@ async fn status_shows_three_servers_then_a_killed_one_gone() {
         screen.render(),
         killed_at.elapsed()
     );
+}
+
+/// `host:port` of a database URL, as status names a primary.
+fn host_port(url: &str) -> String {
+    let opts: sqlx::postgres::PgConnectOptions = url.parse().expect("a database URL");
+    format!("{}:{}", opts.get_host(), opts.get_port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_each_database_clusters_primary_partitions_and_games() {
+    let config = borbaman_cluster::local::ClusterConfig {
+        db_clusters: 2,
+        ..common::config(2, &[&format!("--operator-token={OPERATOR_TOKEN}")])
+    };
+    let cluster = borbaman_cluster::local::LocalCluster::start(config, |_| {})
+        .expect("start servers over two database clusters");
+    let urls = cluster.database_urls();
+    let primaries: Vec<String> = urls.iter().map(|u| host_port(u)).collect();
+    assert_ne!(primaries[0], primaries[1], "two PostgreSQLs");
+
+    // A running game, on the cluster its partition names.
+    let (_pool, players) = common::pool_and_game(&cluster, "census").await;
+    let game_id = players[0].game_id();
+    let home = common::database(&cluster).await;
+    let holder: String =
+        sqlx::query_scalar("SELECT cluster FROM partition_map WHERE partition = $1")
+            .bind((game_id % 64) as i16)
+            .fetch_one(&home)
+            .await
+            .unwrap();
+
+    let seed = cluster.addresses();
+    let token: borbaman_server::status::OperatorToken = OPERATOR_TOKEN.parse().unwrap();
+    let timeout = Duration::from_millis(400);
+    let screen = wait::until(
+        &format!("both clusters on the screen, game {game_id} running on {holder}"),
+        Duration::from_secs(10),
+        || async {
+            let screen = borbaman::status::look(&seed, None, Some(&token), timeout).await;
+            let running = screen
+                .clusters
+                .iter()
+                .find(|c| c.name == holder)
+                .and_then(|c| c.games_running);
+            (screen.live == 2 && running == Some(1)).then_some(screen)
+        },
+    )
+    .await;
+    let text = screen.render();
+    eprintln!("{text}");
+    let shown: Vec<(&str, Option<&str>, u32)> = screen
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.primary.as_deref(), c.partitions))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("home", Some(primaries[0].as_str()), 32),
+            ("c1", Some(primaries[1].as_str()), 32)
+        ],
+        "{text}"
+    );
+    for c in &screen.clusters {
+        let expected = if c.name == holder { 1 } else { 0 };
+        assert_eq!(c.games_running, Some(expected), "{text}");
+        assert_eq!(c.games_waiting, Some(0), "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(c.name.as_str()))
+            .unwrap_or_else(|| panic!("no line for cluster {}: {text}", c.name));
+        assert!(line.contains(c.primary.as_deref().unwrap()), "{line}");
+    }
+    assert_eq!(screen.games_running, Some(1), "{text}");
+    let json = serde_json::to_value(&screen).unwrap();
+    assert_eq!(json["clusters"][1]["name"], "c1");
+    assert_eq!(json["clusters"][1]["primary"], primaries[1].as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -171,4 +171,17 @@ async fn losing_an_etcd_member_moves_nothing_and_the_metrics_follow_a_switchover
         "{}",
         screen.render()
     );
+    // Its database cluster's line names the primary Patroni named, as the
+    // follower learned it, not the database URL's guess.
+    let clusters: Vec<(&str, Option<&str>)> = screen
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.primary.as_deref()))
+        .collect();
+    assert_eq!(
+        clusters,
+        [("home", Some(now.as_str()))],
+        "{}",
+        screen.render()
+    );
 }

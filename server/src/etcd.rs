@@ -8,28 +8,26 @@
 //! commits it, instead of at the next `/primary` poll, and gives the new
 //! leader's PostgreSQL address in the same breath (no `/cluster` request).
 //!
-//! The watch speaks etcd v3's JSON gateway (`POST /v3/kv/range`, then a
-//! streaming `POST /v3/watch`), which Patroni's own `etcd3` client uses
-//! too, over hyper's low-level HTTP/1.1 client: no gRPC client and no
-//! etcd crate. Keys and values travel base64-encoded.
+//! The read and the watch speak etcd v3's own gRPC API through the
+//! `etcd-client` crate, over the tonic and HTTP/2 the game service already
+//! uses: one connection to one etcd member ([`connect`]) carries a range
+//! read of the prefix ([`range`]), then a watch from the revision after it
+//! ([`Watch`]). The caller (`store::follow`) moves on to the next member
+//! when either fails. HTTP/2 keepalive pings find a member that stopped
+//! answering without closing the connection.
 //!
 //! [`ClusterKeys`] is the pure part: it applies the range's keys and the
 //! watch's events and names the leader ([`ClusterKeys::leader`]). The
-//! store's follower (`store::follow`) decides what to do with it.
+//! store's follower decides what to do with it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
-use hyper::{Request, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
+use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchResponse, WatchStream};
+use hyper::Uri;
 use serde::Deserialize;
-use tokio::net::TcpStream;
 
 use crate::patroni::{self, Member, PgAddress};
 
@@ -40,13 +38,6 @@ pub const DEFAULT_CLIENT_PORT: u16 = 2379;
 /// containers (server/patroni/patroni.yml: namespace `/borbaman/`, scope
 /// `borbaman`).
 pub const DEFAULT_PREFIX: &str = "/borbaman/borbaman/";
-
-/// Largest range reply read; a cluster of a few members is a few KiB.
-const MAX_REPLY_BYTES: usize = 1024 * 1024;
-
-/// Largest unparsed part of the watch stream kept; one message is at most
-/// a few KiB.
-const MAX_PENDING_BYTES: usize = 1024 * 1024;
 
 /// One etcd member's client URL, `http://host:port`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -213,325 +204,147 @@ fn strip_path(url: &str) -> String {
     }
 }
 
-/// The end of the key range that holds every key starting with `prefix`.
-fn prefix_range_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
+/// How often an idle connection to etcd is pinged, and how long a ping
+/// may go unanswered before the connection counts as broken. etcd refuses
+/// pings more often than every 5 s (`--grpc-keepalive-min-time`).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Why etcd gave no usable answer.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdError {
     #[error("no answer within {0} ms")]
     Timeout(u128),
-    #[error("cannot connect: {0}")]
-    Connect(#[from] std::io::Error),
-    #[error("HTTP: {0}")]
-    Http(#[from] hyper::Error),
-    #[error("HTTP: {0}")]
-    Request(#[from] hyper::http::Error),
-    #[error("reading the reply: {0}")]
-    Body(String),
-    #[error("unexpected status {0}: {1}")]
-    Status(StatusCode, String),
-    #[error("unexpected reply: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("etcd: {0}")]
-    Etcd(String),
+    #[error("bad etcd URL: {0}")]
+    Url(String),
+    #[error("{0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("watch canceled: {reason} (compacted to {compact_revision})")]
+    Canceled {
+        reason: String,
+        compact_revision: i64,
+    },
     #[error("the watch stream ended")]
     Ended,
 }
 
-#[derive(Deserialize)]
-struct Header {
-    #[serde(default, deserialize_with = "int_string")]
-    revision: i64,
-}
-
-#[derive(Deserialize)]
-struct Kv {
-    #[serde(default)]
-    key: String,
-    #[serde(default)]
-    value: Option<String>,
-    #[serde(default, deserialize_with = "int_string")]
-    mod_revision: i64,
-}
-
-#[derive(Deserialize)]
-struct RangeReply {
-    header: Header,
-    #[serde(default)]
-    kvs: Vec<Kv>,
-}
-
-#[derive(Deserialize)]
-struct WatchEvent {
-    /// `PUT` is left out (the default of the enum); `DELETE` is named.
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
-    kv: Kv,
-}
-
-#[derive(Deserialize)]
-struct WatchResult {
-    #[serde(default)]
-    events: Vec<WatchEvent>,
-    #[serde(default)]
-    canceled: bool,
-    #[serde(default)]
-    cancel_reason: Option<String>,
-    #[serde(default, deserialize_with = "int_string")]
-    compact_revision: i64,
-}
-
-#[derive(Deserialize)]
-struct WatchMessage {
-    #[serde(default)]
-    result: Option<WatchResult>,
-    #[serde(default)]
-    error: Option<serde_json::Value>,
-}
-
-/// etcd's gateway sends 64-bit integers as JSON strings.
-fn int_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum IntOrString {
-        Int(i64),
-        Str(String),
-    }
-    match IntOrString::deserialize(d)? {
-        IntOrString::Int(i) => Ok(i),
-        IntOrString::Str(s) => s.parse().map_err(serde::de::Error::custom),
-    }
-}
-
-impl Kv {
-    /// The change this key-value describes, its key made relative to
-    /// `prefix`; `None` for a key outside it.
-    fn change(self, prefix: &str, deleted: bool) -> Option<KeyChange> {
-        let key = BASE64.decode(self.key).ok()?;
-        let key = String::from_utf8(key).ok()?;
-        let key = key.strip_prefix(prefix)?.to_string();
-        let value = match (deleted, self.value) {
-            (true, _) => None,
-            (false, Some(v)) => Some(BASE64.decode(v).ok()?),
-            (false, None) => Some(Vec::new()),
-        };
-        Some(KeyChange {
-            key,
-            value,
-            mod_revision: self.mod_revision,
-        })
-    }
-}
-
-/// Parses a range reply: the revision it was read at and its keys.
-pub fn parse_range(body: &[u8], prefix: &str) -> Result<(i64, Vec<KeyChange>), EtcdError> {
-    let reply: RangeReply = serde_json::from_slice(body)?;
-    let changes = reply
-        .kvs
-        .into_iter()
-        .filter_map(|kv| kv.change(prefix, false))
-        .collect();
-    Ok((reply.header.revision, changes))
-}
-
-/// Parses one watch message into its changes; `Err` if etcd ended or
-/// refused the watch (a compacted revision, an error).
-pub fn parse_watch_message(
-    message: &serde_json::Value,
-    prefix: &str,
-) -> Result<Vec<KeyChange>, EtcdError> {
-    let message = WatchMessage::deserialize(message)?;
-    if let Some(error) = message.error {
-        return Err(EtcdError::Etcd(error.to_string()));
-    }
-    let Some(result) = message.result else {
-        return Ok(Vec::new());
-    };
-    if result.canceled {
-        return Err(EtcdError::Etcd(format!(
-            "watch canceled: {} (compacted to {})",
-            result.cancel_reason.unwrap_or_default(),
-            result.compact_revision
-        )));
-    }
-    Ok(result
-        .events
-        .into_iter()
-        .filter_map(|e| {
-            let deleted = e.kind.as_deref() == Some("DELETE");
-            e.kv.change(prefix, deleted)
-        })
-        .collect())
-}
-
-/// Splits complete JSON objects off the front of `pending` (the gateway
-/// streams them back to back); an incomplete one stays for the next chunk.
-pub fn split_messages(pending: &mut Vec<u8>) -> Result<Vec<serde_json::Value>, EtcdError> {
-    let mut out = Vec::new();
-    let mut stream = serde_json::Deserializer::from_slice(pending).into_iter::<serde_json::Value>();
-    let mut consumed = 0;
-    loop {
-        match stream.next() {
-            Some(Ok(value)) => {
-                consumed = stream.byte_offset();
-                out.push(value);
-            }
-            Some(Err(e)) if e.is_eof() => break,
-            Some(Err(e)) => return Err(e.into()),
-            None => {
-                consumed = pending.len();
-                break;
-            }
-        }
-    }
-    pending.drain(..consumed);
-    Ok(out)
-}
-
-fn range_request(prefix: &str) -> String {
-    serde_json::json!({
-        "key": BASE64.encode(prefix),
-        "range_end": BASE64.encode(prefix_range_end(prefix.as_bytes())),
+/// The change a key-value under `prefix` describes, its key made relative
+/// to the prefix; `None` for a key outside it.
+fn change(key: &[u8], value: Option<&[u8]>, mod_revision: i64, prefix: &str) -> Option<KeyChange> {
+    let key = std::str::from_utf8(key).ok()?.strip_prefix(prefix)?;
+    Some(KeyChange {
+        key: key.to_string(),
+        value: value.map(<[u8]>::to_vec),
+        mod_revision,
     })
-    .to_string()
 }
 
-fn watch_request(prefix: &str, start_revision: i64) -> String {
-    serde_json::json!({
-        "create_request": {
-            "key": BASE64.encode(prefix),
-            "range_end": BASE64.encode(prefix_range_end(prefix.as_bytes())),
-            "start_revision": start_revision.to_string(),
-        }
-    })
-    .to_string()
-}
-
-/// Opens an HTTP/1.1 connection to `endpoint` and sends `POST path`.
-async fn post(
-    endpoint: &Endpoint,
-    path: &str,
-    body: String,
-) -> Result<hyper::Response<hyper::body::Incoming>, EtcdError> {
-    let stream = TcpStream::connect(endpoint.authority()).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    // Drives the socket until the reply is read (or, for a watch, until
-    // the stream is dropped).
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let request = Request::post(path)
-        .header(hyper::header::HOST, endpoint.authority())
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))?;
-    Ok(sender.send_request(request).await?)
+/// A client of the one etcd member at `endpoint`. It connects at its
+/// first request, within `timeout`; each request has its own deadline.
+pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Client, EtcdError> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.to_string())
+        .map_err(|e| EtcdError::Url(format!("{endpoint}: {e}")))?
+        .connect_timeout(timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .connect_lazy();
+    Ok(Client::from_channel(etcd_client::Channel::Tonic(channel), None).await?)
 }
 
 /// Reads every key under `prefix` at once: the revision and the keys.
 pub async fn range(
-    endpoint: &Endpoint,
+    client: &mut Client,
     prefix: &str,
     timeout: Duration,
 ) -> Result<(i64, Vec<KeyChange>), EtcdError> {
-    let exchange = async {
-        let response = post(endpoint, "/v3/kv/range", range_request(prefix)).await?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_REPLY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| EtcdError::Body(e.to_string()))?
-            .to_bytes();
-        if status != StatusCode::OK {
-            return Err(EtcdError::Status(
-                status,
-                String::from_utf8_lossy(&body).into_owned(),
-            ));
-        }
-        parse_range(&body, prefix)
+    let read = client.get(prefix, Some(GetOptions::new().with_prefix()));
+    let reply = match tokio::time::timeout(timeout, read).await {
+        Ok(reply) => reply?,
+        Err(_) => return Err(EtcdError::Timeout(timeout.as_millis())),
     };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(result) => result,
-        Err(_) => Err(EtcdError::Timeout(timeout.as_millis())),
-    }
+    let revision = reply.header().map_or(0, |h| h.revision());
+    let changes = reply
+        .kvs()
+        .iter()
+        .filter_map(|kv| change(kv.key(), Some(kv.value()), kv.mod_revision(), prefix))
+        .collect();
+    Ok((revision, changes))
 }
 
 /// A running watch on a prefix: yields batches of changes as etcd
 /// commits them.
 pub struct Watch {
-    body: hyper::body::Incoming,
-    pending: Vec<u8>,
+    stream: WatchStream,
     prefix: String,
 }
 
 impl Watch {
     /// Starts watching `prefix` from `start_revision` on, within
-    /// `timeout` for etcd to accept it.
+    /// `timeout` for etcd to confirm the watch (its `created` reply, which
+    /// carries no event).
     pub async fn start(
-        endpoint: &Endpoint,
+        client: &mut Client,
         prefix: &str,
         start_revision: i64,
         timeout: Duration,
     ) -> Result<Watch, EtcdError> {
-        let opening = post(endpoint, "/v3/watch", watch_request(prefix, start_revision));
-        let response = match tokio::time::timeout(timeout, opening).await {
-            Ok(response) => response?,
-            Err(_) => return Err(EtcdError::Timeout(timeout.as_millis())),
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(start_revision);
+        let opening = async {
+            let mut stream = client.watch(prefix, Some(options)).await?;
+            match stream.message().await? {
+                Some(reply) if reply.canceled() => Err(canceled(&reply)),
+                Some(reply) if reply.created() => Ok(stream),
+                Some(_) => Err(EtcdError::Etcd(etcd_client::Error::WatchError(
+                    "the first reply does not confirm the watch".into(),
+                ))),
+                None => Err(EtcdError::Ended),
+            }
         };
-        if response.status() != StatusCode::OK {
-            return Err(EtcdError::Status(response.status(), String::new()));
+        match tokio::time::timeout(timeout, opening).await {
+            Ok(stream) => Ok(Watch {
+                stream: stream?,
+                prefix: prefix.to_string(),
+            }),
+            Err(_) => Err(EtcdError::Timeout(timeout.as_millis())),
         }
-        Ok(Watch {
-            body: response.into_body(),
-            pending: Vec::new(),
-            prefix: prefix.to_string(),
-        })
     }
 
-    /// The next batch of changes (possibly empty: etcd's confirmation of
-    /// the watch). `Err` when the stream ends or breaks: watch again.
+    /// The next batch of changes (possibly empty: a progress report).
+    /// `Err` when the stream ends, breaks or etcd cancels the watch (a
+    /// compacted revision): watch again.
     pub async fn next(&mut self) -> Result<Vec<KeyChange>, EtcdError> {
-        loop {
-            let messages = split_messages(&mut self.pending)?;
-            if !messages.is_empty() {
-                let mut changes = Vec::new();
-                for message in &messages {
-                    changes.extend(parse_watch_message(message, &self.prefix)?);
-                }
-                return Ok(changes);
-            }
-            let frame = match self.body.frame().await {
-                Some(frame) => frame?,
-                None => return Err(EtcdError::Ended),
-            };
-            if let Ok(data) = frame.into_data() {
-                self.pending.extend_from_slice(&data);
-                if self.pending.len() > MAX_PENDING_BYTES {
-                    return Err(EtcdError::Body("a watch message too large".into()));
-                }
-            }
+        let reply = self.stream.message().await?.ok_or(EtcdError::Ended)?;
+        if reply.canceled() {
+            return Err(canceled(&reply));
         }
+        Ok(reply
+            .events()
+            .iter()
+            .filter_map(|event| {
+                let kv = event.kv()?;
+                let value = match event.event_type() {
+                    EventType::Put => Some(kv.value()),
+                    EventType::Delete => None,
+                };
+                change(kv.key(), value, kv.mod_revision(), &self.prefix)
+            })
+            .collect())
+    }
+}
+
+fn canceled(reply: &WatchResponse) -> EtcdError {
+    EtcdError::Canceled {
+        reason: reply.cancel_reason().to_string(),
+        compact_revision: reply.compact_revision(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn b64(s: &str) -> String {
-        BASE64.encode(s)
-    }
 
     const PREFIX: &str = "/borbaman/borbaman/";
 
@@ -565,13 +378,6 @@ mod tests {
         assert_eq!(e.authority(), "etcd-a:2379");
         let err = "https://etcd-a".parse::<Endpoint>().unwrap_err();
         assert!(err.contains("etcd URL"), "{err}");
-    }
-
-    #[test]
-    fn prefix_range_ends_are_the_next_key() {
-        assert_eq!(prefix_range_end(b"/a/"), b"/a0".to_vec());
-        assert_eq!(prefix_range_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_range_end(b"\xff"), vec![0]);
     }
 
     #[test]
@@ -635,60 +441,20 @@ mod tests {
         assert_eq!(strip_path("http://h:1"), "http://h:1");
     }
 
-    /// A range reply and watch messages as etcd 3.4's gateway sends them.
     #[test]
-    fn range_replies_and_watch_messages_parse() {
-        let range = format!(
-            r#"{{"header":{{"cluster_id":"1","member_id":"2","revision":"42","raft_term":"3"}},"kvs":[{{"key":"{}","create_revision":"5","mod_revision":"40","version":"3","value":"{}","lease":"7"}},{{"key":"{}","mod_revision":"41","value":"{}"}}],"count":"2"}}"#,
-            b64("/borbaman/borbaman/leader"),
-            b64("pg0"),
-            b64("/borbaman/borbaman/members/pg0"),
-            b64(&member_json(15441, 18008, 1)),
-        );
-        let (revision, changes) = parse_range(range.as_bytes(), PREFIX).unwrap();
-        assert_eq!(revision, 42);
-        assert_eq!(changes.len(), 2);
-        assert_eq!(changes[0], put("leader", "pg0", 40));
-        let mut keys = ClusterKeys::default();
-        for c in &changes {
-            keys.apply(c);
-        }
-        assert_eq!(keys.leader().unwrap().name, "pg0");
-
-        // The watch's confirmation, then a delete and a put in one
-        // message, streamed back to back and cut mid-object.
-        let created = r#"{"result":{"header":{"revision":"42"},"created":true}}"#;
-        let events = format!(
-            r#"{{"result":{{"header":{{"revision":"44"}},"events":[{{"type":"DELETE","kv":{{"key":"{}","mod_revision":"43"}}}},{{"kv":{{"key":"{}","mod_revision":"44","value":"{}"}}}}]}}}}"#,
-            b64("/borbaman/borbaman/leader"),
-            b64("/borbaman/borbaman/leader"),
-            b64("pg1"),
-        );
-        let stream = format!("{created}\n{events}\n");
-        let (first, second) = stream.as_bytes().split_at(created.len() + 30);
-        let mut pending = first.to_vec();
-        let messages = split_messages(&mut pending).unwrap();
-        assert_eq!(messages.len(), 1);
-        assert!(
-            parse_watch_message(&messages[0], PREFIX)
-                .unwrap()
-                .is_empty()
-        );
-        pending.extend_from_slice(second);
-        let messages = split_messages(&mut pending).unwrap();
-        assert_eq!(messages.len(), 1);
-        assert!(pending.iter().all(u8::is_ascii_whitespace));
-        let changes = parse_watch_message(&messages[0], PREFIX).unwrap();
+    fn keys_are_read_relative_to_the_prefix() {
+        let put = change(b"/borbaman/borbaman/leader", Some(b"pg0"), 40, PREFIX);
+        assert_eq!(put, Some(self::put("leader", "pg0", 40)));
+        let deleted = change(b"/borbaman/borbaman/members/pg1", None, 41, PREFIX);
+        assert_eq!(deleted, Some(delete("members/pg1", 41)));
+        // Another scope's keys, or a key that is not text: not ours.
         assert_eq!(
-            changes,
-            vec![delete("leader", 43), put("leader", "pg1", 44)]
+            change(b"/borbaman/c1/leader", Some(b"pg0"), 42, PREFIX),
+            None
         );
-
-        let canceled = serde_json::json!({"result": {"canceled": true, "compact_revision": "50"}});
-        assert!(parse_watch_message(&canceled, PREFIX).is_err());
-        let error = serde_json::json!({"error": {"grpc_code": 14, "message": "no leader"}});
-        assert!(parse_watch_message(&error, PREFIX).is_err());
-        let mut garbage = b"<html>".to_vec();
-        assert!(split_messages(&mut garbage).is_err());
+        assert_eq!(
+            change(b"/borbaman/borbaman/\xff", Some(b"x"), 43, PREFIX),
+            None
+        );
     }
 }

@@ -70,7 +70,7 @@ impl FromStr for Member {
 /// `host:port` of a plain `http://host[:port]` URL, a `what` such as
 /// "Patroni REST URL" (`default_port` when
 /// it gives none). No TLS, no path, no credentials: Patroni's REST API
-/// and etcd's gateway live at their root.
+/// and etcd's gRPC API live at their root.
 pub(crate) fn http_authority(what: &str, s: &str, default_port: u16) -> Result<String, String> {
     let s = s.trim();
     let uri: Uri = s.parse().map_err(|e| format!("bad {what} {s:?}: {e}"))?;

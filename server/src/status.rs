@@ -13,7 +13,7 @@
 //! `authorization` header (`Bearer TOKEN`); without one set on the server
 //! it answers no one. Either way a refusal is `PERMISSION_DENIED`.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::metrics::{self, Metrics, TallySnapshot};
-use crate::store::{Census, Store};
+use crate::store::{Census, ClusterCensus, Store};
 
 /// Calls per second are counted over this much of the recent past.
 pub const RATE_WINDOW: Duration = Duration::from_secs(10);
@@ -117,18 +117,70 @@ pub async fn window_task(
     }
 }
 
+/// What the census found: every cluster's count, and their sum.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CensusReport {
+    /// Every cluster's games and players together; `None` unless each
+    /// cluster was counted now or within the last minute.
+    pub total: Option<Census>,
+    /// Home first.
+    pub clusters: Vec<ClusterCensus>,
+}
+
+/// The counts the census has kept: each cluster's last one, and when the
+/// last census every cluster answered was taken.
+#[derive(Debug, Default)]
+struct Kept {
+    complete_at: Option<Instant>,
+    report: CensusReport,
+    by_cluster: HashMap<String, (Instant, Census)>,
+}
+
+/// Puts together a census taken `now`: a cluster that did not answer
+/// shows its last count if it is under a minute old (so does the total),
+/// else none (nor does the total). `kept` learns the new counts.
+fn assemble(
+    counted: Vec<ClusterCensus>,
+    kept: &mut HashMap<String, (Instant, Census)>,
+    now: Instant,
+) -> CensusReport {
+    let mut total = Some(Census::default());
+    let clusters: Vec<ClusterCensus> = counted
+        .into_iter()
+        .map(|mut cluster| {
+            match cluster.census {
+                Some(census) => {
+                    kept.insert(cluster.name.clone(), (now, census));
+                }
+                None => {
+                    cluster.census = kept
+                        .get(&cluster.name)
+                        .filter(|(at, _)| now.saturating_duration_since(*at) < MINUTE)
+                        .map(|(_, census)| *census);
+                }
+            }
+            total = total.zip(cluster.census).map(|(sum, c)| sum + c);
+            cluster
+        })
+        .collect();
+    CensusReport {
+        total: total.filter(|_| !clusters.is_empty()),
+        clusters,
+    }
+}
+
 /// The last census, refreshed on demand at most once a second.
 #[derive(Debug)]
 pub struct CensusCache {
     store: Store,
-    last: tokio::sync::Mutex<Option<(Instant, Census)>>,
+    kept: tokio::sync::Mutex<Kept>,
 }
 
 impl CensusCache {
     pub fn new(store: Store) -> CensusCache {
         CensusCache {
             store,
-            last: tokio::sync::Mutex::new(None),
+            kept: tokio::sync::Mutex::new(Kept::default()),
         }
     }
 
@@ -136,31 +188,47 @@ impl CensusCache {
         self.store.metrics()
     }
 
-    /// A census at most a second old, asking the database if needed
-    /// (briefly: a scrape must not hang on a database that is down);
-    /// `None` if there is none.
-    pub async fn refresh(&self) -> Option<Census> {
-        let mut last = self.last.lock().await;
-        if let Some((at, census)) = *last
-            && at.elapsed() < CENSUS_FRESH
+    /// A census at most a second old, asking every cluster if needed
+    /// (briefly: a scrape must not hang on a database that is down). A
+    /// cluster that does not answer keeps its count of the last minute.
+    /// Each cluster's primary and partitions are as the server holds them
+    /// now, never cached: a switch shows at once.
+    pub async fn refresh(&self) -> CensusReport {
+        let mut report = self.counted().await;
+        let now = self.store.clusters_now();
+        for cluster in &mut report.clusters {
+            if let Some(held) = now.iter().find(|c| c.name == cluster.name) {
+                cluster.primary = held.primary.clone();
+                cluster.partitions = held.partitions;
+            }
+        }
+        report
+    }
+
+    /// The census with the counts at most a second old.
+    async fn counted(&self) -> CensusReport {
+        let mut kept = self.kept.lock().await;
+        if kept
+            .complete_at
+            .is_some_and(|at| at.elapsed() < CENSUS_FRESH)
         {
-            return Some(census);
+            return kept.report.clone();
         }
-        match tokio::time::timeout(CENSUS_TIMEOUT, self.store.census()).await {
-            Ok(Ok(census)) => {
-                self.metrics().census(
-                    census.games_waiting,
-                    census.games_running,
-                    census.players_seated,
-                );
-                *last = Some((Instant::now(), census));
-                Some(census)
-            }
-            _ => {
-                // Keep answering from memory, but no older than a minute.
-                last.filter(|(at, _)| at.elapsed() < MINUTE).map(|(_, c)| c)
-            }
+        let counted = self.store.census_by_cluster(CENSUS_TIMEOUT).await;
+        let now = Instant::now();
+        let every = counted.iter().all(|c| c.census.is_some());
+        let report = assemble(counted, &mut kept.by_cluster, now);
+        if let Some(total) = report.total {
+            self.metrics().census(
+                total.games_waiting,
+                total.games_running,
+                total.players_seated,
+            );
         }
+        // Asked again at once while a cluster is not answering.
+        kept.complete_at = every.then_some(now);
+        kept.report = report.clone();
+        report
     }
 }
 
@@ -277,11 +345,24 @@ impl pb::status_server::Status for StatusService {
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         check_operator(self.operator_token.as_ref(), header)?;
-        let census = self.census.refresh().await;
+        let report = self.census.refresh().await;
+        let census = report.total;
         let metrics = self.census.metrics();
         let recent = self.window.recent(&metrics.tally());
         let (member, changes) = metrics.database_member_now();
         let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        let clusters = report
+            .clusters
+            .iter()
+            .map(|c| pb::ClusterStatus {
+                name: c.name.clone(),
+                primary: c.primary.clone().unwrap_or_default(),
+                partitions: u32::try_from(c.partitions).unwrap_or(u32::MAX),
+                games_waiting: c.census.map(|c| count(c.games_waiting)),
+                games_running: c.census.map(|c| count(c.games_running)),
+                players_seated: c.census.map(|c| count(c.players_seated)),
+            })
+            .collect();
         Ok(Response::new(pb::StatusReply {
             server_id: self.server_id.to_string(),
             address: self.address.clone(),
@@ -298,6 +379,7 @@ impl pb::status_server::Status for StatusService {
             players_seated: census.map(|c| count(c.players_seated)),
             refusals_last_minute: recent.refusals_last_minute,
             connections_open: u32::try_from(metrics.connections_open().max(0)).unwrap_or(0),
+            clusters,
         }))
     }
 }
@@ -392,6 +474,56 @@ mod tests {
         assert!("0123456789abcdef".parse::<OperatorToken>().is_ok());
         let debug = format!("{:?}", "0123456789abcdef".parse::<OperatorToken>().unwrap());
         assert!(!debug.contains("0123"), "the token is not logged: {debug}");
+    }
+
+    fn cluster(name: &str, census: Option<(i64, i64, i64)>) -> ClusterCensus {
+        ClusterCensus {
+            name: name.into(),
+            primary: Some("127.0.0.1:5432".into()),
+            partitions: 32,
+            census: census.map(|(w, r, p)| Census {
+                games_waiting: w,
+                games_running: r,
+                players_seated: p,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_cluster_that_does_not_answer_keeps_its_count_for_a_minute() {
+        let mut kept = HashMap::new();
+        let t0 = Instant::now();
+        let both = vec![
+            cluster("home", Some((1, 2, 9))),
+            cluster("c1", Some((0, 3, 12))),
+        ];
+        let report = assemble(both, &mut kept, t0);
+        let total = report.total.expect("every cluster counted");
+        assert_eq!(
+            (
+                total.games_waiting,
+                total.games_running,
+                total.players_seated
+            ),
+            (1, 5, 21)
+        );
+        assert_eq!(report.clusters[1].name, "c1");
+
+        // c1 silent: its last count stands in, and the total with it.
+        let silent = || vec![cluster("home", Some((0, 2, 8))), cluster("c1", None)];
+        let report = assemble(silent(), &mut kept, t0 + Duration::from_secs(30));
+        assert_eq!(report.clusters[1].census.unwrap().games_running, 3);
+        assert_eq!(report.total.unwrap().players_seated, 20);
+
+        // A minute later it is unknown, and so is the total; home is not.
+        let report = assemble(silent(), &mut kept, t0 + Duration::from_secs(61));
+        assert_eq!(report.clusters[1].census, None);
+        assert_eq!(report.clusters[0].census.unwrap().players_seated, 8);
+        assert_eq!(report.total, None);
+
+        // A cluster never counted is unknown from the start.
+        let report = assemble(vec![cluster("c2", None)], &mut HashMap::new(), t0);
+        assert_eq!((report.total, report.clusters[0].census), (None, None));
     }
 
     #[test]

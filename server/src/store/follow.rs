@@ -537,7 +537,7 @@ impl Probe {
     async fn run(mut self, mut stop: Shutdown) {
         let mut tasks = JoinSet::new();
         let (tx, mut news) = mpsc::channel(16);
-        let watching = !self.opts.etcd.is_empty();
+        let mut watching = !self.opts.etcd.is_empty();
         if watching {
             tasks.spawn(watch_leader(
                 self.opts.etcd.clone(),
@@ -581,7 +581,15 @@ impl Probe {
                     nudged = true;
                     next_round = next_round.min(last_started + MIN_ROUND_GAP);
                 }
-                Some(news) = news.recv(), if watching => self.hear(news),
+                heard = news.recv(), if watching => match heard {
+                    Some(news) => self.hear(news),
+                    // The watch task ended (it does not, short of a
+                    // panic): the probes carry on alone.
+                    None => {
+                        watching = false;
+                        self.watch_up = false;
+                    }
+                },
                 _ = stop.recv() => return,
             }
         }
@@ -820,8 +828,9 @@ async fn ask_members(
 }
 
 /// The watch task: reads Patroni's keys from one etcd member, watches
-/// them from there on, and reports each leader change; on any failure it
-/// moves on to the next member. Ends when the probe loop is gone.
+/// them from there on (over one gRPC connection, see [`crate::etcd`]), and
+/// reports each leader change; on any failure it moves on to the next
+/// member. Ends when the probe loop is gone.
 async fn watch_leader(
     endpoints: Vec<Endpoint>,
     prefix: String,
@@ -855,7 +864,11 @@ async fn watch_once(
     timeout: Duration,
     tx: &mpsc::Sender<WatchNews>,
 ) -> (etcd::EtcdError, bool) {
-    let (revision, changes) = match etcd::range(endpoint, prefix, timeout).await {
+    let mut client = match etcd::connect(endpoint, timeout).await {
+        Ok(client) => client,
+        Err(err) => return (err, false),
+    };
+    let (revision, changes) = match etcd::range(&mut client, prefix, timeout).await {
         Ok(read) => read,
         Err(err) => return (err, false),
     };
@@ -863,7 +876,7 @@ async fn watch_once(
     for change in &changes {
         keys.apply(change);
     }
-    let mut watch = match etcd::Watch::start(endpoint, prefix, revision + 1, timeout).await {
+    let mut watch = match etcd::Watch::start(&mut client, prefix, revision + 1, timeout).await {
         Ok(watch) => watch,
         Err(err) => return (err, false),
     };

@@ -87,7 +87,7 @@ use crate::metrics::{self, Metrics};
 use follow::{Follower, Shared};
 use tuning::*;
 
-pub use census::Census;
+pub use census::{Census, ClusterCensus};
 pub use follow::{FollowOptions, LearnedFrom, Primary};
 pub use play::{
     ActCall, Acted, Identity, Input, Joined, LeaveCall, Left, Ranking, Roster, Snapshot,
