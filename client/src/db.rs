@@ -20,10 +20,10 @@ pub struct DbArgs {
 pub enum DbCommand {
     /// The clusters, each with its partitions, its primary and its games.
     Clusters(ClustersArgs),
-    /// Register one more cluster at home. It gets the schema now; servers
-    /// open it when they start (give them --db-cluster NAME=URL too). It
-    /// holds no partition, so it serves no game until partitions move to
-    /// it.
+    /// Register one more cluster at home. It gets the schema now; running
+    /// servers open it within half a second (give servers started later
+    /// --db-cluster NAME=URL too). It holds no partition, so it serves no
+    /// game until partitions move to it (db move, db rebalance).
     AddCluster(AddClusterArgs),
     /// Move a partition to another cluster while its games play: its rows
     /// are copied by PostgreSQL's logical replication, then the partition
@@ -235,8 +235,9 @@ async fn add_cluster(args: AddClusterArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&added)?);
     } else {
         println!(
-            "cluster {} registered as number {} ({} partitions); start servers with \
-             --db-cluster {}={}",
+            "cluster {} registered as number {} ({} partitions); running servers open it \
+             now; start new ones with --db-cluster {}={}; move partitions to it with \
+             `borbaman db rebalance`",
             added.name,
             added.number,
             added.partitions.len(),

@@ -1,9 +1,12 @@
 //! `borbaman db move` killed at each of its steps while the partition's
 //! game plays: the partition is writable on at most one cluster (on
 //! exactly one but for the cut-over's moment), running the move again
-//! finishes it, and every input the players sent is applied once.
+//! finishes it, and every input the players sent is applied once. And a
+//! short chaos run moving partitions back and forth while games play.
 
 mod common;
+
+use common::chaos;
 
 use std::process::Command;
 
@@ -136,4 +139,37 @@ async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_aga
         applied >= sent,
         "every input sent applied on the game's cluster: {applied} of {sent}"
     );
+}
+
+#[test]
+fn partitions_moved_back_and_forth_while_games_play_lose_and_duplicate_nothing() {
+    let run = chaos::run(
+        "chaos --fault partition-move",
+        &[
+            chaos::SHORT_RUN,
+            &[
+                "--db-clusters",
+                "2",
+                "--faults",
+                "3",
+                "--fault-interval-s",
+                "3",
+                "--fault",
+                "partition-move",
+            ],
+        ]
+        .concat(),
+    );
+    run.assert_nothing_lost(3);
+    let (rows, text) = run.faults();
+    assert_eq!(rows.len(), 3, "{text}");
+    for row in &rows {
+        assert_eq!(row[2], "partition-move", "{text}");
+        assert!(row[3].starts_with("partition "), "{text}");
+        assert_eq!(row[8], "", "every move finished: {text}");
+        let read_only: f64 = row[9].parse().unwrap_or_else(|_| panic!("{text}"));
+        assert!(read_only > 0.0, "{text}");
+    }
+    let inputs = &run.summary["invariants"]["inputs"];
+    assert_eq!(inputs["sent"], inputs["applied"], "{}", run.stdout);
 }

@@ -74,6 +74,12 @@ impl FaultKind {
         self.needs_ha() || self == FaultKind::DbRestart
     }
 
+    /// True for the faults that act on one game server (a partition's
+    /// move acts on the database clusters).
+    pub fn is_on_a_server(self) -> bool {
+        !self.is_database() && self != FaultKind::PartitionMove
+    }
+
     /// True for the faults that need each server's database connections to
     /// go through a proxy of the cluster's.
     pub fn needs_database_proxy(self) -> bool {
@@ -286,7 +292,7 @@ impl FaultSplit {
     pub fn new(faults: &[FaultEvent], records: &[Invocation]) -> FaultSplit {
         let on_servers: Vec<(&FaultEvent, (u64, u64))> = faults
             .iter()
-            .filter(|f| !f.kind.is_database())
+            .filter(|f| f.kind.is_on_a_server())
             .map(|f| (f, window_us(f)))
             .collect();
         let in_flight =
@@ -471,6 +477,7 @@ mod tests {
             recovered_ms: Some(40.0),
             restored_ms,
             error: String::new(),
+            read_only_ms: None,
         };
         let faults = [
             // Window 1.0 s to 2.5 s.
