@@ -246,8 +246,17 @@ pub async fn move_partition(
                 .bind(partition as i16)
                 .fetch_one(&home)
                 .await?;
-                let wait = KEEP_SOURCE_COPY.saturating_sub(Duration::from_secs_f64(since.max(0.0)));
-                tokio::time::sleep(wait).await;
+                let kept: bool =
+                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM games WHERE (id % 64) = $1)")
+                        .bind(i64::from(partition))
+                        .fetch_one(&src.pool)
+                        .await?;
+                if kept {
+                    // Nothing to find there otherwise: no wait.
+                    let wait =
+                        KEEP_SOURCE_COPY.saturating_sub(Duration::from_secs_f64(since.max(0.0)));
+                    tokio::time::sleep(wait).await;
+                }
                 report.source_games_deleted = delete_partition(&src, partition, say).await?;
                 record(&home, partition, "done", ", done_at = now()").await?;
                 say(format!(
