@@ -228,11 +228,20 @@ async fn a_slow_server_is_hedged_around() {
         "the slow server's delay must not be waited out: {info:?}"
     );
     // One copy's win does not move calls (it may be a moment's slowness);
-    // the next call, beaten again, does.
-    let (_, next) = player.act(Action::Idle).await.expect("answered");
-    assert_ne!(next.server, victim, "{next:?}");
-    assert!(next.rtt < SLOW, "{next:?}");
-    assert_ne!(pool.status().current.as_deref(), Some(victim.as_str()));
+    // a second win over the same server within 500 ms does. On a loaded
+    // machine the next call can come later than that: the wins after it
+    // move the calls, and none of them waits for the slow server.
+    let mut moved = false;
+    for _ in 0..5 {
+        let (_, next) = player.act(Action::Idle).await.expect("answered");
+        assert_ne!(next.server, victim, "{next:?}");
+        assert!(next.rtt < SLOW, "{next:?}");
+        if pool.status().current.as_deref() != Some(victim.as_str()) {
+            moved = true;
+            break;
+        }
+    }
+    assert!(moved, "the calls moved off the slow server: {:?}", pool.status());
     assert!(pool.status().live.contains(&victim), "slow, not dropped");
 
     // The slow server's copy of the call may still be waiting: stop the
