@@ -241,7 +241,11 @@ async fn a_slow_server_is_hedged_around() {
             break;
         }
     }
-    assert!(moved, "the calls moved off the slow server: {:?}", pool.status());
+    assert!(
+        moved,
+        "the calls moved off the slow server: {:?}",
+        pool.status()
+    );
     assert!(pool.status().live.contains(&victim), "slow, not dropped");
 
     // The slow server's copy of the call may still be waiting: stop the
