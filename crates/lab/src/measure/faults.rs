@@ -471,6 +471,7 @@ mod tests {
             recovered_ms: Some(40.0),
             restored_ms,
             error: String::new(),
+            read_only_ms: None,
         };
         let faults = [
             // Window 1.0 s to 2.5 s.
