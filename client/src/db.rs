@@ -3,9 +3,9 @@
 //! between them while their games play.
 
 use anyhow::Context;
-use borbaman_server::store::mover;
+use borbaman_server::store::Store;
 use borbaman_server::store::partitions::{ClusterRow, ClusterSpec, check_name};
-use borbaman_server::store::{Store, StoreOptions};
+use borbaman_server::store::{grow, mover};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sqlx::PgPool;
@@ -126,20 +126,9 @@ pub fn run(args: DbArgs) -> anyhow::Result<()> {
 }
 
 async fn home(url: &str) -> anyhow::Result<Store> {
-    let opts = StoreOptions {
-        db_timeout: std::time::Duration::from_secs(10),
-        acquire_timeout: std::time::Duration::from_secs(10),
-        idle_txn_timeout: std::time::Duration::from_secs(10),
-        min_connections: 0,
-        max_connections: 2,
-        ..StoreOptions::default()
-    };
-    let store = Store::connect(url, &opts)?;
-    store
-        .migrate()
+    grow::open(url)
         .await
-        .with_context(|| format!("cannot reach the home cluster at {url}"))?;
-    Ok(store)
+        .with_context(|| format!("cannot reach the home cluster at {url}"))
 }
 
 async fn clusters(args: ClustersArgs) -> anyhow::Result<()> {
@@ -216,21 +205,7 @@ async fn add_cluster(args: AddClusterArgs) -> anyhow::Result<()> {
         .parse::<ClusterSpec>()
         .and_then(|spec| spec.with_patroni(&args.patroni))
         .map_err(anyhow::Error::msg)?;
-    // The new cluster's schema first: a cluster home lists is one servers
-    // can open.
-    let cluster = home(&args.url)
-        .await
-        .with_context(|| format!("cannot prepare cluster {}", args.name))?;
-    // It holds no partition until one moves to it.
-    cluster.set_fence(&[]).await?;
-    cluster.close().await;
-    let store = home(&args.database_url).await?;
-    store.register_clusters(&[spec], false).await?;
-    let rows = store.clusters().await?;
-    let added = rows
-        .into_iter()
-        .find(|r| r.name == args.name)
-        .context("the cluster is not listed after registering it")?;
+    let added = grow::add_cluster(&args.database_url, &spec).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&added)?);
     } else {
@@ -283,10 +258,7 @@ async fn move_partition(args: MoveArgs) -> anyhow::Result<()> {
 }
 
 async fn rebalance(args: RebalanceArgs) -> anyhow::Result<()> {
-    let store = home(&args.database_url).await?;
-    let rows = store.clusters().await?;
-    store.close().await;
-    let moves = mover::plan_rebalance(&rows);
+    let moves = grow::rebalance_plan(&args.database_url).await?;
     let mut say = teller(args.json);
     if moves.is_empty() {
         say("the partitions are spread evenly already".to_string());

@@ -47,6 +47,7 @@ pub(super) async fn start(
         wan: setup.wan.into_iter().collect(),
         cpu: Default::default(),
         db_clusters: setup.db.db_clusters,
+        spare_db_clusters: false,
     };
     let steps = view.clone();
     let slot = slot.clone();

@@ -44,6 +44,8 @@
 //! directory ([`persistent_dir`]), or a Patroni group of its own (scope
 //! `c<k>`, namespace `/borbaman/`) sharing home's etcd, given with
 //! `--db-cluster-patroni` too. Each has its own CPU group under a quota.
+//! With [`ClusterConfig::spare_db_clusters`] the servers are given home
+//! only, and the others wait to be added to the running game.
 //! The replicated database's faults name their cluster
 //! ([`LocalCluster::kill_database_primary`],
 //! [`LocalCluster::switch_database_over`]).
@@ -117,6 +119,9 @@ pub struct LocalCluster {
     program: PathBuf,
     program_args: Vec<String>,
     server_args: Vec<String>,
+    /// The database clusters but home are not given to the servers
+    /// ([`ClusterConfig::spare_db_clusters`]).
+    spare_db_clusters: bool,
     log_dir: PathBuf,
     _temp_logs: Option<tempfile::TempDir>,
     started_servers: usize,
@@ -172,6 +177,7 @@ impl LocalCluster {
             program,
             program_args,
             server_args,
+            spare_db_clusters: config.spare_db_clusters,
             log_dir,
             _temp_logs: temp_logs,
             started_servers: 0,
@@ -657,9 +663,13 @@ impl LocalCluster {
     }
 
     /// `--db-cluster c<k>=URL` for every database cluster but home, as
-    /// server slot `slot` reaches them.
+    /// server slot `slot` reaches them; none when they are spares.
     fn db_cluster_args(&self, slot: usize) -> Result<Vec<String>, ClusterError> {
-        (1..self.database_urls.len())
+        let given = match self.spare_db_clusters {
+            true => 1,
+            false => self.database_urls.len(),
+        };
+        (1..given)
             .map(|k| {
                 let url = self.server_cluster_url(slot, k)?;
                 Ok(format!("--db-cluster={}={url}", db_cluster_name(k)))
@@ -881,7 +891,7 @@ fn start_databases(
                 if k == 0 {
                     server_args.push(format!("--patroni={}", group.patroni_urls().join(",")));
                     server_args.push(format!("--etcd={}", group.etcd_urls().join(",")));
-                } else {
+                } else if !config.spare_db_clusters {
                     server_args.push(format!(
                         "--db-cluster-patroni={}={}",
                         db_cluster_name(k),

@@ -99,13 +99,19 @@ pub enum PgError {
 
 /// What moving partitions between clusters needs of a cluster (logical
 /// replication, see `server/src/store/mover.rs`): logical decoding, and
-/// the slots, senders and workers of a move's copy.
+/// the slots, senders and workers of a move's copy. PostgreSQL's
+/// launcher starts a subscription's worker no sooner than
+/// `wal_retrieve_retry_interval` after it last started one (5 s by
+/// default), which made every move of a `db rebalance` after the first
+/// wait ~5 s for its copy to begin; Patroni's clusters have it at 100 ms
+/// too (`server/patroni/patroni.yml`).
 pub const MOVES: &[(&str, &str)] = &[
     ("wal_level", "logical"),
     ("max_replication_slots", "16"),
     ("max_wal_senders", "16"),
     ("max_logical_replication_workers", "8"),
     ("max_sync_workers_per_subscription", "4"),
+    ("wal_retrieve_retry_interval", "100ms"),
 ];
 
 /// What PostgreSQL logs and times so a run can tell its stalls' causes

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::args::{CpuQuotaArgs, DbArg, DbKind, DistanceArgs, ServersArg};
+use crate::measure::growth::{GrowthPlan, SpareCluster};
 use crate::measure::interrupt::Interrupt;
 use crate::measure::plot::{self, SweepPoint};
 use crate::measure::{self, RunPlan, Target};
@@ -65,6 +66,20 @@ pub struct BenchArgs {
     /// --clients and --games are ignored.
     #[arg(long, value_delimiter = ',')]
     pub sweep_games: Vec<u32>,
+    /// Grow the running system: the local cluster starts every database
+    /// cluster of --db-clusters N (at least 2) but gives its servers home
+    /// only, so all 64 partitions start on home; S seconds into the
+    /// measured part the bench adds the others as an operator would
+    /// (`borbaman db add-cluster`) and spreads the partitions over them
+    /// (`borbaman db rebalance`, one move at a time). summary.json gains
+    /// `growth` (each move and how long its partition was read-only, the
+    /// goodput before the growth and after the last move, the errors
+    /// during it) and goodput.svg draws answered calls per second with
+    /// the moves marked. Moving 32 partitions takes a while (each waits
+    /// 2 s before deleting its source's copy): when the moves end late,
+    /// the run goes on 10 s after the last one.
+    #[arg(long, value_name = "S")]
+    pub grow_at_s: Option<u64>,
     /// Servers in the local cluster.
     #[arg(long, default_value_t = 3)]
     pub local_servers: usize,
@@ -103,12 +118,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
              their home (--database-url) lists are read"
         );
     }
+    check_growth(&args, local)?;
     let cluster = match local {
         true => Some(Arc::new(Mutex::new(measure::start_cluster(
             args.local_servers,
             measure::LocalSetup {
                 db: args.db.db,
                 db_clusters: args.db.db_clusters,
+                spare_db_clusters: args.grow_at_s.is_some(),
                 fsync: !args.no_fsync,
                 cpu: args.cpu.quotas(),
             },
@@ -143,6 +160,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         )?;
         plan.floor_samples = args.floor_samples;
         plan.workload.predict = args.predict;
+        if let (Some(grow_at_s), Some(cluster)) = (args.grow_at_s, &cluster) {
+            plan.growth = Some(growth_plan(cluster, args.warmup_s + grow_at_s));
+        }
         runtime
             .block_on(interrupt.or_signal(measure::run_measured(&plan, &target, None)))
             .and_then(|summary| measure::conclude(&summary, &plan.out))
@@ -152,6 +172,61 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     drop(runtime);
     drop(cluster);
     result
+}
+
+/// Refuses `--grow-at-s` where it cannot grow anything.
+fn check_growth(args: &BenchArgs, local: bool) -> anyhow::Result<()> {
+    let Some(at_s) = args.grow_at_s else {
+        return Ok(());
+    };
+    anyhow::ensure!(
+        local,
+        "--grow-at-s grows the local cluster it starts; with --servers, add a cluster to \
+         your own with `borbaman db add-cluster` and `borbaman db rebalance`"
+    );
+    anyhow::ensure!(
+        args.db.db_clusters >= 2,
+        "--grow-at-s adds database clusters to a running game: give --db-clusters 2 or more \
+         (home, which holds every partition at the start, and the clusters added mid-run)"
+    );
+    anyhow::ensure!(
+        args.sweep_games.is_empty(),
+        "--grow-at-s and --sweep-games do not go together: a sweep's points share one cluster"
+    );
+    anyhow::ensure!(
+        at_s < args.duration_s,
+        "--grow-at-s {at_s} is not within the measured part (--duration-s {}): grow before \
+         it ends, and leave time for the moves",
+        args.duration_s
+    );
+    Ok(())
+}
+
+/// What a local cluster started with spare database clusters grows by:
+/// every cluster but home, `at_s` seconds after the run's start.
+fn growth_plan(
+    cluster: &Arc<Mutex<borbaman_cluster::local::LocalCluster>>,
+    at_s: u64,
+) -> GrowthPlan {
+    let cluster = cluster.lock().unwrap_or_else(|e| e.into_inner());
+    let urls = cluster.database_urls();
+    let mut clusters = Vec::new();
+    for (k, url) in urls.iter().enumerate().skip(1) {
+        let patroni = match cluster.replicated_cluster(k) {
+            Ok(group) => group.patroni_urls(),
+            Err(_) => Vec::new(),
+        };
+        clusters.push(SpareCluster {
+            name: borbaman_cluster::db_cluster_name(k),
+            url: url.clone(),
+            patroni,
+        });
+    }
+    GrowthPlan {
+        at: std::time::Duration::from_secs(at_s),
+        home_url: urls[0].clone(),
+        clusters,
+    }
 }
 
 /// One point of `--sweep-games`, a row of `sweep.csv`.
@@ -308,6 +383,66 @@ fn sweep(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn bench(args: &[&str]) -> BenchArgs {
+        use clap::Parser;
+        let argv = ["bench", "--out", "out"].iter().chain(args);
+        Cli::try_parse_from(argv).expect("the flags parse").bench
+    }
+
+    #[test]
+    fn growing_is_refused_where_there_is_nothing_to_grow() {
+        let why = |args: &[&str], local| {
+            check_growth(&bench(args), local)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert!(
+            why(&["--grow-at-s", "5"], true).contains("--db-clusters 2 or more"),
+            "one cluster has nothing to add"
+        );
+        assert!(
+            why(&["--grow-at-s", "5", "--servers", "127.0.0.1:1"], false)
+                .contains("borbaman db add-cluster")
+        );
+        assert!(
+            why(
+                &[
+                    "--grow-at-s",
+                    "60",
+                    "--db-clusters",
+                    "2",
+                    "--duration-s",
+                    "60"
+                ],
+                true
+            )
+            .contains("not within the measured part")
+        );
+        assert!(
+            why(
+                &[
+                    "--grow-at-s",
+                    "5",
+                    "--db-clusters",
+                    "2",
+                    "--sweep-games",
+                    "1,2"
+                ],
+                true
+            )
+            .contains("--sweep-games")
+        );
+        check_growth(&bench(&["--grow-at-s", "5", "--db-clusters", "2"]), true)
+            .expect("two clusters grow");
+        check_growth(&bench(&[]), true).expect("no growth asked for");
+    }
 
     #[test]
     fn offered_load_is_one_call_per_interval_per_client() {

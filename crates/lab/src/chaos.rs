@@ -292,6 +292,7 @@ pub fn run(args: ChaosArgs) -> anyhow::Result<()> {
         measure::LocalSetup {
             db: args.db.db,
             db_clusters: args.db.db_clusters,
+            spare_db_clusters: false,
             fsync: !args.no_fsync,
             cpu: args.cpu.quotas(),
         },

@@ -48,11 +48,13 @@
 //! - [`keys`]: the cluster's key for session tokens.
 //! - [`retention`]: deleting old finished and abandoned games, on one
 //!   server at a time.
+//! - [`grow`]: adding a cluster and planning the moves that fill it.
 
 pub mod audit;
 mod census;
 pub mod follow;
 mod gates;
+pub mod grow;
 pub mod keys;
 pub mod mover;
 mod moves;

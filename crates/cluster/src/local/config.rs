@@ -74,6 +74,12 @@ pub struct ClusterConfig {
     /// server with `--db-cluster` (and `--db-cluster-patroni`). An
     /// existing database ([`Database::Url`]) is one cluster only.
     pub db_clusters: usize,
+    /// Start the database clusters other than home as spares: running
+    /// (each in its CPU group) but not given to the servers, so every
+    /// partition stays on home until an operator adds them to the running
+    /// game (`borbaman db add-cluster`, then `db rebalance`). Off by
+    /// default.
+    pub spare_db_clusters: bool,
 }
 
 impl ClusterConfig {
@@ -92,6 +98,7 @@ impl ClusterConfig {
             wan: Vec::new(),
             cpu: CpuQuotas::default(),
             db_clusters: 1,
+            spare_db_clusters: false,
         }
     }
 

@@ -64,6 +64,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     print_where_the_time_went(summary);
     print_costs(summary);
     print_faults_and_distances(summary);
+    for line in summary.growth.iter().flat_map(|g| g.lines()) {
+        println!("{line}");
+    }
     println!("report written to {}", out.display());
     for note in &summary.notes {
         println!("note: {note}");
@@ -78,6 +81,9 @@ pub fn conclude(summary: &Summary, out: &Path) -> anyhow::Result<()> {
     }
     if let Some(why) = too_many_errors(summary) {
         anyhow::bail!(why);
+    }
+    if let Some(why) = summary.growth.as_ref().and_then(|g| g.error.as_ref()) {
+        anyhow::bail!("the growth stopped short: {why}");
     }
     Ok(())
 }

@@ -23,6 +23,8 @@
 //! - [`report`]: percentiles, jitter, failover gaps, time breakdown.
 //! - [`plot`]: `ecdf.svg` and `rtt.svg`.
 //! - [`floors`]: the bare gRPC ping and bare PostgreSQL transaction floors.
+//! - [`growth`]: a run that adds database clusters and moves partitions to
+//!   them while it plays (`bench --grow-at-s`); `goodput.svg`.
 //! - [`interrupt`]: Ctrl-C or SIGTERM stops a run and the cluster it started.
 //! - [`workload`]: the headless clients.
 //! - [`invariants`]: what must hold after every run.
@@ -39,6 +41,7 @@ mod dbs;
 pub mod distance;
 pub mod faults;
 pub mod floors;
+pub mod growth;
 pub mod interrupt;
 pub mod invariants;
 pub mod machine;
@@ -81,6 +84,9 @@ pub struct LocalSetup {
     pub db: DbKind,
     /// Database clusters the games are partitioned over (`--db-clusters`).
     pub db_clusters: usize,
+    /// The database clusters but home are spares, not given to the
+    /// servers (`bench --grow-at-s` adds them mid-run).
+    pub spare_db_clusters: bool,
     pub fsync: bool,
     pub cpu: CpuQuotas,
 }
@@ -113,6 +119,7 @@ pub fn start_cluster(
             DbKind::Ha => Database::Replicated,
         },
         db_clusters: setup.db_clusters,
+        spare_db_clusters: setup.spare_db_clusters,
         ..ClusterConfig::temporary(servers)
     };
     let cluster = LocalCluster::start(config, |step| eprintln!("{step}"))
@@ -161,6 +168,9 @@ pub struct RunPlan {
     /// The run lasts `workload.total` at least, and longer when the faults
     /// ran late, so that a late fault's recovery is still measured.
     pub tail_after_faults: Duration,
+    /// Database clusters added, and partitions moved to them, while the
+    /// run plays (`bench --grow-at-s`). Not with a fault injector.
+    pub growth: Option<growth::GrowthPlan>,
 }
 
 impl RunPlan {
@@ -198,6 +208,7 @@ impl RunPlan {
             floor_samples: 0,
             out,
             tail_after_faults: Duration::ZERO,
+            growth: None,
         })
     }
 }

@@ -1,12 +1,15 @@
 //! The two charts of a run, as SVG: `ecdf.svg`, the empirical CDF of RTT on a
 //! log x-axis (tail latency at a glance, with the floors marked), and
 //! `rtt.svg`, RTT against invocation number with faults marked — the chart
-//! the original project drew by hand.
+//! the original project drew by hand; and, for a run that grew
+//! (`bench --grow-at-s`), `goodput.svg`, answered calls per second over
+//! the run with the partition moves marked.
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
+use super::growth::GrowthReport;
 use super::record::Invocation;
 use super::report::{ecdf, effective_rtt_us};
 
@@ -191,6 +194,120 @@ pub fn write_rtt_svg(
     })
 }
 
+/// Draws answered calls per second over the run, the warm-up shaded
+/// grey, the growth (from the first `add-cluster` to the last move's end)
+/// shaded orange with each move's end as a line, and the goodput before
+/// and after it as dashed levels.
+pub fn write_goodput_svg(
+    path: &Path,
+    growth: &GrowthReport,
+    warmup_us: u64,
+) -> Result<(), PlotError> {
+    let seconds = &growth.goodput_by_second;
+    draw(path, |root| {
+        let x_max = (seconds.len() as f64).max(1.0);
+        let y_max = seconds
+            .iter()
+            .copied()
+            .chain([growth.goodput_before_per_s, growth.goodput_after_per_s])
+            .fold(1.0, f64::max)
+            * 1.15;
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "Goodput over the run: {} partitions moved, {:.0}/s before, {:.0}/s after ({}×)",
+                    growth.moves.len(),
+                    growth.goodput_before_per_s,
+                    growth.goodput_after_per_s,
+                    growth.after_to_before
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the run started (warm-up included)")
+            .y_desc("answered calls per second")
+            .draw()?;
+        let warmup_s = warmup_us as f64 / 1e6;
+        if warmup_s > 0.0 {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(0.0, 0.0), (warmup_s.min(x_max), y_max)],
+                    BLACK.mix(0.08).filled(),
+                )))?
+                .label("warm-up (not measured)")
+                .legend(|(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 20, y + 5)], BLACK.mix(0.15).filled())
+                });
+        }
+        let orange = RGBColor(255, 140, 0);
+        if let Some(started) = growth.started_s {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(started, 0.0), (growth.ended_s.max(started), y_max)],
+                    orange.mix(0.15).filled(),
+                )))?
+                .label(format!(
+                    "growth: {} cluster(s) added, then the moves",
+                    growth.clusters_added.len()
+                ))
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 20, y + 5)], orange.mix(0.3).filled())
+                });
+            chart.draw_series(std::iter::once(PathElement::new(
+                [(started, 0.0), (started, y_max)],
+                orange.stroke_width(2),
+            )))?;
+        }
+        for (i, moved) in growth.moves.iter().enumerate() {
+            let series = chart.draw_series(std::iter::once(PathElement::new(
+                [(moved.end_s, 0.0), (moved.end_s, y_max * 0.97)],
+                orange.mix(0.7).stroke_width(1),
+            )))?;
+            if i == 0 {
+                series
+                    .label("a partition moved (its end)")
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], orange));
+            }
+        }
+        let level = |from: f64, to: f64, value: f64| {
+            DashedLineSeries::new([(from, value), (to, value)], 6, 4, BLACK.stroke_width(1))
+        };
+        if let Some(started) = growth.started_s {
+            chart
+                .draw_series(level(warmup_s, started, growth.goodput_before_per_s))?
+                .label(format!(
+                    "before: {:.0}/s; after the moves: {:.0}/s",
+                    growth.goodput_before_per_s, growth.goodput_after_per_s
+                ))
+                .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
+            let after_from = (x_max - growth.after_s).max(started);
+            chart.draw_series(level(after_from, x_max, growth.goodput_after_per_s))?;
+        }
+        chart
+            .draw_series(LineSeries::new(
+                seconds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (i as f64 + 0.5, v)),
+                BLUE.stroke_width(2),
+            ))?
+            .label("answered calls in each second")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
 /// Labels a log axis at 1, 2 and 5 of each decade only (the others would
 /// overlap), in µs, ms or s.
 /// One point of a capacity sweep, for `sweep.svg`.
@@ -368,6 +485,39 @@ mod tests {
             svg.matches("<circle").count() >= 489,
             "one dot per successful call"
         );
+    }
+
+    #[test]
+    fn goodput_svg_marks_the_growth_and_each_move() {
+        use super::super::growth::PartitionMove;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("goodput.svg");
+        let moved = |partition: u16, end_s: f64| PartitionMove {
+            partition,
+            from: "home".into(),
+            to: "c1".into(),
+            end_s,
+            ..PartitionMove::default()
+        };
+        let growth = GrowthReport {
+            started_s: Some(7.0),
+            ended_s: 12.0,
+            moves: vec![moved(63, 9.0), moved(62, 12.0)],
+            goodput_before_per_s: 1000.0,
+            goodput_after_per_s: 2000.0,
+            after_to_before: 2.0,
+            after_s: 8.0,
+            goodput_by_second: (0..20)
+                .map(|s| if s < 12 { 1000.0 } else { 2000.0 })
+                .collect(),
+            ..GrowthReport::default()
+        };
+        write_goodput_svg(&path, &growth, 2_000_000).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("2 partitions moved, 1000/s before, 2000/s after (2×)"));
+        assert!(svg.contains("a partition moved (its end)"));
+        assert!(svg.contains("before: 1000/s; after the moves: 2000/s"));
+        assert!(svg.contains("<polyline"), "the goodput is drawn");
     }
 
     #[test]

@@ -399,6 +399,10 @@ pub struct Summary {
     /// (`--db-clusters`), each cluster's figures; empty with one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<super::clusters::ClusterFigures>,
+    /// A run that grew (`bench --grow-at-s`): the clusters added, every
+    /// partition moved, and the goodput before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<super::growth::GrowthReport>,
 }
 
 impl Summary {

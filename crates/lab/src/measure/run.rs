@@ -413,6 +413,32 @@ fn start_injector(
     }
 }
 
+/// Starts the growth, if the plan has one: the run then ends
+/// [`growth::TAIL_AFTER_MOVES`] after its last move, and never before
+/// the planned end. Returns its task and when the clients stop (`end`
+/// without a growth).
+fn start_growth(
+    plan: &RunPlan,
+    clock: RunClock,
+    stop: &Shutdown,
+    end: Shutdown,
+) -> (Option<JoinHandle<growth::Grown>>, Shutdown) {
+    let Some(growth) = plan.growth.clone() else {
+        return (None, end);
+    };
+    let planned_end = clock.started() + plan.workload.total;
+    let (ender, end) = shutdown::channel();
+    let stop = stop.clone();
+    let task = tokio::spawn(async move {
+        let grown = growth::grow_beside(growth, clock, stop).await;
+        let end = run_end(planned_end, Instant::now(), growth::TAIL_AFTER_MOVES);
+        tokio::time::sleep_until(end.into()).await;
+        ender.stop();
+        grown
+    });
+    (Some(task), end)
+}
+
 /// CPU readings around each phase and the workload: how many cores other
 /// processes took meanwhile, the usual reason a floor moves.
 fn cpu_now(target: &Target) -> machine::CpuReading {
@@ -449,6 +475,8 @@ struct Ran {
     bench_cpu: Option<Duration>,
     run_others_cores: Option<f64>,
     run_cpu: Option<Duration>,
+    /// What a run that grew did (`RunPlan::growth`).
+    grown: Option<growth::Grown>,
 }
 
 /// The workload: the clients (and the injector, if any) beside a floor
@@ -489,10 +517,11 @@ async fn run_workload(
         })
         .collect();
     let workload_config = WorkloadConfig {
-        until_stopped: injector.is_some(),
+        until_stopped: injector.is_some() || plan.growth.is_some(),
         ..plan.workload.clone()
     };
     let (injector, end) = start_injector(plan, injector, clock, &stop);
+    let (growth, end) = start_growth(plan, clock, &stop, end);
     let bar = progress_bar(plan, clock, progress.clone(), stop.clone());
 
     // A connection to each database cluster (home first), for its
@@ -555,6 +584,10 @@ async fn run_workload(
         Some(task) => task.await??,
         None => Vec::new(),
     };
+    let grown = match growth {
+        Some(task) => Some(task.await?),
+        None => None,
+    };
     bar.await?;
     if let Some(db_floor) = db_floor {
         db_floor.close().await;
@@ -581,6 +614,7 @@ async fn run_workload(
         bench_cpu,
         run_others_cores,
         run_cpu,
+        grown,
     })
 }
 
@@ -641,6 +675,10 @@ pub async fn run_measured(
     target: &Target,
     injector: Option<Injector>,
 ) -> anyhow::Result<Summary> {
+    anyhow::ensure!(
+        injector.is_none() || plan.growth.is_none(),
+        "a run either injects faults or grows, not both"
+    );
     std::fs::create_dir_all(&plan.out)
         .with_context(|| format!("cannot create {}", plan.out.display()))?;
     let started_at_unix_s = SystemTime::now()
@@ -697,6 +735,7 @@ pub async fn run_measured(
         bench_cpu,
         run_others_cores,
         run_cpu,
+        grown,
     } = run_workload(plan, target, &floor_pools, pools, db_floor, injector).await?;
     // The second phase, right after the workload, for as long as it ran.
     let floor_after = match &closed_loop_url {
@@ -770,6 +809,15 @@ pub async fn run_measured(
         let map = partition_map(&db_clusters).await;
         summary.clusters =
             clusters::figures(&map, &records, &faults, summary.duration_s, &cluster_costs);
+    }
+    if let (Some(grown), Some(growth)) = (&grown, &plan.growth) {
+        summary.growth = Some(growth::GrowthReport::new(
+            grown,
+            record::duration_us(growth.at),
+            &records,
+            warmup_us,
+            record::duration_us(ran),
+        ));
     }
     fill_invariants(&mut summary, invariants, &logs);
     notes.push(warmup_note(plan, &summary));
@@ -854,6 +902,9 @@ fn write_outputs(
         })
         .collect();
     plot::write_rtt_svg(&out.join("rtt.svg"), records, &marks)?;
+    if let Some(growth) = &summary.growth {
+        plot::write_goodput_svg(&out.join("goodput.svg"), growth, warmup_us)?;
+    }
     if !faults.is_empty() {
         record::write_csv(&out.join("faults.csv"), faults)?;
     }
