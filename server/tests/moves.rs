@@ -183,3 +183,92 @@ async fn a_partition_moves_while_its_game_plays_and_every_act_lands_once_on_the_
         .unwrap();
     assert!(again.already_there);
 }
+
+/// The version of game `player`'s game as `client`'s server reads it.
+async fn read_version(
+    client: &mut borbaman_proto::pb::game_client::GameClient<tonic::transport::Channel>,
+    player: &Player,
+) -> u64 {
+    client
+        .get_state(pb::GetStateRequest {
+            token: player.token.clone(),
+            game_id: player.game_id,
+        })
+        .await
+        .expect("the state")
+        .into_inner()
+        .state
+        .expect("a state")
+        .version
+}
+
+#[tokio::test]
+async fn a_server_with_a_stale_map_never_answers_from_the_copy_a_move_left_behind() {
+    let (home_pg, other_pg) = (start_db(), start_db());
+    let cluster = format!("--db-cluster=c1={}", other_pg.url());
+    let fresh = ServerProcess::start_with(&home_pg.url(), &[&cluster]);
+    let stale = ServerProcess::start_with_env(
+        &home_pg.url(),
+        &[&cluster],
+        &[("BORBAMAN_MAP_POLL_MS", "3600000")],
+    );
+    let home = sql(&home_pg.url()).await;
+    let (mut fresh_client, mut stale_client) = (fresh.game().await, stale.game().await);
+    let mut players = full_game(&mut fresh_client).await;
+    let game_id = players[0].game_id;
+    let partition = (game_id % 64) as u16;
+    read_version(&mut stale_client, &players[0]).await;
+
+    let url = home_pg.url();
+    let mover =
+        tokio::spawn(
+            async move { mover::move_partition(&url, partition, "c1", &mut |_| {}).await },
+        );
+    // The flip: the map names the target. The source keeps its copy for
+    // two seconds more, for servers that have not read the map yet.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let on: String =
+            sqlx::query_scalar("SELECT cluster FROM partition_map WHERE partition = $1")
+                .bind(partition as i16)
+                .fetch_one(&home)
+                .await
+                .unwrap();
+        if on == "c1" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the move flipped");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The game plays on, on the target.
+    let mut newest = 0;
+    for player in players.iter_mut() {
+        let reply = fresh_client
+            .act(player.act_request(action(player.next_seq)))
+            .await
+            .expect("an act after the flip")
+            .into_inner();
+        newest = newest.max(reply.state.expect("a state").version);
+    }
+    // A server whose map still names the source: its reads and acts are
+    // the target's.
+    let version = read_version(&mut stale_client, &players[0]).await;
+    let next = action(players[1].next_seq);
+    let act = stale_client.act(players[1].act_request(next)).await;
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM games WHERE id = $1")
+        .bind(game_id as i64)
+        .fetch_one(&home)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept, 1,
+        "the source's copy was still there while the stale server answered"
+    );
+    assert!(
+        version >= newest,
+        "the stale server read version {version}, older than {newest} the target had"
+    );
+    let act = act.expect("an act through the stale server").into_inner();
+    assert!(act.state.expect("a state").version > newest);
+    mover.await.unwrap().expect("the move");
+}

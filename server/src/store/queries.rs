@@ -101,6 +101,20 @@ macro_rules! writable {
     };
 }
 
+/// Partition `$part` is writable on this cluster, for a read that answers
+/// a call: a partition moving away, or moved, is read on the cluster that
+/// takes its writes, never from a copy left behind (the call waits for the
+/// map, see [`moves`](super::moves)).
+macro_rules! readable {
+    ($($part:literal),+) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM partition_fence pf WHERE pf.partition = ",
+            $($part,)+
+            " AND pf.writable)"
+        )
+    };
+}
+
 /// Game update shared by every write: new state, version + 1, phase, plus
 /// `$extra` assignments, where `$cond` holds and the game's partition is
 /// writable here (`writable!`).
@@ -294,7 +308,9 @@ pub const LOAD_CALLERS: &str = concat!(
     " FROM sessions s JOIN games g ON g.id = s.game_id \
      LEFT JOIN LATERAL (SELECT a.seq, a.action, a.outcome, a.tick FROM actions a \
                         WHERE a.session_id = s.id ORDER BY a.seq DESC LIMIT 1) l ON true \
-     WHERE s.token_hash = ANY($1::bytea[]) AND s.partition = ($3::bigint % 64)::smallint"
+     WHERE s.token_hash = ANY($1::bytea[]) AND s.partition = ($3::bigint % 64)::smallint \
+       AND ",
+    readable!("($3::bigint % 64)::smallint")
 );
 
 /// The game of token hash `$1`'s session in the newest game, for a call
@@ -310,7 +326,8 @@ pub const READ_STATE: &str = concat!(
     "SELECT ",
     game_cols!("$2"),
     ", s.seat FROM sessions s JOIN games g ON g.id = s.game_id WHERE s.token_hash = $1::bytea \
-     AND s.partition = ($3::bigint % 64)::smallint"
+     AND s.partition = ($3::bigint % 64)::smallint AND ",
+    readable!("($3::bigint % 64)::smallint")
 );
 
 /// One game, read inside a join's transaction. `$1` game, `$2` tick length.
@@ -451,7 +468,8 @@ macro_rules! read_again {
             $game,
             "::bigint % 64)::smallint, ",
             $tick,
-            "::bigint) r WHERE NOT EXISTS (SELECT 1 FROM g)"
+            "::bigint) r WHERE NOT EXISTS (SELECT 1 FROM g) AND ",
+            readable!("(", $game, "::bigint % 64)::smallint")
         )
     };
 }
