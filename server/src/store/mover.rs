@@ -213,9 +213,16 @@ pub async fn move_partition(
                 "fencing".into()
             }
             "fencing" => {
+                // Read-only from the fence's commit, the wait for the
+                // transactions older than it included.
+                let fencing = Instant::now();
                 fence(&src, partition, id).await?;
-                fenced_at = Some(Instant::now());
-                record(&home, partition, "fenced", ", fenced_at = now()").await?;
+                fenced_at = Some(fencing);
+                let since = format!(
+                    ", fenced_at = now() - interval '{:.3} milliseconds'",
+                    ms(fencing.elapsed())
+                );
+                record(&home, partition, "fenced", &since).await?;
                 say(format!("partition {partition}: read-only on {source}"));
                 crash_point("move-fenced");
                 "fenced".into()
