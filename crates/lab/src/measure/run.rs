@@ -321,6 +321,17 @@ fn attribute_stalls(
     Ok(())
 }
 
+/// Seconds a run whose invariants fail keeps its databases up before it
+/// goes on (and stops its local cluster), so the failure can be looked
+/// at with its data.
+const KEEP_ON_FAILURE: &str = "BORBAMAN_KEEP_ON_FAILURE";
+
+/// [`KEEP_ON_FAILURE`], if set to a whole number of seconds (at most a day).
+fn keep_on_failure() -> Option<std::time::Duration> {
+    let secs: u64 = std::env::var(KEEP_ON_FAILURE).ok()?.trim().parse().ok()?;
+    Some(std::time::Duration::from_secs(secs.min(86_400)))
+}
+
 /// The invariant checks, on every database cluster's primary as the run
 /// ends (a replicated database's primary may have moved); `None` without
 /// a database.
@@ -349,6 +360,19 @@ async fn check_invariants(
     let report = invariants::check_clusters(&dbs, logs)
         .await
         .context("checking invariants")?;
+    if !report.failed().is_empty()
+        && let Some(keep) = keep_on_failure()
+    {
+        eprintln!(
+            "invariant failed: the databases stay up for {} s ({KEEP_ON_FAILURE}), \
+             then the run goes on and stops them; Ctrl-C stops them now",
+            keep.as_secs()
+        );
+        for cluster in &clusters {
+            eprintln!("  database cluster {}: {}", cluster.name, cluster.url);
+        }
+        tokio::time::sleep(keep).await;
+    }
     for db in dbs {
         db.close().await;
     }
