@@ -651,6 +651,10 @@ async fn fence(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
     mark(&src.pool, partition, id).await
 }
 
+/// Writes the move's mark (`$1` partition, `$2` move id) on the source.
+const MARK: &str = "INSERT INTO move_marks (partition, move_id) VALUES ($1, $2) \
+     ON CONFLICT (partition) DO UPDATE SET move_id = excluded.move_id";
+
 /// The move's mark, flushed at commit even where commits are not (a
 /// cluster run with synchronous_commit off): the source sends the target
 /// only WAL flushed, and every write before the mark is there.
@@ -659,14 +663,11 @@ async fn mark(pool: &PgPool, partition: u16, id: i64) -> anyhow::Result<()> {
     sqlx::query("SET LOCAL synchronous_commit = on")
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
-        "INSERT INTO move_marks (partition, move_id) VALUES ($1, $2) \
-         ON CONFLICT (partition) DO UPDATE SET move_id = excluded.move_id",
-    )
-    .bind(partition as i16)
-    .bind(id)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query(MARK)
+        .bind(partition as i16)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -694,14 +695,11 @@ async fn fence_under_lock(src: &Reached, partition: u16, id: i64) -> anyhow::Res
                 .bind(partition as i16)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(
-                "INSERT INTO move_marks (partition, move_id) VALUES ($1, $2) \
-                 ON CONFLICT (partition) DO UPDATE SET move_id = excluded.move_id",
-            )
-            .bind(partition as i16)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(MARK)
+                .bind(partition as i16)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(())
         }
