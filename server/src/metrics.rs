@@ -84,6 +84,7 @@ struct Inner {
     registry: Registry,
     started: Instant,
     calls: IntCounterVec,
+    calls_hung_up: IntCounterVec,
     call_seconds: HistogramVec,
     refusals: IntCounterVec,
     db_seconds: HistogramVec,
@@ -257,6 +258,12 @@ impl Metrics {
             "gRPC calls answered, by service, method, status code and borbaman-reason",
             &["service", "method", "code", "reason"],
         );
+        let calls_hung_up = make.counters(
+            "borbaman_calls_hung_up_total",
+            "Calls not carried out because their client hung up before the server \
+             began them (a stopped server's backlog), by service and method",
+            &["service", "method"],
+        );
         let call_seconds = make.histograms(
             "borbaman_call_duration_seconds",
             "Time from a call's arrival to its answer, by service, method and status code",
@@ -373,6 +380,7 @@ impl Metrics {
                 registry,
                 started: Instant::now(),
                 calls,
+                calls_hung_up,
                 call_seconds,
                 refusals,
                 db_seconds,
@@ -442,6 +450,15 @@ impl Metrics {
         if game_call {
             self.inner.tally.observe(seconds);
         }
+    }
+
+    /// A call whose client hung up before this server began it: dropped
+    /// unanswered, nothing done.
+    pub fn hung_up(&self, service: &str, method: &str) {
+        self.inner
+            .calls_hung_up
+            .with_label_values(&[service, method])
+            .inc();
     }
 
     /// Work refused before it was done. Admission control (`server-full`)

@@ -17,7 +17,7 @@ use crate::admission::{Admission, Permit, Priority};
 use crate::company::{Call, Company};
 use crate::error::Error;
 use crate::limits::{CallLimiter, Read};
-use crate::metrics::calls::{note_game, to_the_end};
+use crate::metrics::calls::{begin, note_game, to_the_end};
 use crate::seating::Seats;
 use crate::slow::SlowMode;
 use crate::store::{ActCall, Identity, Input, LeaveCall, Snapshot, Store};
@@ -116,9 +116,11 @@ impl GameService {
         }
     }
 
-    /// Slow mode's wait (fault injection), then a place among the calls in
-    /// flight, or a refusal with `server-full` before the database is asked.
+    /// The call begins (a client that hung up already is dropped here,
+    /// see [`begin`]), slow mode's wait (fault injection), then a place
+    /// among the calls in flight, or a refusal with `server-full` before the database is asked.
     async fn enter(&self, priority: Priority, game: Option<u64>) -> Result<Permit, Status> {
+        begin().await;
         self.slow.pause().await;
         self.admission
             .admit(priority, game)
@@ -135,6 +137,7 @@ impl GameService {
         game: u64,
         work: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> Result<Response<T>, Status> {
+        begin().await;
         self.slow.pause().await;
         let from = Instant::now();
         let permit = match self.admission.admit(Priority::Play, Some(game)).await {

@@ -4,6 +4,12 @@
 //! it short would close the connection (nothing tells it where the dropped
 //! statement stopped) and make the server open another, a process start in
 //! PostgreSQL, at the moment a stall has made calls late and hedges fire.
+//!
+//! A call its client hung up on *before the server began it* is another
+//! matter: nothing has been done, and no one waits for the answer. A server
+//! stopped for a while finds such calls by the dozen when it resumes (each
+//! was copied to another server, answered there, and reset), and drops
+//! them unstarted.
 
 mod common;
 
@@ -12,7 +18,10 @@ use std::time::Duration;
 
 use borbaman_cluster::wait;
 use borbaman_proto::pb;
+use common::raw_h2::*;
 use common::*;
+use prost::Message;
+use tokio::io::AsyncWriteExt;
 use tonic::Request;
 
 /// The client gives up on its call after this.
@@ -118,6 +127,71 @@ async fn a_call_its_client_hung_up_on_is_carried_out_once_on_the_same_connection
     assert!(
         again.replayed,
         "the second copy is answered from the log: {again:?}"
+    );
+    assert_eq!(logged_actions(&db, game_id).await, before + 1);
+}
+
+/// The count of `Act` calls the server dropped because their client hung
+/// up before their work began.
+fn acts_hung_up(server: &ServerProcess) -> f64 {
+    scrape(server)
+        .lines()
+        .filter(|l| l.starts_with("borbaman_calls_hung_up_total{") && l.contains(r#"method="Act""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_call_hung_up_on_before_its_work_began_is_dropped_unstarted() {
+    let (pg, server, mut client) = one_server_and_client(&["--metrics-listen=127.0.0.1:0"]).await;
+    let mut players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+    let db = sql(&pg.url()).await;
+    let before = logged_actions(&db, game_id).await;
+
+    // A player's call opens (its HEADERS read by the server, which waits
+    // for the body), then the server stops. The body arrives while it is
+    // stopped, and the player's reset after it, as a pool resets a call
+    // another server answered: the resumed server reads both at once.
+    let act = players[0].act_request(pb::Action::Right);
+    let (mut raw, _, refused) = open_calls(
+        server.addr.parse().unwrap(),
+        "127.0.0.1".parse().unwrap(),
+        1,
+        &call_headers("/borbaman.v1.Game/Act"),
+    )
+    .await;
+    assert!(refused.is_empty(), "the call was opened");
+    unsafe { libc::kill(server.pid(), libc::SIGSTOP) };
+    let mut frames = h2_frame(DATA, END_STREAM, 1, &grpc_message(&act.encode_to_vec()));
+    frames.extend(h2_frame(RST_STREAM, 0, 1, &CANCEL.to_be_bytes()));
+    raw.write_all(&frames).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    unsafe { libc::kill(server.pid(), libc::SIGCONT) };
+
+    // The server drops the call before its work begins: no input applied.
+    wait::until(
+        "the server to drop the call hung up on",
+        Duration::from_secs(10),
+        || async { (acts_hung_up(&server) >= 1.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        logged_actions(&db, game_id).await,
+        before,
+        "the call hung up on applied nothing"
+    );
+
+    // The player sends it again, as after any call whose fate it does not
+    // know: applied now, once.
+    let again = client
+        .act(act)
+        .await
+        .expect("the same call again")
+        .into_inner();
+    assert!(
+        !again.replayed,
+        "the dropped call left nothing to replay: {again:?}"
     );
     assert_eq!(logged_actions(&db, game_id).await, before + 1);
 }

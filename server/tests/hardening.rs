@@ -467,13 +467,11 @@ async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
         "0",
     ]);
     let mut stream = TcpStream::connect(&server.addr).await.unwrap();
-    const END_STREAM: u8 = 0x1;
-    const END_HEADERS: u8 = 0x4;
     let mut hello = H2_PREFACE.to_vec();
-    hello.extend(h2_frame(0x4, 0, 0, &[])); // SETTINGS
+    hello.extend(h2_frame(SETTINGS, 0, 0, &[]));
     // A whole Ping call on stream 1, to show the frames are well formed.
-    hello.extend(h2_frame(0x1, END_HEADERS, 1, &ping_headers()));
-    hello.extend(h2_frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+    hello.extend(h2_frame(HEADERS, END_HEADERS, 1, &ping_headers()));
+    hello.extend(h2_frame(DATA, END_STREAM, 1, &grpc_message(&[])));
     stream.write_all(&hello).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -494,7 +492,7 @@ async fn a_peer_that_stops_answering_is_found_by_keepalive_pings() {
     // Then a call that never ends (its request never finishes), from a peer
     // that reads nothing more and answers no PING: a dead peer.
     stream
-        .write_all(&h2_frame(0x1, END_HEADERS, 3, &ping_headers()))
+        .write_all(&h2_frame(HEADERS, END_HEADERS, 3, &ping_headers()))
         .await
         .unwrap();
     closed_within(

@@ -27,7 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -74,6 +74,8 @@ pub struct CallNote {
     /// Time queued for the database: admission's line and the wait for a
     /// pooled connection.
     queued_us: AtomicU64,
+    /// Its work has begun ([`begin`]).
+    began: AtomicBool,
 }
 
 impl CallNote {
@@ -87,6 +89,23 @@ impl CallNote {
             total,
         }
     }
+}
+
+/// Called once the request is read, just before the call's work begins
+/// (admission, the database): waits once, so that hyper, which looks for
+/// the stream's reset only while a call waits, drops a call whose client
+/// has already hung up. A server stopped for a while finds on resuming
+/// every call sent to it meanwhile, each followed by its reset: most were
+/// answered by another server, and carried out here they reached the
+/// database all at once (a resumed server's backlog slowed every server's
+/// calls for a few hundred ms). A call admitted at once never waited
+/// before its work, which then runs to its end ([`to_the_end`]), so
+/// without this nothing was ever dropped. A call dropped here is counted
+/// as hung up on ([`Metrics::hung_up`]); one dropped after it, in its
+/// work, is carried out all the same.
+pub async fn begin() {
+    tokio::task::yield_now().await;
+    let _ = NOTE.try_with(|n| n.began.store(true, Relaxed));
 }
 
 /// The game this call is about (for its log event).
@@ -212,8 +231,13 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let metrics = self.metrics.clone();
-        Box::pin(NOTE.scope(Arc::default(), async move {
+        let note = Arc::<CallNote>::default();
+        // Only the `Game` service's calls say when their work begins.
+        let unstarted =
+            Unstarted(game_service.then(|| (note.clone(), metrics.clone(), S::NAME, method)));
+        Box::pin(NOTE.scope(note, async move {
             let mut response = inner.call(req).await?;
+            unstarted.answered();
             let elapsed = started.elapsed();
             let headers = response.headers();
             let code = code_label(headers.get("grpc-status"));
@@ -252,6 +276,34 @@ where
             });
             Ok(response)
         }))
+    }
+}
+
+/// A call not answered yet: dropped before its work began ([`begin`]),
+/// its client hung up first, and it is counted so ([`Metrics::hung_up`]).
+struct Unstarted(Option<(Arc<CallNote>, Metrics, &'static str, &'static str)>);
+
+impl Unstarted {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        let Some((note, metrics, service, method)) = self.0.take() else {
+            return;
+        };
+        if note.began.load(Relaxed) {
+            return;
+        }
+        tracing::debug!(
+            target: "borbaman_server::calls",
+            service,
+            method,
+            "hung up on before its work began: dropped"
+        );
+        metrics.hung_up(service, method);
     }
 }
 

@@ -22,9 +22,15 @@ pub fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 
 /// The HPACK block of a gRPC call of `Game/Ping` (literals, no indexing).
 pub fn ping_headers() -> Vec<u8> {
+    call_headers("/borbaman.v1.Game/Ping")
+}
+
+/// The HPACK block of a gRPC call of `path` (literals, no indexing; a
+/// path under 127 bytes).
+pub fn call_headers(path: &str) -> Vec<u8> {
     let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
     for (prefix, value) in [
-        (&[0x04][..], "/borbaman.v1.Game/Ping"), // :path
+        (&[0x04][..], path),                     // :path
         (&[0x01][..], "localhost"),              // :authority
         (&[0x0f, 0x10][..], "application/grpc"), // content-type
     ] {
@@ -34,6 +40,15 @@ pub fn ping_headers() -> Vec<u8> {
     }
     block.extend_from_slice(b"\x00\x02te\x08trailers");
     block
+}
+
+/// A gRPC message as a request body carries it: uncompressed, its length,
+/// the bytes.
+pub fn grpc_message(encoded: &[u8]) -> Vec<u8> {
+    let mut body = vec![0];
+    body.extend_from_slice(&(encoded.len() as u32).to_be_bytes());
+    body.extend_from_slice(encoded);
+    body
 }
 
 /// One HTTP/2 frame as read: type, flags, stream id, payload.
@@ -49,11 +64,16 @@ pub async fn read_frame<S: tokio::io::AsyncRead + Unpin>(
     Ok((head[3], head[4], id, payload))
 }
 
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
 pub const SETTINGS: u8 = 0x4;
 pub const PING: u8 = 0x6;
 pub const RST_STREAM: u8 = 0x3;
 pub const GOAWAY: u8 = 0x7;
 pub const ACK: u8 = 0x1;
+pub const END_STREAM: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const CANCEL: u32 = 0x8;
 pub const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 pub const REFUSED_STREAM: u32 = 0x7;
 
@@ -79,14 +99,23 @@ pub async fn open_streams(
     source: IpAddr,
     streams: u32,
 ) -> (TcpStream, Vec<u8>, Vec<u32>) {
-    const END_HEADERS: u8 = 0x4;
+    open_calls(server, source, streams, &ping_headers()).await
+}
+
+/// As [`open_streams`], each call's HEADERS being `headers`.
+pub async fn open_calls(
+    server: SocketAddr,
+    source: IpAddr,
+    streams: u32,
+    headers: &[u8],
+) -> (TcpStream, Vec<u8>, Vec<u32>) {
     let socket = TcpSocket::new_v4().unwrap();
     socket.bind(SocketAddr::new(source, 0)).unwrap();
     let mut stream = socket.connect(server).await.unwrap();
     let mut flood = H2_PREFACE.to_vec();
     flood.extend(h2_frame(SETTINGS, 0, 0, &[]));
     for n in 0..streams {
-        flood.extend(h2_frame(0x1, END_HEADERS, 2 * n + 1, &ping_headers()));
+        flood.extend(h2_frame(HEADERS, END_HEADERS, 2 * n + 1, headers));
     }
     flood.extend(h2_frame(PING, 0, 0, b"flooded!"));
     stream.write_all(&flood).await.unwrap();
