@@ -41,6 +41,23 @@
 //!   the cap as their hedge delay, 41–45 ms on loopback: a server that
 //!   turned slow then cost every such call that long before its copy left.
 //!   With nothing to borrow from it is that cap.
+//!
+//!   **The jitter band.** Far away, a link's jitter spreads every call's
+//!   round trip over a band (±10 % of 150 ms each way: 270–330 ms), and
+//!   the p95 lies inside it: 5 % of the calls were late by the p95 alone,
+//!   their copies could not win (a copy sent inside the band answers a
+//!   whole round trip later than the first), and they spent the budget:
+//!   at 150 ms the clients' hedges were 9.5 % of their calls, the budget's
+//!   tenth, so when a server hung the first late call found the reserve
+//!   only, held its copy ~75 ms, and one found no token at all and waited
+//!   for the probe's verdict (1 028 ms where 2 × RTT + 100 ms is 700). So
+//!   the hedge delay is never less than the window's median call and
+//!   `jitter_band` times the network's RTTVAR (the top of a uniform or
+//!   triangular band; a normal one's p99), counting at most
+//!   `jitter_band_tenths` tenths of the network SRTT: on loopback the
+//!   variation is scheduling, and the p95 rules as it did. A hung far
+//!   server then costs the band's top and one round trip more, 2 × RTT
+//!   plus the jitter.
 //! - **probe deadline** (a health check sent when a call is late) = network
 //!   RTO + `probe_slack`, at least `probe_floor`: a server that cannot
 //!   answer a health check within its own round trip plus scheduling slack
@@ -108,6 +125,8 @@ pub struct ServerTiming {
     next: usize,
     since_recompute: usize,
     p95: Option<Duration>,
+    /// The window's median, beside the p95.
+    p50: Option<Duration>,
 }
 
 impl ServerTiming {
@@ -142,6 +161,7 @@ impl ServerTiming {
             sorted.sort_unstable();
             let p95 = sorted[(sorted.len() * t.hedge_percentile).div_ceil(100) - 1];
             self.p95 = Some(Duration::from_micros(u64::from(p95)));
+            self.p50 = Some(Duration::from_micros(u64::from(sorted[sorted.len() / 2])));
         }
     }
 
@@ -166,9 +186,24 @@ impl ServerTiming {
         let cap = self.net.rto().unwrap_or_default() + t.hedge_headroom;
         let cap = cap.min(self.deadline());
         match self.p95 {
-            Some(p95) => p95.clamp(t.hedge_floor, cap.max(t.hedge_floor)),
+            Some(p95) => p95
+                .max(self.jitter_band_top())
+                .clamp(t.hedge_floor, cap.max(t.hedge_floor)),
             None => cap,
         }
+    }
+
+    /// The top of the band a far link's jitter spreads calls over: the
+    /// window's median and `jitter_band` network RTTVARs, those counting
+    /// at most `jitter_band_tenths` of the network SRTT (see the module
+    /// docs). Zero before both are known.
+    fn jitter_band_top(&self) -> Duration {
+        let t = &self.tuning;
+        let (Some(p50), Some(srtt)) = (self.p50, self.net.srtt()) else {
+            return Duration::ZERO;
+        };
+        let band = (self.net.rttvar() * t.jitter_band).min(srtt * t.jitter_band_tenths / 10);
+        p50 + band
     }
 
     /// What this server's calls take above its network round trip at their
@@ -258,7 +293,13 @@ mod tests {
             t.record_call(ms(2));
         }
         assert_eq!(t.deadline(), DEADLINE_FLOOR);
-        assert_eq!(t.hedge_delay(), HEDGE_FLOOR, "a fast cluster: the floor");
+        // A fast cluster: the floor (and the loopback's jitter band, a
+        // tenth of its 0.25 ms round trip at most, changes nothing felt).
+        let fast = t.hedge_delay();
+        assert!(
+            fast >= HEDGE_FLOOR && fast <= HEDGE_FLOOR + Duration::from_micros(25),
+            "{fast:?}"
+        );
         // A tail of 60 ms in 10 % of the calls: capped near 40 ms.
         for i in 0..WINDOW {
             t.record_call(ms(if i % 10 == 0 { 60 } else { 2 }));
@@ -291,6 +332,39 @@ mod tests {
         // A hung server is noticed within about one round trip more.
         assert!(t.probe_deadline() > longest, "{:?}", t.probe_deadline());
         assert!(t.probe_deadline() < ms(400), "{:?}", t.probe_deadline());
+    }
+
+    /// 150 ms one way, ±15 ms on each way (the round trip spread over
+    /// 270–330 ms): the hedge delay sits at the band's top, so the jitter
+    /// alone makes almost no call late (it made 5 % late at the p95), and
+    /// no higher, so a hung server's call is copied within the band.
+    #[test]
+    fn a_far_servers_hedge_delay_sits_at_the_top_of_its_jitter_band() {
+        let mut t = ServerTiming::default();
+        let mut seed = 7u64;
+        let mut jitter = || {
+            // A small LCG: deterministic, spread over -15..=15 ms.
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % 30_001
+        };
+        let mut calls = Vec::new();
+        for _ in 0..WINDOW * 4 {
+            let rtt = Duration::from_micros(270_000 + jitter() + jitter());
+            t.record_probe(rtt);
+            let call = rtt + ms(1);
+            t.record_call(call);
+            calls.push(call);
+        }
+        let delay = t.hedge_delay();
+        let late = calls.iter().filter(|c| **c > delay).count();
+        assert!(
+            late * 100 <= calls.len(),
+            "{late} of {} calls late at {delay:?}",
+            calls.len()
+        );
+        assert!(delay <= ms(336), "{delay:?}: past the band's top");
     }
 
     #[test]
