@@ -77,6 +77,11 @@ impl Budget {
         }
     }
 
+    /// Tokens left, in thousandths.
+    pub fn tokens_milli(&self) -> u32 {
+        self.tokens_milli
+    }
+
     /// True while a token is left.
     pub fn has_token(&self) -> bool {
         self.tokens_milli >= TOKEN_MILLI

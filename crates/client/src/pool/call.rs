@@ -478,7 +478,13 @@ impl ServerPool {
                 }
                 Action::GiveUp { spend, outcome } => {
                     if spend {
-                        self.shared.state.lock().unwrap().budget.spend();
+                        let mut state = self.shared.state.lock().unwrap();
+                        state.budget.spend();
+                        tracing::debug!(
+                            server = io.server.address,
+                            tokens_milli = state.budget.tokens_milli(),
+                            "left a late call's server: a token spent"
+                        );
                     }
                     let result = match outcome {
                         Outcome::Status => Err(Failure::Status(
@@ -637,12 +643,26 @@ impl ServerPool {
                 stall = held,
                 busy = busy.is_some(),
                 ?funds,
+                tokens_milli = state.budget.tokens_milli(),
                 database = state.database_unavailable,
                 other_server = target.is_some(),
                 joined = !step.probe,
                 ask_again_us =
                     ask_again.map(|at| at.saturating_duration_since(sent).as_micros() as u64),
                 "late call: no copy now"
+            );
+        } else {
+            let suspicion = state.suspects.get(&server.address).map(|s| s.suspicion);
+            tracing::debug!(
+                server = server.address,
+                late_us = now.saturating_duration_since(sent).as_micros() as u64,
+                hedge = ?step.hedge,
+                tokens_milli = state.budget.tokens_milli(),
+                joined = !step.probe,
+                funded = suspicion.map(|s| s.funded),
+                answered = suspicion.map(|s| s.answered),
+                covered_left = suspicion.map(|s| s.covered_left),
+                "late call: copied"
             );
         }
         if step.hedge == Hedge::Covered

@@ -52,12 +52,15 @@
 //!   only, held its copy ~75 ms, and one found no token at all and waited
 //!   for the probe's verdict (1 028 ms where 2 × RTT + 100 ms is 700). So
 //!   the hedge delay is never less than the window's median call and
-//!   `jitter_band` times the network's RTTVAR (the top of a uniform or
-//!   triangular band; a normal one's p99), counting at most
+//!   `jitter_band` times the window's spread above it (p95 − p50: the top
+//!   of a triangular band, a normal one's p99.9), counting at most
 //!   `jitter_band_tenths` tenths of the network SRTT: on loopback the
-//!   variation is scheduling, and the p95 rules as it did. A hung far
-//!   server then costs the band's top and one round trip more, 2 × RTT
-//!   plus the jitter.
+//!   spread is scheduling and the database, and the p95 rules as it did.
+//!   (Three network RTTVARs, tried first, were too unsteady: health checks
+//!   come every 0.5–2 s, and a client whose RTTVAR had sunk to ~5 ms
+//!   hedged at 320 ms, inside the band, and spent its budget again.) A
+//!   hung far server then costs the band's top and one round trip more,
+//!   2 × RTT plus the jitter.
 //! - **probe deadline** (a health check sent when a call is late) = network
 //!   RTO + `probe_slack`, at least `probe_floor`: a server that cannot
 //!   answer a health check within its own round trip plus scheduling slack
@@ -194,16 +197,16 @@ impl ServerTiming {
     }
 
     /// The top of the band a far link's jitter spreads calls over: the
-    /// window's median and `jitter_band` network RTTVARs, those counting
-    /// at most `jitter_band_tenths` of the network SRTT (see the module
-    /// docs). Zero before both are known.
+    /// window's median and `jitter_band` times its spread above the median
+    /// (p95 − p50), that counting at most `jitter_band_tenths` of the
+    /// network SRTT (see the module docs). Zero before both are known.
     fn jitter_band_top(&self) -> Duration {
         let t = &self.tuning;
-        let (Some(p50), Some(srtt)) = (self.p50, self.net.srtt()) else {
+        let (Some(p50), Some(p95), Some(srtt)) = (self.p50, self.p95, self.net.srtt()) else {
             return Duration::ZERO;
         };
-        let band = (self.net.rttvar() * t.jitter_band).min(srtt * t.jitter_band_tenths / 10);
-        p50 + band
+        let spread = p95.saturating_sub(p50);
+        p50 + (spread * t.jitter_band).min(srtt * t.jitter_band_tenths / 10)
     }
 
     /// What this server's calls take above its network round trip at their
@@ -350,9 +353,14 @@ mod tests {
             (seed >> 33) % 30_001
         };
         let mut calls = Vec::new();
-        for _ in 0..WINDOW * 4 {
+        for i in 0..WINDOW * 4 {
             let rtt = Duration::from_micros(270_000 + jitter() + jitter());
-            t.record_probe(rtt);
+            // Health checks are few, and their variation says little: a
+            // run of them close together (here, all alike) must not pull
+            // the hedge delay into the band.
+            if i % 20 == 0 {
+                t.record_probe(ms(300));
+            }
             let call = rtt + ms(1);
             t.record_call(call);
             calls.push(call);

@@ -118,6 +118,12 @@ impl State {
         if paid {
             self.budget.spend();
         }
+        tracing::debug!(
+            paid,
+            trial,
+            tokens_milli = self.budget.tokens_milli(),
+            "copy sent"
+        );
         if trial {
             self.stall_tried(now);
         }

@@ -38,9 +38,9 @@ pub struct Tuning {
     /// delay ("The Tail at Scale": hedge the slowest 5 %).
     pub hedge_percentile: usize,
     /// A call is not late while it is within its server's usual answer
-    /// (the window's median) and this many of the network's round-trip
-    /// variations: a far link's jitter is a band every call falls in,
-    /// and the p95 lies inside it (`pool::rtt`, "the jitter band")...
+    /// (the window's median) and this many times the window's spread
+    /// above it (p95 − p50): a far link's jitter is a band every call falls
+    /// in, and the p95 lies inside it (`pool::rtt`, "the jitter band")...
     pub jitter_band: u32,
     /// ...a band counted at most this share of the network's round trip
     /// (tenths): on loopback the variation is the machine's scheduling,
@@ -204,7 +204,7 @@ impl Tuning {
         hedge_floor: Duration::from_millis(2),
         hedge_headroom: Duration::from_millis(40),
         hedge_percentile: 95,
-        jitter_band: 3,
+        jitter_band: 2,
         jitter_band_tenths: 1,
         probe_slack: Duration::from_millis(50),
         probe_floor: Duration::from_millis(100),
