@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use borbaman_cluster::LocalPostgres;
 use borbaman_proto::pb;
 use borbaman_server::store::mover;
 use common::*;
@@ -35,18 +36,56 @@ async fn logged(pool: &PgPool, game_id: u64) -> Vec<(Vec<u8>, i64)> {
     .unwrap()
 }
 
+/// Home and a second cluster `c1`, each a throwaway database, and two
+/// servers on them: `fresh` follows the map; `stale`'s map never
+/// refreshes on its own, so it learns of a move only when the source's
+/// fence turns its calls away.
+struct TwoClusters {
+    home_pg: LocalPostgres,
+    other_pg: LocalPostgres,
+    fresh: ServerProcess,
+    stale: ServerProcess,
+}
+
+impl TwoClusters {
+    fn start() -> TwoClusters {
+        let (home_pg, other_pg) = (start_db(), start_db());
+        let fresh = ServerProcess::start_with(&home_pg.url(), &[&cluster_arg(&other_pg)]);
+        let stale = stale_server(&home_pg, &other_pg);
+        TwoClusters {
+            home_pg,
+            other_pg,
+            fresh,
+            stale,
+        }
+    }
+
+    /// Another server whose map never refreshes on its own.
+    fn another_stale_server(&self) -> ServerProcess {
+        stale_server(&self.home_pg, &self.other_pg)
+    }
+}
+
+fn cluster_arg(other_pg: &LocalPostgres) -> String {
+    format!("--db-cluster=c1={}", other_pg.url())
+}
+
+fn stale_server(home_pg: &LocalPostgres, other_pg: &LocalPostgres) -> ServerProcess {
+    ServerProcess::start_with_env(
+        &home_pg.url(),
+        &[&cluster_arg(other_pg)],
+        &[("BORBAMAN_MAP_POLL_MS", "3600000")],
+    )
+}
+
 #[tokio::test]
 async fn a_partition_moves_while_its_game_plays_and_every_act_lands_once_on_the_target() {
-    let (home_pg, other_pg) = (start_db(), start_db());
-    let cluster = format!("--db-cluster=c1={}", other_pg.url());
-    let fresh = ServerProcess::start_with(&home_pg.url(), &[&cluster]);
-    // Its map never refreshes on its own: it learns of the move only
-    // when the source's fence turns its writes away.
-    let stale = ServerProcess::start_with_env(
-        &home_pg.url(),
-        &[&cluster],
-        &[("BORBAMAN_MAP_POLL_MS", "3600000")],
-    );
+    let TwoClusters {
+        home_pg,
+        other_pg,
+        fresh,
+        stale,
+    } = TwoClusters::start();
     let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
     let mut client = fresh.game().await;
     // The first game's worth of joiners is placed on home.
@@ -204,14 +243,15 @@ async fn read_version(
 
 #[tokio::test]
 async fn a_server_with_a_stale_map_never_answers_from_the_copy_a_move_left_behind() {
-    let (home_pg, other_pg) = (start_db(), start_db());
-    let cluster = format!("--db-cluster=c1={}", other_pg.url());
-    let fresh = ServerProcess::start_with(&home_pg.url(), &[&cluster]);
-    let stale = ServerProcess::start_with_env(
-        &home_pg.url(),
-        &[&cluster],
-        &[("BORBAMAN_MAP_POLL_MS", "3600000")],
-    );
+    let clusters = TwoClusters::start();
+    // A spectator's server, as stale as `stale`.
+    let watcher = clusters.another_stale_server();
+    let TwoClusters {
+        home_pg,
+        other_pg: _other_pg,
+        fresh,
+        stale,
+    } = clusters;
     let home = sql(&home_pg.url()).await;
     let (mut fresh_client, mut stale_client) = (fresh.game().await, stale.game().await);
     let mut players = full_game(&mut fresh_client).await;
@@ -253,6 +293,16 @@ async fn a_server_with_a_stale_map_never_answers_from_the_copy_a_move_left_behin
     // A server whose map still names the source: its reads and acts are
     // the target's.
     let version = read_version(&mut stale_client, &players[0]).await;
+    let watched = watcher
+        .game()
+        .await
+        .watch_state(pb::WatchStateRequest { game_id })
+        .await
+        .expect("a spectator's read through a stale server")
+        .into_inner()
+        .state
+        .expect("a state")
+        .version;
     let next = action(players[1].next_seq);
     let act = stale_client.act(players[1].act_request(next)).await;
     let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM games WHERE id = $1")
@@ -267,6 +317,10 @@ async fn a_server_with_a_stale_map_never_answers_from_the_copy_a_move_left_behin
     assert!(
         version >= newest,
         "the stale server read version {version}, older than {newest} the target had"
+    );
+    assert!(
+        watched >= newest,
+        "a spectator through a stale server saw version {watched}, older than {newest}"
     );
     let act = act.expect("an act through the stale server").into_inner();
     assert!(act.state.expect("a state").version > newest);

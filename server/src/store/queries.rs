@@ -330,11 +330,22 @@ pub const READ_STATE: &str = concat!(
     readable!("($3::bigint % 64)::smallint")
 );
 
-/// One game, read inside a join's transaction. `$1` game, `$2` tick length.
+/// One game, read inside a join's transaction (whose writes check the
+/// partition's fence). `$1` game, `$2` tick length.
 pub const READ_GAME: &str = concat!(
     "SELECT ",
     game_cols!("$2"),
     " FROM games g WHERE g.id = $1::bigint"
+);
+
+/// One game for a spectator, `$1` game, `$2` tick length: only where its
+/// partition is writable, so a server whose map is stale never shows the
+/// copy a move left behind (its state older than the target's).
+pub const WATCH_GAME: &str = concat!(
+    "SELECT ",
+    game_cols!("$2"),
+    " FROM games g WHERE g.id = $1::bigint AND ",
+    readable!("($1::bigint % 64)::smallint")
 );
 
 /// Serialises joins that seat a player, so simultaneous joiners fill one
@@ -773,6 +784,7 @@ pub const ALL: &[&str] = &[
     SESSION_ELSEWHERE,
     READ_STATE,
     READ_GAME,
+    WATCH_GAME,
     READ_JOINER,
     LOCK_LOBBY,
     LOAD_WAITING_LOCKED,

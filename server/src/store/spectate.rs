@@ -5,34 +5,51 @@
 
 use super::Store;
 use super::play::{Snapshot, advance_to, game_row};
-use super::queries::{LIVE_GAMES, READ_GAME};
+use super::queries::{LIVE_GAMES, WATCH_GAME};
 use crate::error::Error;
 use borbaman_game::{Phase, TICK_MS};
 
 impl Store {
     /// Game `game_id` advanced to the current tick; `FailedPrecondition`
-    /// for an unknown game.
+    /// for an unknown game. Read on the cluster of the game's partition;
+    /// where it is moving or moved, on the one the map names next (see
+    /// [`moves`](crate::store::moves)).
     pub async fn watch(&self, game_id: u64) -> Result<Snapshot, Error> {
         let id = i64::try_from(game_id)
             .map_err(|_| Error::InvalidArgument(format!("game id {game_id} is out of range")))?;
-        if let super::partitions::Routed::Other(store) = self.route(game_id) {
-            return Box::pin(store.watch(game_id)).await;
+        let deadline = tokio::time::Instant::now() + self.db_timeout;
+        loop {
+            let store = self.route(game_id);
+            match store.watch_here(id).await {
+                Err(Error::Moved(_)) => self.await_move(game_id, &store, deadline).await?,
+                other => return other,
+            }
         }
+    }
+
+    async fn watch_here(&self, id: i64) -> Result<Snapshot, Error> {
         self.retrying(|| async {
             let mut lease = self.lease().await?;
-            let row = sqlx::query(READ_GAME)
-                .bind(id)
-                .bind(i64::from(TICK_MS))
-                .fetch_optional(lease.conn())
-                .await;
-            let row = lease.settle(row.map_err(Error::from))?.ok_or_else(|| {
-                Error::FailedPrecondition(format!(
-                    "there is no game {game_id}; `borbaman watch` without an id lists the live ones"
-                ))
-            })?;
-            let (now_tick, mut snapshot) = game_row(&row, 0)?;
-            advance_to(&mut snapshot, now_tick);
-            Ok(snapshot)
+            let result = async {
+                let conn = lease.conn();
+                let row = sqlx::query(WATCH_GAME)
+                    .bind(id)
+                    .bind(i64::from(TICK_MS))
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                let Some(row) = row else {
+                    // Not here: moved away (this server's map is stale), or unknown.
+                    crate::store::moves::refuse_if_fenced(conn, id as u64).await?;
+                    return Err(Error::FailedPrecondition(format!(
+                        "there is no game {id}; `borbaman watch` without an id lists the live ones"
+                    )));
+                };
+                let (now_tick, mut snapshot) = game_row(&row, 0)?;
+                advance_to(&mut snapshot, now_tick);
+                Ok(snapshot)
+            }
+            .await;
+            lease.settle(result)
         })
         .await
     }
