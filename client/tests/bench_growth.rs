@@ -7,22 +7,18 @@
 //! debug build): 32 partitions move one at a time, and each keeps its
 //! source's copy 2 s before deleting it.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
 
+use common::chaos;
 use serde_json::Value;
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
-}
 
 #[test]
 fn a_bench_that_grows_moves_half_the_partitions_to_the_new_cluster_without_an_error() {
-    let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_borbaman"))
-        .args([
-            "bench",
+    let run = chaos::bench(
+        "a growing bench",
+        &[
             "--db-clusters",
             "2",
             "--grow-at-s",
@@ -35,21 +31,9 @@ fn a_bench_that_grows_moves_half_the_partitions_to_the_new_cluster_without_an_er
             "4",
             "--floor-samples",
             "20",
-        ])
-        .arg("--out")
-        .arg(out.path())
-        // Databases of its own, not whatever DATABASE_URL points at.
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("runs borbaman bench");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "bench failed ({}):\n{stdout}\n{stderr}",
-        output.status
+        ],
     );
-    let summary: Value = serde_json::from_str(&read(&out.path().join("summary.json"))).unwrap();
+    let (summary, stdout) = (&run.summary, &run.stdout);
     let growth = &summary["growth"];
     assert!(growth.is_object(), "the summary has the growth: {summary}");
     assert_eq!(growth["error"], Value::Null, "{growth}");
@@ -95,7 +79,7 @@ fn a_bench_that_grows_moves_half_the_partitions_to_the_new_cluster_without_an_er
     assert_eq!(summary["duplicate_actions"], 0);
 
     // The plot, and the moves in the printout.
-    let svg = read(&out.path().join("goodput.svg"));
+    let svg = run.file("goodput.svg");
     assert!(
         svg.contains("32 partitions moved"),
         "{}",

@@ -5,21 +5,17 @@
 //! opened counted). The figures themselves are the benchmark's business;
 //! this checks they are there and add up.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
-use serde_json::Value;
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
-}
+use common::chaos;
 
 #[test]
 fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
-    let out = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_borbaman"))
-        .args([
-            "bench",
+    let run = chaos::bench(
+        "bench",
+        &[
             "--clients",
             "4",
             "--warmup-s",
@@ -28,21 +24,9 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
             "3",
             "--floor-samples",
             "20",
-        ])
-        .arg("--out")
-        .arg(out.path())
-        // A database of its own, not whatever DATABASE_URL points at.
-        .env_remove("DATABASE_URL")
-        .output()
-        .expect("runs borbaman bench");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "bench failed ({}):\n{stdout}\n{stderr}",
-        output.status
+        ],
     );
-    let summary: Value = serde_json::from_str(&read(&out.path().join("summary.json"))).unwrap();
+    let (summary, stdout) = (&run.summary, &run.stdout);
 
     // Every answered call, split into parts that add up to its RTT, with
     // the server's timing of each.
@@ -76,7 +60,7 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
         "{summary}"
     );
     // The same, per call, in the CSV.
-    let csv = read(&out.path().join("invocations.csv"));
+    let csv = run.file("invocations.csv");
     let header = csv.lines().next().unwrap();
     for column in [
         "server_db_us",
@@ -115,7 +99,7 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
     );
     let psi = Path::new("/proc/pressure/io").exists();
     assert_eq!(machine["psi"].as_bool(), Some(psi), "{machine}");
-    let readings = read(&out.path().join("logs").join("machine.csv"));
+    let readings = run.file("logs/machine.csv");
     assert!(
         readings.starts_with("at_us,"),
         "{}",
@@ -125,15 +109,15 @@ fn a_bench_report_attributes_its_calls_and_keeps_postgres_view() {
 
     // PostgreSQL's view: the log and both readings kept, the run's
     // commits and backends counted.
-    let logs = out.path().join("logs");
-    let log = read(&logs.join("postgres.log"));
+    let log = run.file("logs/postgres.log");
     assert!(
         log.contains("connection authorized"),
         "connections are logged: {}",
         &log[..log.len().min(2000)]
     );
     for reading in ["pg_stat_before.json", "pg_stat_after.json"] {
-        let stats: Value = serde_json::from_str(&read(&logs.join(reading))).unwrap();
+        let stats: serde_json::Value =
+            serde_json::from_str(&run.file(&format!("logs/{reading}"))).unwrap();
         assert!(stats["pg_stat_wal"].is_array(), "{reading}: {stats}");
         assert!(stats["pg_stat_bgwriter"].is_array(), "{reading}: {stats}");
     }

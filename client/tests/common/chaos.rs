@@ -1,6 +1,6 @@
-//! A `borbaman chaos` run as the chaos tests make it: the binary under
-//! test on a database of its own, its summary and CSV files read back, and
-//! the checks every run must pass whatever its faults.
+//! A `borbaman chaos` (or `bench`) run as the tests make it: the binary
+//! under test on a database of its own, its summary and CSV files read
+//! back, and the checks every chaos run must pass whatever its faults.
 
 use std::path::Path;
 use std::process::Command;
@@ -32,16 +32,25 @@ pub struct ChaosRun {
 /// Runs `borbaman chaos ARGS --out DIR` (never on DATABASE_URL) and fails
 /// unless it succeeds; `what` names it in the failure.
 pub fn run(what: &str, args: &[&str]) -> ChaosRun {
+    measure("chaos", what, args)
+}
+
+/// Runs `borbaman bench ARGS --out DIR` as [`run`] runs `chaos`.
+pub fn bench(what: &str, args: &[&str]) -> ChaosRun {
+    measure("bench", what, args)
+}
+
+fn measure(command: &str, what: &str, args: &[&str]) -> ChaosRun {
     let out = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_borbaman"))
-        .arg("chaos")
+        .arg(command)
         .args(args)
         .arg("--out")
         .arg(out.path())
         // A database of its own, not whatever DATABASE_URL points at.
         .env_remove("DATABASE_URL")
         .output()
-        .expect("runs borbaman chaos");
+        .unwrap_or_else(|e| panic!("cannot run borbaman {command}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
