@@ -307,6 +307,7 @@ impl ServerPool {
             if leave {
                 gone.down.send_replace(true);
             }
+            state.dropped.insert(address.to_string(), Instant::now());
             tracing::info!(server = address, "server down, failing over");
             if state.current.as_deref() == Some(address) {
                 state.failovers += 1;

@@ -162,6 +162,7 @@ impl ServerPool {
         };
         // `since` is `None` only within a refresh of the clock's start.
         self.check_health(if full { None } else { since }).await;
+        self.try_dropped();
         let (waiting, short) = {
             let state = self.shared.state.lock().unwrap();
             let live = state.servers.len();
@@ -302,47 +303,104 @@ impl ServerPool {
     }
 
     /// Connects to and health-checks each address at once; adds the healthy
-    /// ones to the live set. A second health check's round trip (the first
-    /// includes opening the connection) is the server's first timing
-    /// sample.
+    /// ones to the live set.
     pub(super) async fn connect_new(&self, addresses: Vec<String>) {
         let config = self.shared.config.clone();
         let keepalive = self.shared.state.lock().unwrap().keepalive_timeout();
         let mut connecting = JoinSet::new();
         for address in addresses {
-            let config = config.clone();
-            connecting.spawn(async move {
-                let endpoint = endpoint(&address, &config, keepalive).ok()?;
-                let channel = endpoint.connect().await.ok()?;
-                // The first check also waits for the connection to open
-                // (over a distance, the TCP handshake's round trip): it
-                // says the server serves; the second says how far it is.
-                healthy(&channel, config.connect_timeout).await?;
-                let rtt = healthy(&channel, config.connect_timeout).await?;
-                Some((Server::new(address, channel, &config.tuning), rtt))
-            });
+            connecting.spawn(connect_one(address, config.clone(), keepalive));
         }
         while let Some(joined) = connecting.join_next().await {
-            let Ok(Some((server, rtt))) = joined else {
-                continue;
-            };
-            let count = {
-                let mut state = self.shared.state.lock().unwrap();
-                if state.servers.iter().any(|s| s.address == server.address)
-                    || state.servers.len() >= config.max_connections
-                {
-                    continue;
-                }
-                tracing::debug!(
-                    server = server.address,
-                    rtt_us = rtt.as_micros() as u64,
-                    "connected"
-                );
-                state.timing_mut(&server.address).record_probe(rtt);
-                state.servers.push(server);
-                state.servers.len()
-            };
-            self.shared.live_count.send_replace(count);
+            if let Ok(Some((server, rtt))) = joined {
+                self.add_connected(server, rtt);
+            }
         }
     }
+
+    /// Tries again, directly, each server this pool dropped within
+    /// `Tuning::return_watch` that is not live and has no try under way:
+    /// a connection each, on a task of its own (a hung server holds it
+    /// until `connect_timeout`, and the refreshes go on meanwhile), added
+    /// the moment the server answers. A hung server that resumes is back
+    /// within its connection's round trips, not after the next refresh's
+    /// registry call lists it.
+    fn try_dropped(&self) {
+        let config = self.shared.config.clone();
+        let (addresses, keepalive) = {
+            let mut state = self.shared.state.lock().unwrap();
+            let now = Instant::now();
+            let watch = state.tuning.return_watch;
+            state
+                .dropped
+                .retain(|_, at| now.saturating_duration_since(*at) < watch);
+            let addresses: Vec<String> = state
+                .dropped
+                .keys()
+                .filter(|a| {
+                    !state.returning.contains(*a) && !state.servers.iter().any(|s| &s.address == *a)
+                })
+                .cloned()
+                .collect();
+            for address in &addresses {
+                state.returning.insert(address.clone());
+            }
+            (addresses, state.keepalive_timeout())
+        };
+        for address in addresses {
+            let shared = Arc::downgrade(&self.shared);
+            let config = config.clone();
+            tokio::spawn(async move {
+                let connected = connect_one(address.clone(), config, keepalive).await;
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                let pool = ServerPool { shared };
+                pool.shared.state.lock().unwrap().returning.remove(&address);
+                if let Some((server, rtt)) = connected {
+                    tracing::debug!(server = address, "a dropped server answers again");
+                    pool.add_connected(server, rtt);
+                }
+            });
+        }
+    }
+
+    /// Adds a server just connected (its health check's round trip `rtt`
+    /// its first timing sample), unless it is live already or the pool is
+    /// full.
+    fn add_connected(&self, server: Server, rtt: Duration) {
+        let count = {
+            let mut state = self.shared.state.lock().unwrap();
+            if state.servers.iter().any(|s| s.address == server.address)
+                || state.servers.len() >= self.shared.config.max_connections
+            {
+                return;
+            }
+            tracing::debug!(
+                server = server.address,
+                rtt_us = rtt.as_micros() as u64,
+                "connected"
+            );
+            state.timing_mut(&server.address).record_probe(rtt);
+            state.dropped.remove(&server.address);
+            state.servers.push(server);
+            state.servers.len()
+        };
+        self.shared.live_count.send_replace(count);
+    }
+}
+
+/// A connection to `address`, health-checked: the server and the second
+/// check's round trip (the first includes opening the connection: over a
+/// distance, the TCP handshake's round trip), if it serves.
+async fn connect_one(
+    address: String,
+    config: PoolConfig,
+    keepalive: Duration,
+) -> Option<(Server, Duration)> {
+    let endpoint = endpoint(&address, &config, keepalive).ok()?;
+    let channel = endpoint.connect().await.ok()?;
+    healthy(&channel, config.connect_timeout).await?;
+    let rtt = healthy(&channel, config.connect_timeout).await?;
+    Some((Server::new(address, channel, &config.tuning), rtt))
 }

@@ -2,7 +2,7 @@
 //! [`Shared`]): the connections, which one is current, their timings and
 //! verdicts, the copy budget, and what a shared stall holds back.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -101,6 +101,11 @@ pub(super) struct State {
     /// How many servers the last registry answer listed (at most
     /// [`PoolConfig::max_connections`]); `None` before the first.
     pub(super) listed: Option<usize>,
+    /// Servers this pool dropped, and when: each refresh tries them again
+    /// directly for `Tuning::return_watch` (`pool::background`).
+    pub(super) dropped: HashMap<String, Instant>,
+    /// Dropped servers with a connection being tried now, one each.
+    pub(super) returning: HashSet<String>,
 }
 
 /// An open [`Suspicion`] and where its verdict will be told.

@@ -172,6 +172,13 @@ pub struct Tuning {
     /// call. At 256 clients the background work was otherwise 2 000 calls
     /// a second beside ~2 000 game calls.
     pub full_check_every: u64,
+    /// For this long after the pool dropped a server, each refresh tries
+    /// its address again directly, one connection at a time, besides the
+    /// registry's list: a server that hung and resumed answers at once, and
+    /// going through the registry took its clients 0.5–3.4 s at 150 ms
+    /// (a refresh, a registry call, then a connection), so a client whose
+    /// next server hung in that time had none to copy its calls to.
+    pub return_watch: Duration,
     /// Background refresh interval while no server is live: each look is
     /// one refused connection per known address, cheap enough.
     pub no_server_refresh: Duration,
@@ -232,6 +239,7 @@ impl Tuning {
         backoff_cap: Duration::from_millis(200),
         throttled_cap: Duration::from_secs(1),
         full_check_every: 4,
+        return_watch: Duration::from_secs(30),
         no_server_refresh: Duration::from_millis(100),
         woken_pause: Duration::from_millis(50),
         health_check_rtos: 2,
