@@ -95,14 +95,14 @@ impl CallNote {
 /// (admission, the database): waits once, so that hyper, which looks for
 /// the stream's reset only while a call waits, drops a call whose client
 /// has already hung up. A server stopped for a while finds on resuming
-/// every call sent to it meanwhile, each followed by its reset: most were
-/// answered by another server, and carried out here they reached the
-/// database all at once (a resumed server's backlog slowed every server's
-/// calls for a few hundred ms). A call admitted at once never waited
-/// before its work, which then runs to its end ([`to_the_end`]), so
-/// without this nothing was ever dropped. A call dropped here is counted
-/// as hung up on ([`Metrics::hung_up`]); one dropped after it, in its
-/// work, is carried out all the same.
+/// the calls sent to it meanwhile, most of them answered by another
+/// server and reset: those whose reset came before the server read them
+/// h2 drops itself, but one whose HEADERS it had read before it stopped
+/// (its body and reset coming while it was stopped) was carried out, its
+/// database work for nobody: a call admitted at once never waited before
+/// its work, which then runs to its end ([`to_the_end`]). A call dropped
+/// here is counted as hung up on ([`Metrics::hung_up`]); one whose client
+/// hangs up later, during its work, is carried out all the same.
 pub async fn begin() {
     tokio::task::yield_now().await;
     let _ = NOTE.try_with(|n| n.began.store(true, Relaxed));
