@@ -652,16 +652,14 @@ impl ServerPool {
                 "late call: no copy now"
             );
         } else {
-            let suspicion = state.suspects.get(&server.address).map(|s| s.suspicion);
+            // The suspicion is looked up only when the line is logged.
             tracing::debug!(
                 server = server.address,
                 late_us = now.saturating_duration_since(sent).as_micros() as u64,
                 hedge = ?step.hedge,
                 tokens_milli = state.budget.tokens_milli(),
                 joined = !step.probe,
-                funded = suspicion.map(|s| s.funded),
-                answered = suspicion.map(|s| s.answered),
-                covered_left = suspicion.map(|s| s.covered_left),
+                suspicion = ?state.suspects.get(&server.address).map(|s| s.suspicion),
                 "late call: copied"
             );
         }
