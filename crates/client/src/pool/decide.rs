@@ -28,7 +28,7 @@
 //!   as long and a slack more) is **hung**: it is dropped and the call
 //!   moves on at once (free of the budget: the call never ran there), as
 //!   does a copy sent to it. One that answers is alive, only **slow**: its
-//!   probe, or any call sent since the late one (past a cluster's
+//!   probe, or any call sent after the late one (past a cluster's
 //!   capacity, one server's health checks come back later than another's
 //!   while it answers calls).
 //! - When the copy is late too and the first server is alive, two servers
@@ -81,7 +81,7 @@ pub enum Probe {
 /// server's, and that of another live server sent at the same moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Probing {
-    /// The late server answered: its probe, or a call sent since the late
+    /// The late server answered: its probe, or a call sent after the late
     /// one.
     pub answered: bool,
     /// The late server's probe deadline has passed (or its check failed
@@ -424,8 +424,8 @@ pub struct Suspicion {
     pub funded: bool,
     /// Copies it still covers.
     pub covered_left: u32,
-    /// The server answered a call sent no earlier than the opening one:
-    /// alive, only slow (a database stall). Copies are no longer covered:
+    /// The server answered a call sent after the opening one: alive, only
+    /// slow (a database stall). Copies are no longer covered:
     /// duplicating into a stall is what the budget is for.
     pub answered: bool,
     /// When the opening call was sent.
@@ -444,14 +444,18 @@ impl Suspicion {
         }
     }
 
-    /// The server answered a call sent at `sent`. Only a call sent no
-    /// earlier than the opening one says the server is alive: one sent
-    /// before it may have been carried out just before the server hung
-    /// (100 ms away, its answer arrives a tenth of a second later), and
+    /// The server answered a call sent at `sent`. Only a call sent after
+    /// the opening one says the server is alive: one sent before it, or
+    /// the opening call itself, may have been carried out just before the
+    /// server hung (150 ms away, its answer arrives 150 ms later), and
     /// taking it for life would leave the calls behind it without their
-    /// copies.
+    /// copies. The opening call's own answer, late inside the jitter band
+    /// just after its copy went, called a server hung meanwhile alive: the
+    /// calls behind it each paid a copy, the budget sank to its reserve,
+    /// and the next four held theirs until they stayed late (an answer
+    /// after 809 ms where 2 × RTT + 100 ms is 700).
     pub fn answer(&mut self, sent: Instant) {
-        if sent >= self.call_sent {
+        if sent > self.call_sent {
             self.answered = true;
         }
     }

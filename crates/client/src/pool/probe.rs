@@ -73,7 +73,7 @@ impl ServerPool {
             let (mut checking, mut other_checking) = (true, other.is_some());
             let verdict = loop {
                 now.elapsed = started.elapsed();
-                // A call sent since the late one was answered: alive, only
+                // A call sent after the late one was answered: alive, only
                 // slow, whatever its check says (past a cluster's capacity
                 // one server answers checks later than another).
                 now.answered |= pool.answered_since_suspected(&server.address, id);
@@ -153,8 +153,8 @@ impl ServerPool {
         });
     }
 
-    /// Whether `address`, under suspicion `id`, answered a call sent no
-    /// earlier than the late one that opened it ([`Suspicion::answer`]).
+    /// Whether `address`, under suspicion `id`, answered a call sent after
+    /// the late one that opened it ([`Suspicion::answer`]).
     pub(super) fn answered_since_suspected(&self, address: &str, id: u64) -> bool {
         let state = self.shared.state.lock().unwrap();
         state

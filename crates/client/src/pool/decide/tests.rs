@@ -364,13 +364,17 @@ fn a_late_copy_is_a_shared_stall_only_beside_a_live_server() {
 }
 
 #[test]
-fn only_an_answer_to_a_call_sent_since_the_late_one_clears_a_suspicion() {
+fn only_an_answer_to_a_call_sent_after_the_late_one_clears_a_suspicion() {
     let opened_at = Instant::now();
     let mut open = Suspicion::opened(&T, Hedge::Paid, opened_at);
     // An answer to a call sent 50 ms before: carried out before the
     // hang, arriving after it.
     open.answer(opened_at - Duration::from_millis(50));
     assert!(!open.answered);
+    // The late call's own answer: it too reached the server before the
+    // hang, only later than its hedge delay.
+    open.answer(opened_at);
+    assert!(!open.answered, "the late call itself says nothing of now");
     assert_eq!(
         when_late(LateNow {
             token: false,
