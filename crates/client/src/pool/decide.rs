@@ -14,7 +14,8 @@
 //! - Calls in flight on the same server share one probe and one token:
 //!   the first late call opens a [`Suspicion`]; the others late on that
 //!   server while it is open join it (their copies go out at once, covered
-//!   by its token, as long as the server has not answered meanwhile), and
+//!   by its token, as long as the server has not answered meanwhile: once
+//!   it has, the next call late on it opens a suspicion of its own), and
 //!   its one verdict ends them all.
 //! - A late server whose probe is still unanswered a few milliseconds
 //!   after another server answered its own (sent at the same moment) is
@@ -424,9 +425,17 @@ pub struct Suspicion {
     pub funded: bool,
     /// Copies it still covers.
     pub covered_left: u32,
-    /// The server answered a call sent after the opening one: alive, only
-    /// slow (a database stall). Copies are no longer covered:
-    /// duplicating into a stall is what the budget is for.
+    /// The server answered a call sent after the opening one: alive then,
+    /// only slow (a database stall), and the suspicion covers no more
+    /// copies. A call late after that opens a suspicion of its own (its
+    /// own probe and token, [`when_late`]): the server may have hung since
+    /// it answered. Joining the answered one instead, while its probe
+    /// waited out a round trip, made each call late on a server hung
+    /// meanwhile pay its own copy: a call copied inside the jitter band,
+    /// the next one answered, then the server hung, and the four calls
+    /// late after that took a client's budget to its reserve; the next
+    /// four held their copies until they stayed late (762 ms at 150 ms,
+    /// where the bar is 700).
     pub answered: bool,
     /// When the opening call was sent.
     pub call_sent: Instant,
@@ -510,7 +519,13 @@ pub fn when_late(now: LateNow) -> WhenLate {
         }
     };
     match now.suspicion {
+        // An answered suspicion is over (alive when it answered): a call
+        // late since asks again, with a probe and a token of its own.
         None => WhenLate {
+            probe: true,
+            hedge: paid(now.token),
+        },
+        Some(s) if s.answered => WhenLate {
             probe: true,
             hedge: paid(now.token),
         },

@@ -453,7 +453,7 @@ fn pipelined_calls_on_a_suspect_server_share_its_probe_and_token() {
 }
 
 #[test]
-fn a_suspicion_covers_nothing_into_shared_trouble_or_once_the_server_answered() {
+fn a_suspicion_covers_nothing_into_shared_trouble_and_ends_once_the_server_answered() {
     let open = Suspicion::opened(&T, Hedge::Paid, Instant::now());
     let stall = LateNow {
         shared_stall: true,
@@ -470,15 +470,24 @@ fn a_suspicion_covers_nothing_into_shared_trouble_or_once_the_server_answered() 
         ..open
     };
     assert_eq!(
-        when_late(late_now(Some(answered))).hedge,
-        Hedge::Paid,
-        "alive, only slow: an ordinary late call"
+        when_late(late_now(Some(answered))),
+        WhenLate {
+            probe: true,
+            hedge: Hedge::Paid
+        },
+        "alive when it answered: a call late since asks again, as the first"
     );
     let broke = LateNow {
         token: false,
         ..late_now(Some(answered))
     };
-    assert_eq!(when_late(broke).hedge, Hedge::No);
+    assert_eq!(
+        when_late(broke),
+        WhenLate {
+            probe: true,
+            hedge: Hedge::No
+        }
+    );
     // Opened without a token: nothing to cover with.
     let unfunded = Suspicion::opened(&T, Hedge::No, Instant::now());
     let step = when_late(LateNow {
