@@ -96,13 +96,16 @@ impl CallNote {
 /// the stream's reset only while a call waits, drops a call whose client
 /// has already hung up. A server stopped for a while finds on resuming
 /// the calls sent to it meanwhile, most of them answered by another
-/// server and reset: those whose reset came before the server read them
-/// h2 drops itself, but one whose HEADERS it had read before it stopped
-/// (its body and reset coming while it was stopped) was carried out, its
-/// database work for nobody: a call admitted at once never waited before
-/// its work, which then runs to its end ([`to_the_end`]). A call dropped
-/// here is counted as hung up on ([`Metrics::hung_up`]); one whose client
-/// hangs up later, during its work, is carried out all the same.
+/// server and reset: hyper hands such a call to the service as soon as it
+/// reads its HEADERS, and the reset that came in the same read is seen
+/// only at the call's first wait. A call admitted at once never waited
+/// before its work, which then ran to its end ([`to_the_end`]), its
+/// database work for nobody. Waiting only for calls whose HEADERS came
+/// well before the work (the server stopped between the two) missed most
+/// of them: on resuming, HEADERS, body and reset are read together. A
+/// call dropped here is counted as hung up on ([`Metrics::hung_up`]); one
+/// whose client hangs up later, during its work, is carried out all the
+/// same.
 pub async fn begin() {
     tokio::task::yield_now().await;
     let _ = NOTE.try_with(|n| n.began.store(true, Relaxed));
