@@ -521,15 +521,11 @@ pub fn when_late(now: LateNow) -> WhenLate {
     match now.suspicion {
         // An answered suspicion is over (alive when it answered): a call
         // late since asks again, with a probe and a token of its own.
-        None => WhenLate {
+        None | Some(Suspicion { answered: true, .. }) => WhenLate {
             probe: true,
             hedge: paid(now.token),
         },
-        Some(s) if s.answered => WhenLate {
-            probe: true,
-            hedge: paid(now.token),
-        },
-        Some(s) if s.funded && !s.answered && s.covered_left > 0 => WhenLate {
+        Some(s) if s.funded && s.covered_left > 0 => WhenLate {
             probe: false,
             hedge: match paid(true) {
                 Hedge::Paid => Hedge::Covered,
