@@ -281,6 +281,17 @@ async fn join_killed_at(point: &str, seated_before_the_kill: bool) {
     )
     .await;
     assert_eq!(seats, 1);
+    // The retry took no turn of its own: the next three joiners meet the
+    // player in its game, as they would have without the crash.
+    for n in 0..3 {
+        let (joiner, _) = join_as(&mut b, &[], &format!("next{n}"), token())
+            .await
+            .unwrap();
+        assert_eq!(
+            joiner.game_id, player.game_id,
+            "joiner {n} after the retry sat in the retried player's game"
+        );
+    }
 }
 
 #[tokio::test]

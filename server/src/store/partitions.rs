@@ -248,16 +248,25 @@ const LIST_CLUSTERS: &str = "SELECT c.name, c.number, c.url, c.patroni, \
 
 const MAP_VERSION: &str = "SELECT version FROM partition_map_version WHERE id = 1";
 
-const PLACE: &str = "INSERT INTO placements AS p (token_hash, cluster, placed_at) \
-     VALUES ($1::bytea, \
-             ($2::text[])[1 + ((nextval('join_turns') - 1) / $3::bigint) % cardinality($2::text[])], \
-             now()) \
-     ON CONFLICT (token_hash) DO UPDATE SET \
-       cluster = CASE WHEN p.placed_at > now() - $4::bigint * interval '1 millisecond' \
-                      THEN p.cluster ELSE excluded.cluster END, \
-       placed_at = CASE WHEN p.placed_at > now() - $4::bigint * interval '1 millisecond' \
-                        THEN p.placed_at ELSE excluded.placed_at END \
-     RETURNING cluster";
+/// A token placed within the hold keeps its cluster and takes no turn: a
+/// join's copy or retry that placed it again took one, and the next three
+/// joiners' turns then crossed to the next cluster, splitting their game
+/// (the turn's number is drawn only for a token not held).
+const PLACE: &str = "WITH held AS (SELECT cluster FROM placements \
+       WHERE token_hash = $1::bytea \
+         AND placed_at > now() - $4::bigint * interval '1 millisecond'), \
+     placed AS (INSERT INTO placements AS p (token_hash, cluster, placed_at) \
+       SELECT $1::bytea, \
+              ($2::text[])[1 + ((nextval('join_turns') - 1) / $3::bigint) % cardinality($2::text[])], \
+              now() \
+       WHERE NOT EXISTS (SELECT 1 FROM held) \
+       ON CONFLICT (token_hash) DO UPDATE SET \
+         cluster = CASE WHEN p.placed_at > now() - $4::bigint * interval '1 millisecond' \
+                        THEN p.cluster ELSE excluded.cluster END, \
+         placed_at = CASE WHEN p.placed_at > now() - $4::bigint * interval '1 millisecond' \
+                          THEN p.placed_at ELSE excluded.placed_at END \
+       RETURNING cluster) \
+     SELECT cluster FROM placed UNION ALL SELECT cluster FROM held";
 
 const PLACED: &str = "SELECT cluster FROM placements WHERE token_hash = $1";
 
