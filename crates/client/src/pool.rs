@@ -416,7 +416,7 @@ impl ServerPool {
         let Some(left) = state.left_on_win.take() else {
             return;
         };
-        if state.servers.iter().any(|s| s.address == left) {
+        if state.is_live(&left) {
             tracing::debug!(
                 server = left,
                 from = address,

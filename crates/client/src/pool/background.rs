@@ -308,7 +308,7 @@ impl ServerPool {
             listed
                 .into_iter()
                 .map(|info| info.address)
-                .filter(|a| !state.servers.iter().any(|s| &s.address == a))
+                .filter(|a| !state.is_live(a))
                 .take(room)
                 .collect()
         };
@@ -350,9 +350,7 @@ impl ServerPool {
             let addresses: Vec<String> = state
                 .dropped
                 .keys()
-                .filter(|a| {
-                    !state.returning.contains(*a) && !state.servers.iter().any(|s| &s.address == *a)
-                })
+                .filter(|a| !state.returning.contains(*a) && !state.is_live(a))
                 .cloned()
                 .collect();
             for address in &addresses {
@@ -384,7 +382,7 @@ impl ServerPool {
     fn add_connected(&self, server: Server, rtt: Duration) {
         let count = {
             let mut state = self.shared.state.lock().unwrap();
-            if state.servers.iter().any(|s| s.address == server.address)
+            if state.is_live(&server.address)
                 || state.servers.len() >= self.shared.config.max_connections
             {
                 return;

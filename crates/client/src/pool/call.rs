@@ -781,7 +781,7 @@ impl ServerPool {
             return;
         }
         state.beaten = None;
-        if state.servers.iter().any(|s| s.address == winner) {
+        if state.is_live(winner) {
             state.current = Some(winner.to_string());
             state.why_moved = Some(Move::CopyWon);
             if state.game.is_some() {

@@ -239,6 +239,11 @@ impl State {
         timing
     }
 
+    /// Whether `address` is one of the live servers.
+    pub(super) fn is_live(&self, address: &str) -> bool {
+        self.servers.iter().any(|s| s.address == address)
+    }
+
     /// Four of the farthest known network RTOs, for a new connection's
     /// keep-alive timeout.
     pub(super) fn keepalive_timeout(&self) -> Duration {
