@@ -623,6 +623,69 @@ async fn a_write_on_a_stale_known_version_loses_and_applies_nothing_twice() {
     b.close().await;
 }
 
+/// A game row set back to an older version (the way a second database
+/// taking the game's writes, or a stale copy replayed over it, would look)
+/// must not let a second commit claim a version already claimed: the write
+/// fails, and the log keeps one claim per version.
+#[tokio::test]
+async fn a_second_commit_at_a_claimed_version_fails_instead_of_landing() {
+    let (pg, a) = crate::store::temp_store().await;
+    let tokens = [
+        crate::token::hash(&crate::token::draw()),
+        crate::token::hash(&crate::token::draw()),
+    ];
+    let mut joined = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let name = format!("p{i}");
+        joined.push(
+            a.join(token, &Identity::session_only(token), &name, None)
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(joined[0].game_id, joined[1].game_id, "one game");
+    let act = |who: usize| ActCall {
+        token_hash: tokens[who],
+        game_id: joined[who].game_id,
+        seat: joined[who].seat,
+        inputs: vec![Input {
+            seq: 1,
+            action: Action::Idle,
+        }],
+        batch: true,
+    };
+    assert_eq!(a.act(&act(0)).await.unwrap().applied, 1);
+    let claimed: i64 = sqlx::query_scalar("SELECT version FROM games WHERE id = $1")
+        .bind(joined[0].game_id as i64)
+        .fetch_one(a.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE games SET version = version - 1 WHERE id = $1")
+        .bind(joined[0].game_id as i64)
+        .execute(a.pool())
+        .await
+        .unwrap();
+    // A server that never saw the game reads the set-back row and writes.
+    let b = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
+    let second = b.act(&act(1)).await;
+    assert!(
+        second.is_err(),
+        "a second commit claimed version {claimed} (it answered version {:?})",
+        second.map(|acted| acted.snapshot.version)
+    );
+    let claims: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT session_id) FROM actions WHERE game_id = $1 AND version = $2",
+    )
+    .bind(joined[0].game_id as i64)
+    .bind(claimed)
+    .fetch_one(a.pool())
+    .await
+    .unwrap();
+    assert_eq!(claims, 1, "version {claimed} claimed by one commit");
+    a.close().await;
+    b.close().await;
+}
+
 /// A write that lost to a commit made while it ran (it waited for the
 /// winner's row lock, its own snapshot older than that commit) reads
 /// again after that commit: the winner's version and log row.

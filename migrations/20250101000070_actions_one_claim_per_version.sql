@@ -1,0 +1,17 @@
+-- One commit per game version, enforced by the database.
+--
+-- Every write of a game is a compare-and-set on its version, so two
+-- commits at one version need two databases taking the game's writes, or a
+-- game row set back to an older version. Neither has a known path (the
+-- fence in every write, the reads from where the partition is writable),
+-- yet `bench --grow-at-s` once found a version claimed by two commits while
+-- its partition was being copied. This index makes such a second commit
+-- fail, loudly, instead of landing: on the writer, or, when it arrives
+-- through a move's subscription, as an apply error that stops the move's
+-- copy, so the move never reaches its flip.
+--
+-- Every commit that logs inputs logs one row with `ord` 1, so indexing
+-- those rows alone covers every commit at one entry per commit, not per
+-- input (an entry per input added 28 % to the WAL of a closed-loop call).
+-- Rows logged before `ord` existed (0) are not covered.
+CREATE UNIQUE INDEX actions_one_claim_per_version ON actions (game_id, version) WHERE ord = 1;
