@@ -510,13 +510,7 @@ async fn prepare(
     let mut last_said = Instant::now();
     let mut failing_since = None;
     loop {
-        let errors: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(sync_error_count + apply_error_count), 0)::bigint \
-             FROM pg_stat_subscription_stats WHERE subname = $1",
-        )
-        .bind(&names.subscription)
-        .fetch_one(&dst.pool)
-        .await?;
+        let errors = copy_errors(dst, names).await?;
         if errors > 0 && failing_since.is_none() {
             failing_since = Some(Instant::now());
         }
@@ -553,6 +547,18 @@ async fn prepare(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The errors the subscription's workers have met so far (each one
+/// retried by PostgreSQL): the copy of a table, or a change applied.
+async fn copy_errors(dst: &Reached, names: &Names) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(sum(sync_error_count + apply_error_count), 0)::bigint \
+         FROM pg_stat_subscription_stats WHERE subname = $1",
+    )
+    .bind(&names.subscription)
+    .fetch_one(&dst.pool)
+    .await?)
 }
 
 async fn slot_exists(pool: &PgPool, slot: &str) -> anyhow::Result<bool> {
@@ -730,6 +736,8 @@ async fn await_mark(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut checked = Instant::now();
+    let errors_before = copy_errors(dst, names).await.unwrap_or(0);
+    let mut failing_since = None;
     loop {
         let mark: Option<i64> =
             sqlx::query_scalar("SELECT move_id FROM move_marks WHERE partition = $1")
@@ -749,6 +757,24 @@ async fn await_mark(
             .await?;
             if !subscribed || !slot_exists(&src.pool, &names.slot).await? {
                 prepare(src, dst, partition, names, say).await?;
+            } else {
+                // A change the target cannot apply (a row it refuses) holds
+                // the mark back for good: say so instead of waiting it out.
+                let errors = copy_errors(dst, names).await?;
+                if errors > errors_before && failing_since.is_none() {
+                    failing_since = Some(Instant::now());
+                }
+                if failing_since.is_some_and(|at: Instant| at.elapsed() >= COPY_ERRORS_FOR) {
+                    bail!(
+                        "partition {partition}: {} keeps failing to apply the partition's \
+                         changes ({} errors) while the partition is read-only on {}; see \
+                         {}'s PostgreSQL log, then run the move again",
+                        dst.name,
+                        errors - errors_before,
+                        src.name,
+                        dst.name
+                    );
+                }
             }
         }
         if Instant::now() >= deadline {
