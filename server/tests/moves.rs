@@ -326,3 +326,103 @@ async fn a_server_with_a_stale_map_never_answers_from_the_copy_a_move_left_behin
     assert!(act.state.expect("a state").version > newest);
     mover.await.unwrap().expect("the move");
 }
+
+/// A live server that has not opened the move's target (it cannot reach
+/// that database yet) would keep sending the moved games to the fenced
+/// source: the move waits for it before its fence, the partition still
+/// writable where it was, and cuts over once every live server has the
+/// target open.
+#[tokio::test]
+async fn a_move_waits_before_its_fence_for_every_live_server_to_open_the_target() {
+    let TwoClusters {
+        home_pg,
+        other_pg,
+        fresh,
+        stale: _stale,
+    } = TwoClusters::start();
+    let (home, other) = (sql(&home_pg.url()).await, sql(&other_pg.url()).await);
+    let mut client = fresh.game().await;
+    let players = full_game(&mut client).await;
+    let partition = (players[0].game_id % 64) as i16;
+    // The real servers report both clusters with their heartbeats.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let reporting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM servers WHERE 'c1' = ANY (clusters) AND 'home' = ANY (clusters)",
+        )
+        .fetch_one(&home)
+        .await
+        .unwrap();
+        if reporting == 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the servers report the clusters they opened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A third server, live (its heartbeat ahead of the clock), with only
+    // home open.
+    sqlx::query(
+        "INSERT INTO servers (id, address, heartbeat_at, clusters) \
+         VALUES ('cut-off', '127.0.0.1:9', now() + interval '1 hour', '{home}')",
+    )
+    .execute(&home)
+    .await
+    .unwrap();
+
+    let url = home_pg.url();
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let lines = said.clone();
+    let mover = tokio::spawn(async move {
+        mover::move_partition(&url, partition as u16, "c1", &mut |line| {
+            lines.lock().unwrap().push(line)
+        })
+        .await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!mover.is_finished(), "the move went on without the server");
+    assert_eq!(
+        (
+            writable(&home, partition).await,
+            writable(&other, partition).await
+        ),
+        (true, false),
+        "the partition stays writable on its cluster while the move waits"
+    );
+    let step: String = sqlx::query_scalar("SELECT step FROM partition_moves WHERE partition = $1")
+        .bind(partition)
+        .fetch_one(&home)
+        .await
+        .unwrap();
+    assert_eq!(step, "fencing", "held before its fence");
+    assert!(
+        said.lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains("waiting for 127.0.0.1:9 to open c1")),
+        "the mover says whom it waits for: {:?}",
+        said.lock().unwrap()
+    );
+
+    // The server opens the target: the move cuts over.
+    sqlx::query("UPDATE servers SET clusters = '{home,c1}' WHERE id = 'cut-off'")
+        .execute(&home)
+        .await
+        .unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(60), mover)
+        .await
+        .expect("the move ends once every server has the target open")
+        .unwrap()
+        .expect("the move succeeds");
+    assert!(report.read_only_ms.is_some(), "{report:?}");
+    assert_eq!(
+        (
+            writable(&home, partition).await,
+            writable(&other, partition).await
+        ),
+        (false, true),
+        "moved"
+    );
+}

@@ -74,6 +74,14 @@ const FENCE_LOCK_TIMEOUT_MS: u32 = 5;
 /// PostgreSQL) before the mover gives up and says so.
 const COPY_ERRORS_FOR: Duration = Duration::from_secs(30);
 
+/// A server whose heartbeat is older than this is not waited for by a
+/// move (servers beat every 250 ms and are unlisted after 1 s by default).
+const SERVER_LIVE_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long a move waits for the live servers to open its target before
+/// it gives up, the partition still on its source.
+const SERVERS_OPEN_WITHIN: Duration = Duration::from_secs(60);
+
 /// The move's steps, in order, as `partition_moves.step` names them.
 const STEPS: &[&str] = &["copying", "fencing", "fenced", "flipped", "done"];
 
@@ -215,6 +223,7 @@ pub async fn move_partition(
             "fencing" => {
                 // Read-only from the fence's commit, the wait for the
                 // transactions older than it included.
+                await_servers(&home, partition, target, say).await?;
                 let fencing = Instant::now();
                 fence(&src, partition, id).await?;
                 fenced_at = Some(fencing);
@@ -719,6 +728,53 @@ async fn fence_under_lock(src: &Reached, partition: u16, id: i64) -> anyhow::Res
             }
             Err(err) => return Err(err).context("fencing the partition on the source"),
         }
+    }
+}
+
+/// Waits until every live server that reports its clusters (see
+/// `servers.clusters`) has opened `target`, so that none of them keeps
+/// sending the partition's games to the fenced source once it moves. The
+/// partition stays writable on the source meanwhile; a wait that does not
+/// end within [`SERVERS_OPEN_WITHIN`] ends the move, naming the servers.
+async fn await_servers(
+    home: &PgPool,
+    partition: u16,
+    target: &str,
+    say: &mut (dyn FnMut(String) + Send),
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut last_said = Instant::now();
+    loop {
+        let missing: Vec<String> = sqlx::query_scalar(
+            "SELECT address FROM servers \
+             WHERE heartbeat_at > clock_timestamp() - $2 * interval '1 millisecond' \
+               AND clusters IS NOT NULL AND NOT ($1 = ANY (clusters)) \
+             ORDER BY address",
+        )
+        .bind(target)
+        .bind(SERVER_LIVE_WITHIN.as_millis() as f64)
+        .fetch_all(home)
+        .await?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if started.elapsed() >= SERVERS_OPEN_WITHIN {
+            bail!(
+                "partition {partition}: the live servers {} have not opened {target} within \
+                 {} s (the partition stays on its cluster); check that they reach {target}'s \
+                 database, then run the move again",
+                missing.join(", "),
+                SERVERS_OPEN_WITHIN.as_secs()
+            );
+        }
+        if last_said.elapsed() >= Duration::from_secs(2) {
+            say(format!(
+                "partition {partition}: waiting for {} to open {target}",
+                missing.join(", ")
+            ));
+            last_said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -466,9 +466,26 @@ impl Store {
         Ok(())
     }
 
+    /// The names of the database clusters this server has opened (home's
+    /// `home`): what its heartbeat reports, so that a move cuts over only
+    /// to a cluster every live server can write to.
+    pub fn opened_clusters(&self) -> Vec<String> {
+        match &self.partitions {
+            Some(partitions) => partitions
+                .clusters
+                .read()
+                .expect("clusters")
+                .iter()
+                .map(|c| c.name.clone())
+                .collect(),
+            None => vec![self.cluster.to_string()],
+        }
+    }
+
     /// Reads the map if its version changed, opening the clusters added
     /// since (a cluster that cannot be opened keeps its partitions on
-    /// their old cluster here, and the error is logged).
+    /// their old cluster here, and the error is logged; the map is read
+    /// again, and the cluster opened again, at the next look).
     pub(super) async fn load_map(&self) -> Result<(), Error> {
         let Some(partitions) = &self.partitions else {
             return Ok(());
@@ -497,14 +514,19 @@ impl Store {
             rows = self.clusters().await?;
         }
         let opened: Vec<Arc<Cluster>> = partitions.clusters.read().expect("clusters").clone();
-        let mut owner = partitions.map.read().expect("map lock").owner.clone();
+        let (old_version, mut owner) = {
+            let map = partitions.map.read().expect("map lock");
+            (map.version, map.owner.clone())
+        };
         let mut serving = Vec::new();
+        let mut complete = true;
         for row in &rows {
             let Some(at) = opened.iter().position(|c| c.name == row.name) else {
                 tracing::error!(
                     cluster = %row.name,
                     "the partition map names a cluster this server could not open"
                 );
+                complete = false;
                 continue;
             };
             for &p in &row.partitions {
@@ -517,6 +539,9 @@ impl Store {
             *store.held.write().expect("held partitions") = row.partitions.clone();
         }
         tracing::info!(version, clusters = rows.len(), "partition map loaded");
+        // A map with a cluster left unopened is not this version yet: the
+        // next look reads it again and opens what is missing.
+        let version = if complete { version } else { old_version };
         *partitions.map.write().expect("map lock") = Map {
             version,
             owner,

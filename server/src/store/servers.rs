@@ -30,8 +30,9 @@ pub struct Beat {
 const FORGET_AFTER_S: i64 = 600;
 
 impl Store {
-    /// Records a heartbeat of server `id`, with its advertised address and
-    /// the limit on running games it learned (see `crate::seating`); in the
+    /// Records a heartbeat of server `id`, with its advertised address, the
+    /// limit on running games it learned (see `crate::seating`) and the
+    /// database clusters it has opened (see [`Store::opened_clusters`]); in the
     /// same statement, reads what joins are seated by: the running games
     /// (written within `live_within`) and the smallest limit the other
     /// servers heard from within `shared_within` learned.
@@ -43,12 +44,15 @@ impl Store {
         live_within: Duration,
         shared_within: Duration,
     ) -> Result<Beat, Error> {
+        let clusters = self.opened_clusters();
         self.retrying(|| async {
             let mut lease = self.lease().await?;
             let done = sqlx::query_as::<_, (i64, Option<i32>)>(
-                "WITH beat AS (INSERT INTO servers (id, address, game_limit) VALUES ($1, $2, $3) \
+                "WITH beat AS (INSERT INTO servers (id, address, game_limit, clusters) \
+                 VALUES ($1, $2, $3, $6) \
                  ON CONFLICT (id) DO UPDATE SET address = excluded.address, \
-                 game_limit = excluded.game_limit, heartbeat_at = now()) \
+                 game_limit = excluded.game_limit, clusters = excluded.clusters, \
+                 heartbeat_at = now()) \
                  SELECT (SELECT count(*) FROM games WHERE phase IN (1, 2) \
                  AND updated_at > now() - $4::bigint * interval '1 millisecond'), \
                  (SELECT min(game_limit) FROM servers WHERE id <> $1 \
@@ -59,6 +63,7 @@ impl Store {
             .bind(game_limit.map(|l| i32::try_from(l).unwrap_or(i32::MAX)))
             .bind(live_within.as_millis() as i64)
             .bind(shared_within.as_millis() as i64)
+            .bind(clusters.clone())
             .fetch_one(lease.conn())
             .await;
             let (live, shared) = lease.settle_commit(self, done.map_err(Error::from))?;
