@@ -421,3 +421,55 @@ async fn until_every_server(
         .await;
     }
 }
+
+/// A cluster registered while the servers run (`db add-cluster`, before
+/// any partition moves to it) is opened by every running server at its
+/// next look at the map, as their heartbeats show: a move waits for that
+/// before it cuts over to the cluster.
+#[tokio::test]
+async fn running_servers_open_a_cluster_added_while_they_run() {
+    let (home_pg, other_pg) = (start_db(), start_db());
+    let servers: Vec<ServerProcess> = (0..2)
+        .map(|_| ServerProcess::start(&home_pg.url()))
+        .collect();
+    let home = sql(&home_pg.url()).await;
+    let opened = |cluster: &'static str| {
+        let home = home.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM servers \
+                 WHERE heartbeat_at > now() - interval '2 seconds' AND $1 = ANY (clusters)",
+            )
+            .bind(cluster)
+            .fetch_one(&home)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    wait::until("both servers to beat", Duration::from_secs(10), || async {
+        (opened("home").await == 2).then_some(())
+    })
+    .await;
+    assert_eq!(opened("c1").await, 0);
+
+    let spec = borbaman_server::store::partitions::ClusterSpec {
+        name: "c1".into(),
+        url: other_pg.url(),
+        patroni: Vec::new(),
+    };
+    let row = borbaman_server::store::grow::add_cluster(&home_pg.url(), &spec)
+        .await
+        .unwrap();
+    assert!(
+        row.partitions.is_empty(),
+        "a cluster added holds no partition"
+    );
+    wait::until(
+        "every running server to open the added cluster",
+        Duration::from_secs(10),
+        || async { (opened("c1").await == 2).then_some(()) },
+    )
+    .await;
+    drop(servers);
+}

@@ -238,7 +238,7 @@ const REGISTER_LOCK: i64 = 0x626f_7262_6d61_7001; // "borbmap" 1
 const UPSERT_CLUSTER: &str = "INSERT INTO db_clusters (name, number, url, patroni) \
      VALUES ($1, (SELECT max(number) + 1 FROM db_clusters), $2, $3) \
      ON CONFLICT (name) DO UPDATE SET url = excluded.url, patroni = excluded.patroni \
-     RETURNING number";
+     RETURNING number, (xmax = 0) AS added";
 
 const LIST_CLUSTERS: &str = "SELECT c.name, c.number, c.url, c.patroni, \
      coalesce(array_agg(m.partition ORDER BY m.partition) \
@@ -336,14 +336,16 @@ impl Store {
                 .bind(REGISTER_LOCK)
                 .execute(&mut *tx)
                 .await?;
+            let mut added = false;
             for spec in specs {
                 let patroni: Vec<String> = spec.patroni.iter().map(|m| m.to_string()).collect();
-                sqlx::query(UPSERT_CLUSTER)
+                let (_, new): (i32, bool) = sqlx::query_as(UPSERT_CLUSTER)
                     .bind(&spec.name)
                     .bind(&spec.url)
                     .bind(&patroni)
-                    .execute(&mut *tx)
+                    .fetch_one(&mut *tx)
                     .await?;
+                added |= new;
             }
             let (version, games): (i64, bool) = sqlx::query_as(
                 "SELECT (SELECT version FROM partition_map_version WHERE id = 1), \
@@ -372,6 +374,13 @@ impl Store {
                     .execute(&mut *tx)
                     .await?;
                 tracing::info!(clusters = ?names, "partitions spread over the clusters");
+            } else if added {
+                // A cluster the running servers do not know yet: a new
+                // version has them open it at their next look at the map
+                // (a move waits for that before it cuts over to it).
+                sqlx::query("UPDATE partition_map_version SET version = version + 1 WHERE id = 1")
+                    .execute(&mut *tx)
+                    .await?;
             }
             tx.commit().await?;
             Ok::<_, Error>(())
