@@ -96,6 +96,10 @@ impl Error {
 /// idle-in-transaction timeout (a CPU stall; nothing was committed).
 const RETRY_STATES: &[&str] = &["40001", "40P01", "55P03", "23505", "25P03"];
 
+/// The unique index that refuses a second commit at a game version
+/// already claimed (migration `actions_one_claim_per_version`).
+const ONE_CLAIM_PER_VERSION: &str = "actions_one_claim_per_version";
+
 /// SQLSTATE classes and codes that mean the database is overloaded or
 /// intervened (53: insufficient resources, 57: operator intervention).
 fn is_unavailable_state(code: &str) -> bool {
@@ -135,7 +139,15 @@ impl From<sqlx::Error> for Error {
         match &err {
             sqlx::Error::Database(db) => {
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-                if RETRY_STATES.contains(&code.as_str()) {
+                if db.constraint() == Some(ONE_CLAIM_PER_VERSION) {
+                    // Not a race to retry: the game's row is behind its own
+                    // action log, and every write on it would meet this.
+                    Error::Corrupt(format!(
+                        "the game's stored state is older than its action log, so no \
+                         commit can follow it ({}, {code})",
+                        db.message()
+                    ))
+                } else if RETRY_STATES.contains(&code.as_str()) {
                     Error::Transient(format!("{} ({code})", db.message()))
                 } else if code == "57014" {
                     Error::Unavailable(format!("statement timed out ({code})"))

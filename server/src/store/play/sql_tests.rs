@@ -669,8 +669,8 @@ async fn a_second_commit_at_a_claimed_version_fails_instead_of_landing() {
     let b = Store::connect(&pg.url(), &StoreOptions::default()).unwrap();
     let second = b.act(&act(1)).await;
     assert!(
-        second.is_err(),
-        "a second commit claimed version {claimed} (it answered version {:?})",
+        matches!(second, Err(Error::Corrupt(_))),
+        "a second commit at version {claimed} must fail as corrupt, not be retried or land: {:?}",
         second.map(|acted| acted.snapshot.version)
     );
     let claims: i64 = sqlx::query_scalar(
