@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use borbaman_cluster::LocalPostgres;
+use borbaman_cluster::{LocalPostgres, wait};
 use borbaman_proto::pb;
 use borbaman_server::store::mover;
 use common::*;
@@ -22,6 +22,14 @@ async fn writable(pool: &PgPool, partition: i16) -> bool {
         .fetch_one(pool)
         .await
         .unwrap()
+}
+
+/// Whether `partition` is writable on home and on the other cluster.
+async fn writable_on(home: &PgPool, other: &PgPool, partition: i16) -> (bool, bool) {
+    (
+        writable(home, partition).await,
+        writable(other, partition).await,
+    )
 }
 
 /// Each (token, seq) of game `game_id`'s action log on `pool`.
@@ -99,10 +107,7 @@ async fn a_partition_moves_while_its_game_plays_and_every_act_lands_once_on_the_
         .unwrap();
     assert_eq!(on, "home", "the first game is on home");
     assert_eq!(
-        (
-            writable(&home, partition).await,
-            writable(&other, partition).await
-        ),
+        writable_on(&home, &other, partition).await,
         (true, false),
         "a partition is writable where the map puts it, and only there"
     );
@@ -167,13 +172,7 @@ async fn a_partition_moves_while_its_game_plays_and_every_act_lands_once_on_the_
         .await
         .unwrap();
     assert_eq!(on, "c1");
-    assert_eq!(
-        (
-            writable(&home, partition).await,
-            writable(&other, partition).await
-        ),
-        (false, true)
-    );
+    assert_eq!(writable_on(&home, &other, partition).await, (false, true));
     // Every answered act is in the target's log, once; the source kept
     // no copy of the game.
     let target_log = logged(&other, game_id).await;
@@ -345,23 +344,20 @@ async fn a_move_waits_before_its_fence_for_every_live_server_to_open_the_target(
     let players = full_game(&mut client).await;
     let partition = (players[0].game_id % 64) as i16;
     // The real servers report both clusters with their heartbeats.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let reporting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM servers WHERE 'c1' = ANY (clusters) AND 'home' = ANY (clusters)",
-        )
-        .fetch_one(&home)
-        .await
-        .unwrap();
-        if reporting == 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the servers report the clusters they opened"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until(
+        "the servers report the clusters they opened",
+        Duration::from_secs(10),
+        || async {
+            let reporting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM servers WHERE 'c1' = ANY (clusters) AND 'home' = ANY (clusters)",
+            )
+            .fetch_one(&home)
+            .await
+            .unwrap();
+            (reporting == 2).then_some(())
+        },
+    )
+    .await;
     // A third server, live (its heartbeat ahead of the clock), with only
     // home open.
     sqlx::query(
@@ -381,13 +377,24 @@ async fn a_move_waits_before_its_fence_for_every_live_server_to_open_the_target(
         })
         .await
     });
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The mover says whom it waits for once it has waited two seconds.
+    wait::until(
+        "the mover to say whom it waits for",
+        Duration::from_secs(10),
+        || {
+            let waiting = mover.is_finished()
+                || said
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|line| line.contains("waiting for"));
+            async move { waiting.then_some(()) }
+        },
+    )
+    .await;
     assert!(!mover.is_finished(), "the move went on without the server");
     assert_eq!(
-        (
-            writable(&home, partition).await,
-            writable(&other, partition).await
-        ),
+        writable_on(&home, &other, partition).await,
         (true, false),
         "the partition stays writable on its cluster while the move waits"
     );
@@ -418,10 +425,7 @@ async fn a_move_waits_before_its_fence_for_every_live_server_to_open_the_target(
         .expect("the move succeeds");
     assert!(report.read_only_ms.is_some(), "{report:?}");
     assert_eq!(
-        (
-            writable(&home, partition).await,
-            writable(&other, partition).await
-        ),
+        writable_on(&home, &other, partition).await,
         (false, true),
         "moved"
     );
