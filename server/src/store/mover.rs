@@ -517,13 +517,10 @@ async fn prepare(
     ));
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_said = Instant::now();
-    let mut failing_since = None;
+    let mut failing = CopyFailing::above(0);
     loop {
         let errors = copy_errors(dst, names).await?;
-        if errors > 0 && failing_since.is_none() {
-            failing_since = Some(Instant::now());
-        }
-        if failing_since.is_some_and(|at: Instant| at.elapsed() >= COPY_ERRORS_FOR) {
+        if failing.too_long(errors) {
             bail!(
                 "partition {partition}: the copy to {} keeps failing ({errors} errors); \
                  see that cluster's PostgreSQL log, then run the move again",
@@ -568,6 +565,31 @@ async fn copy_errors(dst: &Reached, names: &Names) -> anyhow::Result<i64> {
     .bind(&names.subscription)
     .fetch_one(&dst.pool)
     .await?)
+}
+
+/// A subscription's error counter watched from a starting count: failing
+/// once it rose above it, too long once that lasted [`COPY_ERRORS_FOR`].
+struct CopyFailing {
+    before: i64,
+    since: Option<Instant>,
+}
+
+impl CopyFailing {
+    fn above(before: i64) -> CopyFailing {
+        CopyFailing {
+            before,
+            since: None,
+        }
+    }
+
+    /// Takes the counter's latest value; whether the copy has been failing
+    /// for [`COPY_ERRORS_FOR`].
+    fn too_long(&mut self, errors: i64) -> bool {
+        if errors > self.before && self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+        self.since.is_some_and(|at| at.elapsed() >= COPY_ERRORS_FOR)
+    }
 }
 
 async fn slot_exists(pool: &PgPool, slot: &str) -> anyhow::Result<bool> {
@@ -793,7 +815,7 @@ async fn await_mark(
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut checked = Instant::now();
     let errors_before = copy_errors(dst, names).await.unwrap_or(0);
-    let mut failing_since = None;
+    let mut failing = CopyFailing::above(errors_before);
     loop {
         let mark: Option<i64> =
             sqlx::query_scalar("SELECT move_id FROM move_marks WHERE partition = $1")
@@ -817,10 +839,7 @@ async fn await_mark(
                 // A change the target cannot apply (a row it refuses) holds
                 // the mark back for good: say so instead of waiting it out.
                 let errors = copy_errors(dst, names).await?;
-                if errors > errors_before && failing_since.is_none() {
-                    failing_since = Some(Instant::now());
-                }
-                if failing_since.is_some_and(|at: Instant| at.elapsed() >= COPY_ERRORS_FOR) {
+                if failing.too_long(errors) {
                     bail!(
                         "partition {partition}: {} keeps failing to apply the partition's \
                          changes ({} errors) while the partition is read-only on {}; see \
