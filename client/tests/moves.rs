@@ -78,7 +78,14 @@ async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_aga
     let p = (game_id % 64) as i16;
     let mut sent = 0u64;
     let mut on = owner(&home, p).await;
-    for point in ["move-started", "move-copied", "move-fenced", "move-flipped"] {
+    for point in [
+        "move-started",
+        "move-snapshot",
+        "move-rows-copied",
+        "move-copied",
+        "move-fenced",
+        "move-flipped",
+    ] {
         let to = if on == "home" { "c1" } else { "home" };
         eprintln!("moving partition {p} to {to}, ended at {point}");
         let killed = db_move(&urls[0], p, to, Some(point));
@@ -94,11 +101,10 @@ async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_aga
         );
         let (at_home, at_c1) = writable(&home, &c1, p).await;
         let writers = usize::from(at_home) + usize::from(at_c1);
-        if point == "move-fenced" {
-            assert_eq!(
-                writers, 0,
-                "cut between the fence and the flip: nobody writes"
-            );
+        if point == "move-fenced" || point == "move-snapshot" {
+            // Cut while fenced: between the fence and the flip, or in the
+            // moment the copy's snapshot is taken.
+            assert_eq!(writers, 0, "cut at {point}: nobody writes");
         } else {
             assert_eq!(writers, 1, "killed at {point}: ({at_home}, {at_c1})");
             let writer = if at_home { "home" } else { "c1" };

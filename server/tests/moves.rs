@@ -430,3 +430,72 @@ async fn a_move_waits_before_its_fence_for_every_live_server_to_open_the_target(
         "moved"
     );
 }
+
+/// A move reads its copy with the partition read-only on the source for a
+/// moment, then makes it writable there again, the map unchanged: an act
+/// that met that fence waits and lands on the same cluster once the
+/// fence lifts, instead of waiting for a map that never changes.
+#[tokio::test]
+async fn an_act_held_by_a_fence_that_lifts_in_place_lands_on_the_same_cluster() {
+    let TwoClusters {
+        home_pg,
+        other_pg: _other_pg,
+        fresh,
+        stale,
+    } = TwoClusters::start();
+    let home = sql(&home_pg.url()).await;
+    let mut client = fresh.game().await;
+    let mut players = full_game(&mut client).await;
+    let game_id = players[0].game_id;
+    let partition = (game_id % 64) as i16;
+    for server in [&fresh, &stale] {
+        let mut client = server.game().await;
+        let player = &mut players[0];
+        client
+            .act(player.act_request(action(player.next_seq)))
+            .await
+            .expect("an act before the fence");
+    }
+    let before = logged(&home, game_id).await.len();
+
+    sqlx::query("UPDATE partition_fence SET writable = false WHERE partition = $1")
+        .bind(partition)
+        .execute(&home)
+        .await
+        .unwrap();
+    let held = Duration::from_millis(400);
+    let lift = {
+        let home = home.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(held).await;
+            sqlx::query("UPDATE partition_fence SET writable = true WHERE partition = $1")
+                .bind(partition)
+                .execute(&home)
+                .await
+                .unwrap();
+        })
+    };
+    let sent = tokio::time::Instant::now();
+    let mut acts = Vec::new();
+    for (server, player) in [&fresh, &stale].into_iter().zip(players.iter_mut().skip(1)) {
+        let mut client = server.game().await;
+        let req = player.act_request(action(player.next_seq));
+        acts.push(tokio::spawn(async move { client.act(req).await }));
+    }
+    for act in acts {
+        act.await
+            .unwrap()
+            .expect("an act held by the fence is answered once it lifts");
+    }
+    lift.await.unwrap();
+    assert!(
+        sent.elapsed() >= held - Duration::from_millis(50),
+        "the acts waited for the fence: answered after {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(
+        logged(&home, game_id).await.len(),
+        before + 2,
+        "both acts landed on home, once each"
+    );
+}

@@ -1,16 +1,19 @@
 //! Moving a partition to another cluster while its games play
 //! (`borbaman db move`).
 //!
-//! PostgreSQL moves the rows: a publication on the source with a row
-//! filter on the partition, a subscription on the target that copies the
-//! rows there and then streams every change. The cut-over is a fence in
-//! the writes themselves (`partition_fence`, see [`moves`](super::moves)):
+//! PostgreSQL moves the rows: `COPY` of the partition's rows as of one
+//! snapshot, then a publication on the source with a row filter on the
+//! partition and a subscription on the target that streams every change
+//! after that snapshot (not the subscription's own initial copy: see
+//! [`copy_rows`] for why). The cut-over is a fence in the writes
+//! themselves (`partition_fence`, see [`moves`](super::moves)):
 //!
 //! 1. `copying`: the partition is made read-only on the target (nobody
 //!    sends it a write yet; this keeps it so), what the target has of the
-//!    partition from an earlier move is deleted, and the publication, its
-//!    slot and the subscription are made; the mover waits until the copy
-//!    is done and the target streams.
+//!    partition from an earlier move is deleted, the publication and its
+//!    slot are made, the rows copied (the partition read-only on the
+//!    source for the few milliseconds of taking the snapshot), and the
+//!    subscription made; the mover waits until the target streams.
 //! 2. `fencing` → `fenced`: on the source, the partition is made
 //!    read-only; once every transaction that began before that commit has
 //!    ended (a write that began after saw the fence), a mark is written.
@@ -214,7 +217,7 @@ pub async fn move_partition(
         step = match step.as_str() {
             "copying" => {
                 let copy = Instant::now();
-                prepare(&src, &dst, partition, &names, say).await?;
+                prepare(&src, &dst, partition, &names, true, say).await?;
                 report.copy_ms = Some(ms(copy.elapsed()));
                 record(&home, partition, "fencing", "").await?;
                 crash_point("move-copied");
@@ -225,7 +228,7 @@ pub async fn move_partition(
                 // transactions older than it included.
                 await_servers(&home, partition, target, say).await?;
                 let fencing = Instant::now();
-                fence(&src, partition, id).await?;
+                fence(&src, partition, Some(id)).await?;
                 fenced_at = Some(fencing);
                 let since = format!(
                     ", fenced_at = now() - interval '{:.3} milliseconds'",
@@ -448,12 +451,16 @@ async fn read_only_ms(home: &PgPool, partition: u16) -> anyhow::Result<f64> {
 }
 
 /// Step 1: the target fenced and emptied of the partition, the
-/// publication, slot and subscription made, the copy done.
+/// publication and slot made, the rows copied ([`copy_rows`]), the
+/// subscription made to stream the rest. `reopen`: whether the source
+/// takes the partition's writes again once the copy's snapshot is taken
+/// (not when the move is past its fence).
 async fn prepare(
     src: &Reached,
     dst: &Reached,
     partition: u16,
     names: &Names,
+    reopen: bool,
     say: &mut (dyn FnMut(String) + Send),
 ) -> anyhow::Result<()> {
     if src.name == dst.name {
@@ -490,18 +497,29 @@ async fn prepare(
         }
     }
     publish(&src.pool, partition, names).await?;
-    if !slot_exists(&src.pool, &names.slot).await? {
+    if !subscribed || !slot {
+        // A fresh slot: its start must come before the copy's snapshot.
+        drop_slot(src, &names.slot).await?;
         sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
             .bind(&names.slot)
             .execute(&src.pool)
             .await
             .context("creating the replication slot on the source (wal_level = logical?)")?;
-    }
-    if !subscribed || !slot {
+        say(format!(
+            "partition {partition}: copying from {} to {}",
+            src.name, dst.name
+        ));
+        let copied = copy_rows(src, dst, partition, names, reopen).await?;
+        say(format!(
+            "partition {partition}: {} rows copied (read-only on {} for {:.1} ms to read them \
+             whole); streaming the rest",
+            copied.rows, src.name, copied.read_only_ms
+        ));
+        crash_point("move-rows-copied");
         // Not a bind parameter: CREATE SUBSCRIPTION takes none.
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
-             WITH (create_slot = false, slot_name = {}, copy_data = true)",
+             WITH (create_slot = false, slot_name = {}, copy_data = false)",
             names.subscription,
             quote_literal(&src.url),
             names.publication,
@@ -511,10 +529,6 @@ async fn prepare(
         .await
         .context("creating the subscription on the target")?;
     }
-    say(format!(
-        "partition {partition}: copying from {} to {}",
-        src.name, dst.name
-    ));
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_said = Instant::now();
     let mut failing = CopyFailing::above(0);
@@ -552,6 +566,136 @@ async fn prepare(
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Tables a move copies: the partition's rows ([`TABLES`]), parents
+/// first, and the move marks (a later fence's mark then finds its row).
+fn copied_tables(partition: u16) -> Vec<(&'static str, String)> {
+    TABLES
+        .iter()
+        .rev()
+        .map(|(table, column)| (*table, format!("({column} % 64) = {partition}")))
+        .chain(std::iter::once((
+            "move_marks",
+            format!("partition = {partition}"),
+        )))
+        .collect()
+}
+
+/// What [`copy_rows`] did.
+struct Copied {
+    rows: u64,
+    /// How long the partition was read-only on the source for it, ms.
+    read_only_ms: f64,
+}
+
+/// The partition's rows copied from the source to the target as of one
+/// ordinary snapshot, and the slot advanced to that snapshot's point in
+/// the source's WAL, so the subscription streams exactly the changes the
+/// copy lacks.
+///
+/// Not PostgreSQL's own initial copy (`copy_data = true`): its table
+/// synchronisation reads under a snapshot built by logical decoding, which
+/// can count a transaction committed before the commit log says so, and
+/// then marks that transaction's rows dead for good on the source (a race
+/// in PostgreSQL itself, reported on pgsql-hackers in January 2026, and
+/// seen here: a game's row one version behind its log, on a partition not
+/// even moving; see `docs/scaling.md`). An ordinary snapshot has no such
+/// moment. To tie it to a point in the WAL, the partition is read-only on
+/// the source while the snapshot is taken (every write of it that began
+/// earlier has ended): its commits are then all before the point, and the
+/// next all after. That costs the partition's games a few milliseconds;
+/// the copy itself runs with the partition writable again (`reopen`).
+async fn copy_rows(
+    src: &Reached,
+    dst: &Reached,
+    partition: u16,
+    names: &Names,
+    reopen: bool,
+) -> anyhow::Result<Copied> {
+    let fenced = Instant::now();
+    fence(src, partition, None).await?;
+    crash_point("move-snapshot");
+    let mut from = src.pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *from)
+        .await?;
+    // The snapshot is taken at this first statement; every commit it sees
+    // was logged before the position read.
+    let point: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+        .fetch_one(&mut *from)
+        .await?;
+    if reopen {
+        sqlx::query("UPDATE partition_fence SET writable = true WHERE partition = $1")
+            .bind(partition as i16)
+            .execute(&src.pool)
+            .await?;
+    }
+    let read_only_ms = ms(fenced.elapsed());
+    let mut into = dst.pool.begin().await?;
+    let mut rows = 0;
+    for (table, filter) in copied_tables(partition) {
+        // Generated columns are computed by each database.
+        let columns: String = sqlx::query_scalar(
+            "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute \
+             WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped \
+               AND attgenerated = ''",
+        )
+        .bind(table)
+        .fetch_one(&mut *into)
+        .await?;
+        let mut sink = into
+            .copy_in_raw(&format!(
+                "COPY {table} ({columns}) FROM STDIN (FORMAT binary)"
+            ))
+            .await
+            .with_context(|| format!("copying {table} into {}", dst.name))?;
+        {
+            let mut chunks = from
+                .copy_out_raw(&format!(
+                    "COPY (SELECT {columns} FROM {table} WHERE {filter}) TO STDOUT (FORMAT binary)"
+                ))
+                .await
+                .with_context(|| format!("copying {table} from {}", src.name))?;
+            while let Some(chunk) = tokio_stream::StreamExt::next(&mut chunks).await {
+                sink.send(chunk?).await?;
+            }
+        }
+        rows += sink.finish().await?;
+    }
+    into.commit().await?;
+    from.commit().await?;
+    sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
+        .bind(&names.slot)
+        .bind(&point)
+        .execute(&src.pool)
+        .await
+        .context("advancing the replication slot to the copy's snapshot")?;
+    Ok(Copied { rows, read_only_ms })
+}
+
+/// Drops replication slot `slot` on the source if it is there.
+async fn drop_slot(src: &Reached, slot: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // A walsender that has not noticed its subscriber is gone still
+        // holds the slot for a moment.
+        let dropped = sqlx::query(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name = $1",
+        )
+        .bind(slot)
+        .execute(&src.pool)
+        .await;
+        match dropped {
+            Ok(_) => return Ok(()),
+            Err(err) if Instant::now() < deadline => {
+                tracing::debug!(error = %err, "the slot is still in use");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => return Err(err).context("dropping the replication slot on the source"),
+        }
     }
 }
 
@@ -630,7 +774,8 @@ async fn publish(pool: &PgPool, partition: u16, names: &Names) -> anyhow::Result
 }
 
 /// Step 2: the partition read-only on the source, then, once no write
-/// that could have read the fence before is still in flight, the mark.
+/// that could have read the fence before is still in flight, the mark
+/// of move `id` (none for the copy's moment of [`copy_rows`]).
 ///
 /// Without blocking anyone: the fence commits, then the mover waits for
 /// every transaction on the database that began before that commit to
@@ -640,7 +785,7 @@ async fn publish(pool: &PgPool, partition: u16, names: &Names) -> anyhow::Result
 /// the fence table's lock instead, which waits for them the same way but
 /// holds every write on that cluster behind it meanwhile
 /// ([`fence_under_lock`]).
-async fn fence(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
+async fn fence(src: &Reached, partition: u16, id: Option<i64>) -> anyhow::Result<()> {
     let unseen: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
          AND backend_type = 'client backend' AND state IS NULL",
@@ -685,7 +830,10 @@ async fn fence(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    mark(&src.pool, partition, id).await
+    match id {
+        Some(id) => mark(&src.pool, partition, id).await,
+        None => Ok(()),
+    }
 }
 
 /// Writes the move's mark (`$1` partition, `$2` move id) on the source.
@@ -712,7 +860,7 @@ async fn mark(pool: &PgPool, partition: u16, id: i64) -> anyhow::Result<()> {
 /// [`fence`] under the fence table's lock: the fence and the mark in one
 /// transaction; retried while the writes in flight hold the lock past
 /// [`FENCE_LOCK_TIMEOUT_MS`].
-async fn fence_under_lock(src: &Reached, partition: u16, id: i64) -> anyhow::Result<()> {
+async fn fence_under_lock(src: &Reached, partition: u16, id: Option<i64>) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let attempt = async {
@@ -732,11 +880,13 @@ async fn fence_under_lock(src: &Reached, partition: u16, id: i64) -> anyhow::Res
                 .bind(partition as i16)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(MARK)
-                .bind(partition as i16)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            if let Some(id) = id {
+                sqlx::query(MARK)
+                    .bind(partition as i16)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             tx.commit().await?;
             Ok::<_, sqlx::Error>(())
         }
@@ -834,7 +984,7 @@ async fn await_mark(
             .fetch_one(&dst.pool)
             .await?;
             if !subscribed || !slot_exists(&src.pool, &names.slot).await? {
-                prepare(src, dst, partition, names, say).await?;
+                prepare(src, dst, partition, names, false, say).await?;
             } else {
                 // A change the target cannot apply (a row it refuses) holds
                 // the mark back for good: say so instead of waiting it out.
@@ -912,26 +1062,7 @@ async fn flip(
 /// do not reach the target).
 async fn drop_replication(src: &Reached, dst: &Reached, names: &Names) -> anyhow::Result<()> {
     drop_subscription(&dst.pool, &names.subscription).await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        // A walsender that has not noticed its subscriber is gone still
-        // holds the slot for a moment.
-        let dropped = sqlx::query(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-             WHERE slot_name = $1",
-        )
-        .bind(&names.slot)
-        .execute(&src.pool)
-        .await;
-        match dropped {
-            Ok(_) => break,
-            Err(err) if Instant::now() < deadline => {
-                tracing::debug!(error = %err, "the slot is still in use");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(err) => return Err(err).context("dropping the replication slot on the source"),
-        }
-    }
+    drop_slot(src, &names.slot).await?;
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "DROP PUBLICATION IF EXISTS {}",
         names.publication

@@ -50,7 +50,10 @@ fn moved(game_id: u64) -> Error {
 impl Store {
     /// Waits, until `deadline`, for the map to send game `game_id` to a
     /// cluster other than `from` (the one that answered
-    /// [`Error::Moved`]), reading it from home every [`MOVED_POLL`].
+    /// [`Error::Moved`]), or for `from` to take the partition's writes
+    /// again (a move fences its source for a moment before its copy, to
+    /// read the partition whole: see [`mover`](super::mover)), reading the
+    /// map from home every [`MOVED_POLL`].
     pub(crate) async fn await_move(
         &self,
         game_id: u64,
@@ -66,6 +69,18 @@ impl Store {
             }
             tokio::time::sleep(MOVED_POLL).await;
             self.load_map().await?;
+            if self.route(game_id).cluster == from.cluster && from.writable(game_id).await? {
+                return Ok(());
+            }
         }
+    }
+
+    /// Whether game `game_id`'s partition is writable on this cluster.
+    async fn writable(&self, game_id: u64) -> Result<bool, Error> {
+        let writable: Option<bool> = sqlx::query_scalar(WRITABLE)
+            .bind(partition_of(game_id) as i16)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(writable != Some(false))
     }
 }

@@ -99,7 +99,10 @@ pub const CRASH_AT: &str = "BORBAMAN_CRASH_AT";
 /// server between the steps of a join or a fold. Points: `join-placed`
 /// (after a join's placement at home, before its seat), `join-seated`
 /// (after the seat, before the answer), `fold-counted` (after home counted
-/// a fold, before the outbox is emptied).
+/// a fold, before the outbox is emptied), and the steps of a partition's
+/// move (`move-started`, `move-snapshot`, `move-rows-copied`,
+/// `move-copied`, `move-fenced`, `move-flipped`; see
+/// [`mover`](super::mover)).
 pub fn crash_point(point: &str) {
     static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     if AT.get_or_init(|| std::env::var(CRASH_AT).ok()).as_deref() == Some(point) {
