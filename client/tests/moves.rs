@@ -147,6 +147,111 @@ async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_aga
     );
 }
 
+/// Drops partition `p`'s move slot on `pool`, as a failover of the
+/// source loses it (Patroni does not carry logical slots): the walsender
+/// using it is ended first, and the drop tried until the subscriber's
+/// worker is not back on it.
+async fn lose_slot(pool: &PgPool, p: i16) {
+    let slot = format!("borbaman_move_{p}");
+    borbaman_cluster::wait::until(
+        "the move's slot to be dropped",
+        std::time::Duration::from_secs(30),
+        || async {
+            sqlx::query(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND active_pid IS NOT NULL",
+            )
+            .bind(&slot)
+            .execute(pool)
+            .await
+            .unwrap();
+            sqlx::query("SELECT pg_drop_replication_slot($1)")
+                .bind(&slot)
+                .execute(pool)
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await;
+}
+
+/// A move whose source lost its replication slot (a failover) before or
+/// after its fence copies the partition again when run again, and the
+/// game plays on with every input applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_source_lost_its_slot_copies_again_and_loses_nothing() {
+    let cluster = LocalCluster::start(
+        ClusterConfig {
+            db_clusters: 2,
+            ..common::config(2, &[])
+        },
+        |_| {},
+    )
+    .expect("start a local cluster");
+    let urls = cluster.database_urls();
+    let home = PgPool::connect(&urls[0]).await.unwrap();
+    let c1 = PgPool::connect(&urls[1]).await.unwrap();
+    let (_pool, mut players) = common::pool_and_game(&cluster, "slot").await;
+    let game_id = players[0].game_id();
+    let p = (game_id % 64) as i16;
+    let mut sent = 0u64;
+    let mut on = owner(&home, p).await;
+    for point in ["move-copied", "move-fenced"] {
+        let to = if on == "home" { "c1" } else { "home" };
+        let killed = db_move(&urls[0], p, to, Some(point));
+        assert!(!killed.status.success(), "the mover ended at {point}");
+        let (source, target) = if on == "home" {
+            (&home, &c1)
+        } else {
+            (&c1, &home)
+        };
+        lose_slot(source, p).await;
+        if point == "move-fenced" {
+            // The fence's mark had not reached the target either.
+            sqlx::query("DELETE FROM move_marks WHERE partition = $1")
+                .bind(p)
+                .execute(target)
+                .await
+                .unwrap();
+        }
+        let again = db_move(&urls[0], p, to, None);
+        let said = String::from_utf8_lossy(&again.stdout).to_string();
+        assert!(
+            again.status.success(),
+            "the move run again after {point} and a lost slot: {said}{}",
+            String::from_utf8_lossy(&again.stderr)
+        );
+        assert!(said.contains("copying again"), "{said}");
+        assert_eq!(owner(&home, p).await, to);
+        assert_eq!(
+            writable(&home, &c1, p).await,
+            (to == "home", to == "c1"),
+            "after {point}"
+        );
+        on = to.to_string();
+        for player in players.iter_mut() {
+            player
+                .act(Action::Idle)
+                .await
+                .expect("an act after the move");
+            sent += 1;
+        }
+    }
+    let db = if on == "home" { &home } else { &c1 };
+    let mut applied = 0;
+    for player in &players {
+        let seqs = common::applied_seqs(db, game_id, player.seat()).await;
+        let unique: std::collections::BTreeSet<_> = seqs.iter().collect();
+        assert_eq!(unique.len(), seqs.len(), "no input applied twice");
+        applied += seqs.len() as u64;
+    }
+    assert!(
+        applied >= sent,
+        "every input sent applied on the game's cluster: {applied} of {sent}"
+    );
+}
+
 #[test]
 fn partitions_moved_back_and_forth_while_games_play_lose_and_duplicate_nothing() {
     let run = chaos::run(

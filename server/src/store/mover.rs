@@ -13,7 +13,8 @@
 //!    partition from an earlier move is deleted, the publication and its
 //!    slot are made, the rows copied (the partition read-only on the
 //!    source for the few milliseconds of taking the snapshot), and the
-//!    subscription made; the mover waits until the target streams.
+//!    subscription made; the mover waits until the target streams (has
+//!    received the source's WAL up to where it was then).
 //! 2. `fencing` → `fenced`: on the source, the partition is made
 //!    read-only; once every transaction that began before that commit has
 //!    ended (a write that began after saw the fence), a mark is written.
@@ -100,6 +101,9 @@ pub struct MoveReport {
     pub resumed_at: Option<String>,
     /// How long the copy took (publication to streaming), ms.
     pub copy_ms: Option<f64>,
+    /// How long the partition was read-only on the source while the
+    /// copy's snapshot was taken, ms (its games' calls waited).
+    pub copy_read_only_ms: Option<f64>,
     /// How long no cluster took writes for the partition, ms: the stall
     /// of its games' calls at the cut-over.
     pub read_only_ms: Option<f64>,
@@ -162,6 +166,7 @@ pub async fn move_partition(
         already_there: false,
         resumed_at: None,
         copy_ms: None,
+        copy_read_only_ms: None,
         read_only_ms: None,
         catch_up_ms: None,
         source_games_deleted: 0,
@@ -217,7 +222,8 @@ pub async fn move_partition(
         step = match step.as_str() {
             "copying" => {
                 let copy = Instant::now();
-                prepare(&src, &dst, partition, &names, true, say).await?;
+                report.copy_read_only_ms =
+                    prepare(&src, &dst, partition, &names, true, say).await?;
                 report.copy_ms = Some(ms(copy.elapsed()));
                 record(&home, partition, "fencing", "").await?;
                 crash_point("move-copied");
@@ -462,7 +468,7 @@ async fn prepare(
     names: &Names,
     reopen: bool,
     say: &mut (dyn FnMut(String) + Send),
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<f64>> {
     if src.name == dst.name {
         bail!("the source and the target are the same cluster");
     }
@@ -497,6 +503,7 @@ async fn prepare(
         }
     }
     publish(&src.pool, partition, names).await?;
+    let mut read_only_ms = None;
     if !subscribed || !slot {
         // A fresh slot: its start must come before the copy's snapshot.
         drop_slot(src, &names.slot).await?;
@@ -515,6 +522,7 @@ async fn prepare(
              whole); streaming the rest",
             copied.rows, src.name, copied.read_only_ms
         ));
+        read_only_ms = Some(copied.read_only_ms);
         crash_point("move-rows-copied");
         // Not a bind parameter: CREATE SUBSCRIPTION takes none.
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -529,6 +537,13 @@ async fn prepare(
         .await
         .context("creating the subscription on the target")?;
     }
+    // Streaming means the target has received the source's WAL up to
+    // here: the fence that follows then waits only for what came after,
+    // not for the subscription's worker to start and read the WAL written
+    // during the copy.
+    let point: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(&src.pool)
+        .await?;
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_said = Instant::now();
     let mut failing = CopyFailing::above(0);
@@ -549,12 +564,26 @@ async fn prepare(
         .bind(&names.subscription)
         .fetch_one(&dst.pool)
         .await?;
-        if tables > 0 && ready == tables {
-            return Ok(());
+        let received: Option<Option<bool>> = sqlx::query_scalar(
+            "SELECT received_lsn >= $2::pg_lsn FROM pg_stat_subscription \
+             WHERE subname = $1 AND relid IS NULL AND pid IS NOT NULL",
+        )
+        .bind(&names.subscription)
+        .bind(&point)
+        .fetch_optional(&dst.pool)
+        .await?;
+        let streaming = received.flatten() == Some(true);
+        if tables > 0 && ready == tables && streaming {
+            return Ok(read_only_ms);
         }
         if last_said.elapsed() >= Duration::from_secs(2) {
             say(format!(
-                "partition {partition}: copying, {ready} of {tables} tables streaming"
+                "partition {partition}: copying, {ready} of {tables} tables ready, {}",
+                if streaming {
+                    "streaming"
+                } else {
+                    "the target not streaming the source's changes yet"
+                }
             ));
             last_said = Instant::now();
         }

@@ -43,7 +43,7 @@
 
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::Row;
 
@@ -217,6 +217,55 @@ pub(crate) struct Partitions {
     map: RwLock<Map>,
     /// How the clusters are opened (home's options, followed per cluster).
     opts: StoreOptions,
+    /// Since when a cluster the map names could not be opened, and when
+    /// that was last said (see [`Unopened`]).
+    unopened: std::sync::Mutex<Option<Unopened>>,
+}
+
+/// How often a cluster the map names and this server cannot open is
+/// said again in the log: it is tried at every look at the map (every
+/// 500 ms), and an outage of hours would otherwise flood the log.
+const UNOPENED_SAID_EVERY: Duration = Duration::from_secs(30);
+
+/// A cluster the map names that this server has not opened yet.
+#[derive(Debug)]
+struct Unopened {
+    since: Instant,
+    said: Instant,
+}
+
+impl Partitions {
+    /// Whether to log that a cluster the map names cannot be opened now
+    /// (the first failure, then every [`UNOPENED_SAID_EVERY`]); how long
+    /// it has been failing.
+    fn say_unopened(&self) -> Option<Duration> {
+        let mut unopened = self.unopened.lock().expect("unopened");
+        let now = Instant::now();
+        match unopened.as_mut() {
+            None => {
+                *unopened = Some(Unopened {
+                    since: now,
+                    said: now,
+                });
+                Some(Duration::ZERO)
+            }
+            Some(u) if now.duration_since(u.said) >= UNOPENED_SAID_EVERY => {
+                u.said = now;
+                Some(now.duration_since(u.since))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Every cluster the map names is open: how long one was not, if it
+    /// was.
+    fn all_opened(&self) -> Option<Duration> {
+        self.unopened
+            .lock()
+            .expect("unopened")
+            .take()
+            .map(|u| u.since.elapsed())
+    }
 }
 
 /// The store a call runs on: home's own, or another cluster's.
@@ -427,6 +476,7 @@ impl Store {
                 serving: vec![0],
             }),
             opts: opts.clone(),
+            unopened: std::sync::Mutex::new(None),
         });
         let mut home = self;
         home.partitions = Some(partitions);
@@ -519,9 +569,10 @@ impl Store {
             let opened = partitions.clusters.read().expect("clusters");
             rows.iter().all(|r| opened.iter().any(|c| c.name == r.name))
         };
+        let mut open_error = None;
         if !known(&rows) {
             if let Err(err) = Box::pin(self.open_new_clusters()).await {
-                tracing::error!(error = %err, "could not open a database cluster the map names");
+                open_error = Some(err);
             }
             rows = self.clusters().await?;
         }
@@ -531,14 +582,10 @@ impl Store {
             (map.version, map.owner.clone())
         };
         let mut serving = Vec::new();
-        let mut complete = true;
+        let mut unopened = Vec::new();
         for row in &rows {
             let Some(at) = opened.iter().position(|c| c.name == row.name) else {
-                tracing::error!(
-                    cluster = %row.name,
-                    "the partition map names a cluster this server could not open"
-                );
-                complete = false;
+                unopened.push(row.name.as_str());
                 continue;
             };
             for &p in &row.partitions {
@@ -550,7 +597,27 @@ impl Store {
             let store = opened[at].store.as_deref().unwrap_or(self);
             *store.held.write().expect("held partitions") = row.partitions.clone();
         }
-        tracing::info!(version, clusters = rows.len(), "partition map loaded");
+        let complete = unopened.is_empty();
+        if complete {
+            tracing::info!(version, clusters = rows.len(), "partition map loaded");
+            if let Some(after) = partitions.all_opened() {
+                tracing::info!(
+                    after_s = after.as_secs_f64(),
+                    "every database cluster the partition map names is open"
+                );
+            }
+        } else if let Some(failing_for) = partitions.say_unopened() {
+            // Tried again at every look; said at the first failure and
+            // then every UNOPENED_SAID_EVERY.
+            tracing::error!(
+                clusters = %unopened.join(", "),
+                error = %open_error.map_or_else(|| "not opened".to_string(), |e| e.to_string()),
+                failing_for_s = failing_for.as_secs(),
+                "the partition map names database clusters this server cannot open; \
+                 their partitions stay where they were on this server's map, tried again \
+                 every look at the map (said again every 30 s)"
+            );
+        }
         // A map with a cluster left unopened is not this version yet: the
         // next look reads it again and opens what is missing.
         let version = if complete { version } else { old_version };

@@ -61,6 +61,9 @@ pub struct PartitionMove {
     pub read_only_ms: Option<f64>,
     /// How long the copy took, ms.
     pub copy_ms: Option<f64>,
+    /// How long the partition was read-only on its source while the
+    /// copy's snapshot was taken, ms.
+    pub copy_read_only_ms: Option<f64>,
     /// Games deleted from the source afterwards.
     pub source_games_deleted: u64,
 }
@@ -78,6 +81,7 @@ impl PartitionMove {
             end_us,
             read_only_ms: ms1(report.read_only_ms),
             copy_ms: ms1(report.copy_ms),
+            copy_read_only_ms: ms1(report.copy_read_only_ms),
             source_games_deleted: report.source_games_deleted,
         }
     }
