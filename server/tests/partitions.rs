@@ -473,3 +473,104 @@ async fn running_servers_open_a_cluster_added_while_they_run() {
     .await;
     drop(servers);
 }
+
+/// A cluster the map names that a server cannot open yet (here its
+/// database takes no writes, so the server cannot set its fence) is tried
+/// again at every look at the map, not only at the map's next change, and
+/// said once in the server's log, not at every look.
+#[tokio::test]
+async fn a_cluster_a_server_could_not_open_is_opened_once_it_can_be_without_a_map_change() {
+    let (home_pg, c1_pg, scratch_pg) = (start_db(), start_db(), start_db());
+    // c1 gets its schema and fence through a scratch home, then turns
+    // read-only for every new connection.
+    let spec = borbaman_server::store::partitions::ClusterSpec {
+        name: "c1".into(),
+        url: c1_pg.url(),
+        patroni: Vec::new(),
+    };
+    borbaman_server::store::grow::add_cluster(&scratch_pg.url(), &spec)
+        .await
+        .unwrap();
+    let c1 = sql(&c1_pg.url()).await;
+    let read_only = |on: bool| {
+        let c1 = c1.clone();
+        async move {
+            let set = if on {
+                "SET default_transaction_read_only = on"
+            } else {
+                "RESET default_transaction_read_only"
+            };
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I {set}', current_database()); END $$"
+            )))
+            .execute(&c1)
+            .await
+            .unwrap();
+        }
+    };
+    read_only(true).await;
+
+    let log = log_path("unopened");
+    let server = ServerProcess::start_logged(&home_pg.url(), &[], &log);
+    let home = sql(&home_pg.url()).await;
+    let opened = |cluster: &'static str| {
+        let home = home.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM servers \
+                 WHERE heartbeat_at > now() - interval '2 seconds' AND $1 = ANY (clusters)",
+            )
+            .bind(cluster)
+            .fetch_one(&home)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    wait::until("the server to beat", Duration::from_secs(10), || async {
+        (opened("home").await == 1).then_some(())
+    })
+    .await;
+    // Registered as `db add-cluster` registers it: listed, the map's
+    // version bumped.
+    let mut tx = home.begin().await.unwrap();
+    sqlx::query("INSERT INTO db_clusters (name, number, url) VALUES ('c1', 1, $1)")
+        .bind(c1_pg.url())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE partition_map_version SET version = version + 1 WHERE id = 1")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let said = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("names database clusters this server cannot open")
+            .count()
+    };
+    wait::until(
+        "the server to say it cannot open c1",
+        Duration::from_secs(20),
+        || async { (said() > 0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(opened("c1").await, 0, "c1 takes no writes: not opened");
+
+    read_only(false).await;
+    wait::until(
+        "the server to open c1 once it can, the map unchanged",
+        Duration::from_secs(20),
+        || async { (opened("c1").await == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        said(),
+        1,
+        "said once over seconds of looks every 500 ms: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    drop(server);
+}

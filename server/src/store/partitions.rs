@@ -511,13 +511,25 @@ impl Store {
         };
         let rows = self.clusters().await?;
         let mut opened: Vec<Arc<Cluster>> = partitions.clusters.read().expect("clusters").clone();
+        // Each on its own: one that cannot be opened does not keep the
+        // others closed; the first failure is returned once the rest are in.
+        let mut failed = None;
         for row in &rows {
             if opened.iter().any(|c| c.name == row.name) {
                 continue;
             }
             let store = match &row.url {
                 None => None,
-                Some(url) => Some(Arc::new(self.open_cluster(partitions, row, url).await?)),
+                Some(url) => match self.open_cluster(partitions, row, url).await {
+                    Ok(store) => Some(Arc::new(store)),
+                    Err(err) => {
+                        failed.get_or_insert(Error::Unavailable(format!(
+                            "cannot open database cluster {}: {err}",
+                            row.name
+                        )));
+                        continue;
+                    }
+                },
             };
             opened.push(Arc::new(Cluster {
                 name: row.name.clone(),
@@ -525,7 +537,7 @@ impl Store {
             }));
         }
         *partitions.clusters.write().expect("clusters") = opened;
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// The names of the database clusters this server has opened (home's
