@@ -573,4 +573,5 @@ async fn a_cluster_a_server_could_not_open_is_opened_once_it_can_be_without_a_ma
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     drop(server);
+    std::fs::remove_file(&log).ok();
 }

@@ -40,6 +40,15 @@ pub(crate) async fn refuse_if_fenced(conn: &mut PgConnection, game_id: u64) -> R
     Ok(())
 }
 
+/// The read of game `game_id`'s call met its partition fenced, and the
+/// fence had lifted by the time it was checked: the call runs again.
+pub(crate) fn fence_lifted(game_id: u64) -> Error {
+    Error::Moved(format!(
+        "game {game_id}'s partition {} was not readable on this cluster for a moment",
+        partition_of(game_id)
+    ))
+}
+
 fn moved(game_id: u64) -> Error {
     Error::Moved(format!(
         "game {game_id}'s partition {} is not writable on this cluster",

@@ -40,6 +40,15 @@ impl Store {
                 let Some(row) = row else {
                     // Not here: moved away (this server's map is stale), or unknown.
                     crate::store::moves::refuse_if_fenced(conn, id as u64).await?;
+                    let here: bool =
+                        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM games WHERE id = $1)")
+                            .bind(id)
+                            .fetch_one(&mut *conn)
+                            .await?;
+                    if here {
+                        // The read met the fence of a move's copy, lifted since.
+                        return Err(crate::store::moves::fence_lifted(id as u64));
+                    }
                     return Err(Error::FailedPrecondition(format!(
                         "there is no game {id}; `borbaman watch` without an id lists the live ones"
                     )));

@@ -43,6 +43,13 @@ pub(super) async fn load_callers(
 
 /// A token without a session in game `game_id`'s partition but with one
 /// in another (a token has one per partition): the game is not its game.
+///
+/// A session in this very game means the read found the partition fenced
+/// and the fence lifted before [`refuse_if_fenced`] looked (a move fences
+/// its source for the moment of its copy's snapshot, then makes it
+/// writable again): [`Error::Moved`], so the call waits and runs again.
+///
+/// [`refuse_if_fenced`]: crate::store::moves::refuse_if_fenced
 pub(super) async fn not_yours(
     conn: &mut PgConnection,
     token_hash: &crate::token::TokenHash,
@@ -53,6 +60,9 @@ pub(super) async fn not_yours(
         .fetch_optional(&mut *conn)
         .await?;
     Ok(elsewhere.map(|theirs| {
+        if i64::try_from(game_id).ok() == Some(theirs) {
+            return crate::store::moves::fence_lifted(game_id);
+        }
         Error::PermissionDenied(format!(
             "game {game_id} is not your game (yours is {theirs})"
         ))
