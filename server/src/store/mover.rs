@@ -646,21 +646,28 @@ async fn copy_rows(
     let fenced = Instant::now();
     fence(src, partition, None).await?;
     crash_point("move-snapshot");
-    let mut from = src.pool.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *from)
-        .await?;
-    // The snapshot is taken at this first statement; every commit it sees
-    // was logged before the position read.
-    let point: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
-        .fetch_one(&mut *from)
-        .await?;
+    let taken = async {
+        let mut from = src.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *from)
+            .await?;
+        // The snapshot is taken at this first statement; every commit it
+        // sees was logged before the position read.
+        let point: String = sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+            .fetch_one(&mut *from)
+            .await?;
+        Ok::<_, sqlx::Error>((from, point))
+    }
+    .await;
     if reopen {
+        // Whether or not the snapshot was taken: a move that fails here is
+        // run again, and its games need not wait for that.
         sqlx::query("UPDATE partition_fence SET writable = true WHERE partition = $1")
             .bind(partition as i16)
             .execute(&src.pool)
             .await?;
     }
+    let (mut from, point) = taken.context("taking the copy's snapshot on the source")?;
     let read_only_ms = ms(fenced.elapsed());
     let mut into = dst.pool.begin().await?;
     let mut rows = 0;
