@@ -10,6 +10,7 @@ use common::chaos;
 
 use std::process::Command;
 
+use borbaman_client::session::GameSession;
 use borbaman_cluster::{ClusterConfig, LocalCluster};
 use borbaman_proto::pb::Action;
 use sqlx::PgPool;
@@ -58,6 +59,34 @@ fn db_move(home_url: &str, p: i16, to: &str, crash_at: Option<&str>) -> std::pro
     }
     command.env("RUST_BACKTRACE", "0");
     command.output().expect("run borbaman db move")
+}
+
+/// One act of every player, each answered: the game plays on after a
+/// move; the acts sent.
+async fn play_on(players: &mut [GameSession]) -> u64 {
+    for player in players.iter_mut() {
+        player
+            .act(Action::Idle)
+            .await
+            .expect("an act after the move");
+    }
+    players.len() as u64
+}
+
+/// Every input the players sent (`sent`) is in game `game_id`'s log on
+/// `db`, none twice.
+async fn assert_applied_once(db: &PgPool, game_id: u64, players: &[GameSession], sent: u64) {
+    let mut applied = 0;
+    for player in players {
+        let seqs = common::applied_seqs(db, game_id, player.seat()).await;
+        let unique: std::collections::BTreeSet<_> = seqs.iter().collect();
+        assert_eq!(unique.len(), seqs.len(), "no input applied twice");
+        applied += seqs.len() as u64;
+    }
+    assert!(
+        applied >= sent,
+        "every input sent applied on the game's cluster: {applied} of {sent}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,26 +154,10 @@ async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_aga
         );
         on = to.to_string();
         // The game plays on, on its new cluster.
-        for player in players.iter_mut() {
-            player
-                .act(Action::Idle)
-                .await
-                .expect("an act after the move");
-            sent += 1;
-        }
+        sent += play_on(&mut players).await;
     }
     let db = if on == "home" { &home } else { &c1 };
-    let mut applied = 0;
-    for player in &players {
-        let seqs = common::applied_seqs(db, game_id, player.seat()).await;
-        let unique: std::collections::BTreeSet<_> = seqs.iter().collect();
-        assert_eq!(unique.len(), seqs.len(), "no input applied twice");
-        applied += seqs.len() as u64;
-    }
-    assert!(
-        applied >= sent,
-        "every input sent applied on the game's cluster: {applied} of {sent}"
-    );
+    assert_applied_once(db, game_id, &players, sent).await;
 }
 
 /// Drops partition `p`'s move slot on `pool`, as a failover of the
@@ -230,26 +243,10 @@ async fn a_move_whose_source_lost_its_slot_copies_again_and_loses_nothing() {
             "after {point}"
         );
         on = to.to_string();
-        for player in players.iter_mut() {
-            player
-                .act(Action::Idle)
-                .await
-                .expect("an act after the move");
-            sent += 1;
-        }
+        sent += play_on(&mut players).await;
     }
     let db = if on == "home" { &home } else { &c1 };
-    let mut applied = 0;
-    for player in &players {
-        let seqs = common::applied_seqs(db, game_id, player.seat()).await;
-        let unique: std::collections::BTreeSet<_> = seqs.iter().collect();
-        assert_eq!(unique.len(), seqs.len(), "no input applied twice");
-        applied += seqs.len() as u64;
-    }
-    assert!(
-        applied >= sent,
-        "every input sent applied on the game's cluster: {applied} of {sent}"
-    );
+    assert_applied_once(db, game_id, &players, sent).await;
 }
 
 #[test]

@@ -27,6 +27,18 @@ async fn partition_map(home: &PgPool) -> BTreeMap<i64, String> {
         .collect()
 }
 
+/// Live servers whose heartbeat lists `cluster` among those they opened.
+async fn servers_listing(home: &PgPool, cluster: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM servers \
+         WHERE heartbeat_at > now() - interval '2 seconds' AND $1 = ANY (clusters)",
+    )
+    .bind(cluster)
+    .fetch_one(home)
+    .await
+    .unwrap()
+}
+
 async fn count(pool: &PgPool, sql: &'static str, game_id: u64) -> i64 {
     sqlx::query_scalar(sql)
         .bind(game_id as i64)
@@ -433,20 +445,7 @@ async fn running_servers_open_a_cluster_added_while_they_run() {
         .map(|_| ServerProcess::start(&home_pg.url()))
         .collect();
     let home = sql(&home_pg.url()).await;
-    let opened = |cluster: &'static str| {
-        let home = home.clone();
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM servers \
-                 WHERE heartbeat_at > now() - interval '2 seconds' AND $1 = ANY (clusters)",
-            )
-            .bind(cluster)
-            .fetch_one(&home)
-            .await
-            .unwrap();
-            n
-        }
-    };
+    let opened = |cluster: &'static str| servers_listing(&home, cluster);
     wait::until("both servers to beat", Duration::from_secs(10), || async {
         (opened("home").await == 2).then_some(())
     })
@@ -513,20 +512,7 @@ async fn a_cluster_a_server_could_not_open_is_opened_once_it_can_be_without_a_ma
     let log = log_path("unopened");
     let server = ServerProcess::start_logged(&home_pg.url(), &[], &log);
     let home = sql(&home_pg.url()).await;
-    let opened = |cluster: &'static str| {
-        let home = home.clone();
-        async move {
-            let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM servers \
-                 WHERE heartbeat_at > now() - interval '2 seconds' AND $1 = ANY (clusters)",
-            )
-            .bind(cluster)
-            .fetch_one(&home)
-            .await
-            .unwrap();
-            n
-        }
-    };
+    let opened = |cluster: &'static str| servers_listing(&home, cluster);
     wait::until("the server to beat", Duration::from_secs(10), || async {
         (opened("home").await == 1).then_some(())
     })
