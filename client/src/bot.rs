@@ -20,7 +20,7 @@ use borbaman_proto::pb::GameState;
 
 use crate::args::ServersArg;
 use crate::brain::Level;
-use crate::driver::{self, Driver, Step};
+use crate::driver::{self, Driver, JoinBackoff, Step};
 use crate::shutdown::{self, Shutdown};
 use tokio::sync::watch;
 
@@ -205,6 +205,8 @@ pub async fn play_games(
         .unwrap_or_default();
     // The leader's last game followed: each of its moves is followed once.
     let mut followed = 0u64;
+    // Joins refused in a row wait longer each time.
+    let mut backoff = JoinBackoff::default();
     while options.games.is_none_or(|games| finished < games) && !stop.is_shutdown() {
         let saved = sessions.and_then(|dir| dir.load(&options.name));
         let token = saved
@@ -220,19 +222,24 @@ pub async fn play_games(
         )
         .await
         {
-            Ok((session, _)) => session,
+            Ok((session, _)) => {
+                backoff.seated();
+                session
+            }
             Err(e) => {
                 let wait = match driver::refusal(&e) {
                     // Full, not refusing this bot: keep its session and
-                    // come back when the server said.
+                    // come back when the server said, later each time it
+                    // says it again.
                     Some(refused) => {
+                        let wait = backoff.refused(&refused);
                         tracing::info!(
                             bot = options.name,
                             reason = %refused.reason,
                             "servers full; trying again in {} ms",
-                            refused.wait().as_millis()
+                            wait.as_millis()
                         );
-                        refused.wait()
+                        wait
                     }
                     None => {
                         tracing::warn!(bot = options.name, error = %e, "join failed");

@@ -13,7 +13,7 @@ use borbaman_proto::pb::{self, Phase};
 use hdrhistogram::Histogram;
 use tokio::sync::{mpsc, watch};
 
-use crate::driver;
+use crate::driver::{self, JoinBackoff};
 use crate::shutdown::Shutdown;
 use crate::ui::input::Command;
 use crate::ui::rankings;
@@ -117,6 +117,7 @@ impl Player {
     /// Joins a game, rejoining the saved one if there is one. Retries until
     /// it works or the player quits.
     async fn join(&mut self) -> Option<GameSession> {
+        let mut backoff = JoinBackoff::default();
         loop {
             let saved = self.state_dir.load(&self.name);
             let token = saved
@@ -157,8 +158,8 @@ impl Player {
                 Err(e) if driver::refusal(&e).is_some() => {
                     // Full, not refusing this player: the saved session
                     // stays, and the join is tried again when the server
-                    // said.
-                    let wait = driver::refusal(&e).map_or(Duration::ZERO, |r| r.wait());
+                    // said, later each time it says it again.
+                    let wait = driver::refusal(&e).map_or(Duration::ZERO, |r| backoff.refused(&r));
                     if self.wait_while_full(wait).await {
                         return None;
                     }

@@ -9,7 +9,9 @@
 //! When a call fails, [`must_rejoin`] says whether the session is gone (join
 //! again) or the call merely failed (try again next tick), and [`refusal`]
 //! whether a server turned it away for load (`server-full`) or a rate
-//! limit, and how long to wait before the next try ([`Refusal::wait`]).
+//! limit, and how long to wait before the next try ([`Refusal::wait`]);
+//! a player whose joins are refused again and again waits longer each
+//! time ([`JoinBackoff`]).
 
 use std::time::Duration;
 
@@ -109,6 +111,44 @@ impl Refusal {
     }
 }
 
+/// The most a player's wait after refused joins grows past the server's
+/// pushback: the third refusal in a row and those after it wait four
+/// pushbacks (still at most [`MAX_PUSHBACK`]).
+pub const JOIN_BACKOFF_FACTOR: u32 = 4;
+
+/// One player's joins refused in a row, and how long each makes it wait:
+/// the server's pushback, doubled for each refusal before it in the row,
+/// up to [`JOIN_BACKOFF_FACTOR`] times, capped at [`MAX_PUSHBACK`] (gRPC's
+/// retry backoff, on top of the server's pushback, which already spreads
+/// the tries at random). Past capacity a crowd that cannot be seated
+/// asks again and again: with the server's 1–3 s alone, 256 players
+/// without a seat sent ~200 refused joins a second, each a read of the
+/// database and a call a full server answers; growing, they send about
+/// a quarter of that. A seat that frees is still found at once: four
+/// joiners fill a game, and the players of a game just ended ask at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinBackoff {
+    refused: u32,
+}
+
+impl JoinBackoff {
+    /// A join was refused for load or a rate limit: how long to wait
+    /// before the next.
+    pub fn refused(&mut self, refusal: &Refusal) -> Duration {
+        let factor = 1u32
+            .checked_shl(self.refused)
+            .unwrap_or(u32::MAX)
+            .min(JOIN_BACKOFF_FACTOR);
+        self.refused = self.refused.saturating_add(1);
+        (refusal.wait() * factor).min(MAX_PUSHBACK)
+    }
+
+    /// A join was seated: the next refusal starts the row again.
+    pub fn seated(&mut self) {
+        self.refused = 0;
+    }
+}
+
 /// The refusal `error` is, if it is one: `RESOURCE_EXHAUSTED` with the
 /// reason `server-full` or `rate-limited`.
 pub fn refusal(error: &PoolError) -> Option<Refusal> {
@@ -164,6 +204,35 @@ mod tests {
             None
         );
         assert!(!must_rejoin(&full(10)), "a full server keeps the seat");
+    }
+
+    #[test]
+    fn joins_refused_in_a_row_wait_longer_up_to_a_bound() {
+        let refusal = |ms| Refusal {
+            reason: Reason::ServerFull,
+            pushback: Some(Duration::from_millis(ms)),
+        };
+        let mut backoff = JoinBackoff::default();
+        let waits: Vec<u64> = (0..6)
+            .map(|_| backoff.refused(&refusal(1_500)).as_millis() as u64)
+            .collect();
+        assert_eq!(waits, [1_500, 3_000, 6_000, 6_000, 6_000, 6_000]);
+        // Never past the longest pushback a client accepts.
+        assert_eq!(backoff.refused(&refusal(3_000)), MAX_PUSHBACK);
+        // A join seated starts the row again.
+        backoff.seated();
+        assert_eq!(
+            backoff.refused(&refusal(1_500)),
+            Duration::from_millis(1_500)
+        );
+        // A refusal without a pushback grows from the default wait.
+        let mut backoff = JoinBackoff::default();
+        let limited = Refusal {
+            reason: Reason::RateLimited,
+            pushback: None,
+        };
+        backoff.refused(&limited);
+        assert_eq!(backoff.refused(&limited), DEFAULT_REFUSAL_WAIT * 2);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use borbaman_proto::pb;
 use super::record::{
     CallKind, Invocation, REFUSED_PREFIX, Recorder, RunClock, STATUS_OK, duration_us,
 };
-use crate::driver::{self, Driver, Step};
+use crate::driver::{self, Driver, JoinBackoff, Step};
 use crate::shutdown::Shutdown;
 
 /// What the clients do and for how long.
@@ -159,6 +159,7 @@ pub async fn run(
             },
             tick_late_us: 0,
             pause: None,
+            join_backoff: JoinBackoff::default(),
         };
         tasks.spawn(client_run.run());
     }
@@ -182,6 +183,8 @@ struct ClientRun {
     tick_late_us: u64,
     /// The wait a server's refusal asked for, before the next call.
     pause: Option<Duration>,
+    /// This client's joins refused in a row.
+    join_backoff: JoinBackoff,
 }
 
 impl ClientRun {
@@ -289,10 +292,14 @@ impl ClientRun {
                 }
                 let version = session.latest().map(|s| s.version).unwrap_or(0);
                 self.record(CallKind::Join, &session, 0, &info, started, version, false);
+                self.join_backoff.seated();
                 Some(session)
             }
             Err(e) => {
                 self.record_error(CallKind::Join, 0, 0, 0, started, &e);
+                if let Some(refusal) = driver::refusal(&e) {
+                    self.pause = Some(self.join_backoff.refused(&refusal));
+                }
                 None
             }
         }
