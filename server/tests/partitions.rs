@@ -561,3 +561,78 @@ async fn a_cluster_a_server_could_not_open_is_opened_once_it_can_be_without_a_ma
     drop(server);
     std::fs::remove_file(&log).ok();
 }
+
+/// A server started while a cluster the map names is down (one cluster's
+/// outage while a server restarts) starts all the same: it serves the
+/// games of the clusters it reaches, answers the calls of the down
+/// cluster's games "database unavailable" (what sends a client to a server
+/// that reaches it, never a wrong answer), and serves them once the
+/// cluster is back, its map unchanged.
+#[tokio::test]
+async fn a_server_started_while_a_cluster_is_down_serves_the_others_then_that_one_once_back() {
+    let (home_pg, mut c1_pg) = (start_db(), start_db());
+    let cluster = format!("--db-cluster=c1={}", c1_pg.url());
+    let home = sql(&home_pg.url()).await;
+    // One game on each cluster, seated through a first server.
+    let first = ServerProcess::start_with(&home_pg.url(), &[&cluster]);
+    let map = partition_map(&home).await;
+    let mut client = first.game().await;
+    let mut games: BTreeMap<String, Vec<Player>> = BTreeMap::new();
+    for _ in 0..6 {
+        let players = full_game(&mut client).await;
+        let on = map[&((players[0].game_id % 64) as i64)].clone();
+        games.entry(on).or_insert(players);
+        if games.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(games.len(), 2, "joins spread games over both clusters");
+    drop(client);
+    drop(first);
+
+    c1_pg.stop().expect("stop c1");
+    let log = log_path("c1-down");
+    let server = ServerProcess::start_logged(&home_pg.url(), &[&cluster], &log);
+    let client = server.game().await;
+    let act = |player: &mut Player| {
+        let req = player.act_request(action(player.next_seq));
+        let mut client = client.clone();
+        async move { client.act(req).await }
+    };
+    let on_home = &mut games.get_mut("home").unwrap()[0];
+    act(on_home)
+        .await
+        .expect("home's game is served while c1 is down");
+    let on_c1 = &mut games.get_mut("c1").unwrap()[0];
+    let refused = act(on_c1).await.expect_err("c1 is down");
+    assert_eq!(
+        (refused.code(), borbaman_proto::Reason::of(&refused)),
+        (
+            tonic::Code::Unavailable,
+            Some(borbaman_proto::Reason::DatabaseUnavailable)
+        ),
+        "c1's game: {refused:?}"
+    );
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("names database clusters this server cannot open"),
+        "the server says which cluster it cannot open"
+    );
+
+    c1_pg.start().expect("start c1 again");
+    wait::until(
+        "c1's game served once c1 is back",
+        Duration::from_secs(20),
+        || {
+            let on_c1 = &mut games.get_mut("c1").unwrap()[0];
+            let req = on_c1.act_request(action(on_c1.next_seq));
+            let mut client = client.clone();
+            async move { client.act(req).await.ok().map(|_| ()) }
+        },
+    )
+    .await;
+    drop(client);
+    drop(server);
+    std::fs::remove_file(&log).ok();
+}

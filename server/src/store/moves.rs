@@ -70,7 +70,7 @@ impl Store {
         deadline: Instant,
     ) -> Result<(), Error> {
         loop {
-            if self.route(game_id).cluster != from.cluster {
+            if self.route(game_id)?.cluster != from.cluster {
                 return Ok(());
             }
             if Instant::now() + MOVED_POLL >= deadline {
@@ -78,7 +78,7 @@ impl Store {
             }
             tokio::time::sleep(MOVED_POLL).await;
             self.load_map().await?;
-            if self.route(game_id).cluster == from.cluster && from.writable(game_id).await? {
+            if self.route(game_id)?.cluster == from.cluster && from.writable(game_id).await? {
                 return Ok(());
             }
         }

@@ -195,12 +195,19 @@ pub struct ClusterRow {
 #[derive(Clone, Debug)]
 struct Map {
     version: i64,
-    /// Per partition, the index of its cluster in [`Partitions::clusters`].
+    /// Per partition, the index of its cluster in [`Partitions::clusters`];
+    /// [`UNOPENED`] where that cluster is not open on this server.
     owner: Vec<usize>,
     /// Indexes of the clusters holding a partition, in number order: where
     /// joins are sent.
     serving: Vec<usize>,
 }
+
+/// [`Map::owner`] of a partition whose cluster this server has not opened
+/// (it could not, so far): its calls are answered "database unavailable",
+/// which sends a client to another server, never to a cluster that does
+/// not hold the partition.
+const UNOPENED: usize = usize::MAX;
 
 /// One cluster as a server holds it.
 #[derive(Debug)]
@@ -467,6 +474,13 @@ impl Store {
     /// on. Start-up only; [`Store::follow_map`] keeps the map current
     /// afterwards, and opens the clusters added later. With home alone, a
     /// call or a join costs nothing more than with one database.
+    ///
+    /// Fails only if home does: a cluster that cannot be opened (down, or
+    /// taking no writes) leaves this server serving the others, its own
+    /// partitions' calls answered "database unavailable" (so clients go to
+    /// a server that reaches it), and is tried again at every look at the
+    /// map, as for a running server. One cluster's outage then does not
+    /// keep a restarted server from serving every game.
     pub async fn open_clusters(self, opts: &StoreOptions) -> Result<Store, Error> {
         let partitions = Arc::new(Partitions {
             clusters: RwLock::new(Vec::new()),
@@ -480,28 +494,10 @@ impl Store {
         });
         let mut home = self;
         home.partitions = Some(partitions);
-        home.migrate_clusters(opts).await?;
-        home.open_new_clusters().await?;
+        // The map's first read opens the clusters (a failure is said
+        // there, and tried again at the next look).
         home.load_map().await?;
         Ok(home)
-    }
-
-    /// Applies the migrations on every cluster home lists. Start-up only
-    /// (a migration's future cannot move between threads; a cluster added
-    /// later got its schema from `borbaman db add-cluster`).
-    async fn migrate_clusters(&self, opts: &StoreOptions) -> Result<(), Error> {
-        for row in self.clusters().await? {
-            let Some(url) = &row.url else { continue };
-            let mut opts = cluster_options(opts, &row)?;
-            opts.min_connections = 0;
-            let store = Store::connect(url, &opts)?;
-            store
-                .migrate()
-                .await
-                .map_err(|e| Error::Unavailable(format!("cluster {}: migrating: {e}", row.name)))?;
-            store.close().await;
-        }
-        Ok(())
     }
 
     /// Opens the clusters home lists that this server has not opened yet.
@@ -557,9 +553,10 @@ impl Store {
     }
 
     /// Reads the map if its version changed, opening the clusters added
-    /// since (a cluster that cannot be opened keeps its partitions on
-    /// their old cluster here, and the error is logged; the map is read
-    /// again, and the cluster opened again, at the next look).
+    /// since (a cluster that cannot be opened has its partitions' calls
+    /// answered "database unavailable" here, see [`UNOPENED`], and the
+    /// error is logged; the map is read again, and the cluster opened
+    /// again, at the next look).
     pub(super) async fn load_map(&self) -> Result<(), Error> {
         let Some(partitions) = &self.partitions else {
             return Ok(());
@@ -598,6 +595,9 @@ impl Store {
         for row in &rows {
             let Some(at) = opened.iter().position(|c| c.name == row.name) else {
                 unopened.push(row.name.as_str());
+                for &p in &row.partitions {
+                    owner[usize::from(p)] = UNOPENED;
+                }
                 continue;
             };
             for &p in &row.partitions {
@@ -626,8 +626,8 @@ impl Store {
                 error = %open_error.map_or_else(|| "not opened".to_string(), |e| e.to_string()),
                 failing_for_s = failing_for.as_secs(),
                 "the partition map names database clusters this server cannot open; \
-                 their partitions stay where they were on this server's map, tried again \
-                 every look at the map (said again every 30 s)"
+                 their games' calls are answered 'database unavailable' here, and the \
+                 clusters tried again every look at the map (said again every 30 s)"
             );
         }
         // A map with a cluster left unopened is not this version yet: the
@@ -652,6 +652,17 @@ impl Store {
     ) -> Result<Store, Error> {
         let opts = cluster_options(&partitions.opts, row)?;
         let mut store = Store::connect(url, &opts)?.with_metrics(self.metrics.clone());
+        // Its schema first: a cluster that was down when this build's
+        // servers started has not had this build's migrations yet. On a
+        // thread of its own: a migration's future cannot move between
+        // threads, and the map is followed in a task that can.
+        let migrating = store.clone();
+        tokio::task::spawn_blocking(move || {
+            tokio::runtime::Handle::current().block_on(migrating.migrate())
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("migrating: {e}")))?
+        .map_err(|e| Error::Unavailable(format!("migrating: {e}")))?;
         store.home = false;
         store.cluster = row.name.as_str().into();
         store.finished = self.finished.clone();
@@ -803,18 +814,23 @@ impl Store {
         Ok(rows.len())
     }
 
-    /// The store of game `game_id`'s cluster.
-    pub fn route(&self, game_id: u64) -> Routed<'_> {
+    /// The store of game `game_id`'s cluster; `Unavailable` while that
+    /// cluster is one this server could not open ([`UNOPENED`]).
+    pub fn route(&self, game_id: u64) -> Result<Routed<'_>, Error> {
         let Some(partitions) = &self.partitions else {
-            return Routed::Home(self);
+            return Ok(Routed::Home(self));
         };
-        let at = partitions.map.read().expect("map lock").owner[usize::from(partition_of(game_id))];
+        let partition = partition_of(game_id);
+        let at = partitions.map.read().expect("map lock").owner[usize::from(partition)];
         match partitions.clusters.read().expect("clusters").get(at) {
-            Some(cluster) => match &cluster.store {
+            Some(cluster) => Ok(match &cluster.store {
                 Some(store) => Routed::Other(store.clone()),
                 None => Routed::Home(self),
-            },
-            None => Routed::Home(self),
+            }),
+            None => Err(Error::Unavailable(format!(
+                "game {game_id}'s partition {partition} is on a database cluster this server \
+                 cannot open now"
+            ))),
         }
     }
 

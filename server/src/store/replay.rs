@@ -31,7 +31,7 @@ impl Store {
     pub async fn replay(&self, game_id: u64) -> Result<(LoggedGame, Vec<String>), Error> {
         let id = i64::try_from(game_id)
             .map_err(|_| Error::InvalidArgument(format!("game id {game_id} is out of range")))?;
-        if let super::partitions::Routed::Other(store) = self.route(game_id) {
+        if let super::partitions::Routed::Other(store) = self.route(game_id)? {
             return Box::pin(store.replay(game_id)).await;
         }
         self.retrying(|| async {

@@ -19,7 +19,7 @@ impl Store {
             .map_err(|_| Error::InvalidArgument(format!("game id {game_id} is out of range")))?;
         let deadline = tokio::time::Instant::now() + self.db_timeout;
         loop {
-            let store = self.route(game_id);
+            let store = self.route(game_id)?;
             match store.watch_here(id).await {
                 Err(Error::Moved(_)) => self.await_move(game_id, &store, deadline).await?,
                 other => return other,

@@ -157,7 +157,7 @@ impl Store {
         let game_id = call.game_id();
         let deadline = tokio::time::Instant::now() + self.db_timeout;
         loop {
-            let store = self.route(game_id);
+            let store = self.route(game_id)?;
             match store.write(call.clone()).await {
                 Err(Error::Moved(why)) => {
                     tracing::debug!(game_id, %why, "the game's partition moves: waiting for the map");

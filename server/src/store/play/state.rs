@@ -62,7 +62,7 @@ impl Store {
     pub async fn state(&self, token_hash: &TokenHash, game_id: u64) -> Result<Snapshot, Error> {
         let deadline = tokio::time::Instant::now() + self.db_timeout;
         loop {
-            let store = self.route(game_id);
+            let store = self.route(game_id)?;
             match store.state_here(token_hash, game_id).await {
                 Err(Error::Moved(_)) => self.await_move(game_id, &store, deadline).await?,
                 other => return other,
