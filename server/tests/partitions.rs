@@ -636,3 +636,57 @@ async fn a_server_started_while_a_cluster_is_down_serves_the_others_then_that_on
     drop(server);
     std::fs::remove_file(&log).ok();
 }
+
+/// A cluster whose address takes connections and never answers (a host
+/// gone, its address kept by something silent) neither holds a server's
+/// start nor its games on the other clusters: the server starts, seats
+/// and serves players on home, and says it cannot open the cluster.
+#[tokio::test]
+async fn a_cluster_that_takes_connections_and_never_answers_holds_no_start_and_no_game() {
+    let home_pg = start_db();
+    // Accepts every connection and says nothing, until the test ends.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let cluster = format!("--db-cluster=c1=postgres://postgres@127.0.0.1:{port}/borbaman");
+    let log = log_path("silent-cluster");
+    // Fresh: the first server spreads the partitions over home and c1.
+    let server = ServerProcess::start_logged(&home_pg.url(), &[&cluster], &log);
+    let home = sql(&home_pg.url()).await;
+    let map = partition_map(&home).await;
+    assert_eq!(
+        map.values().filter(|c| *c == "c1").count(),
+        32,
+        "c1 holds half the partitions: {map:?}"
+    );
+    let mut client = server.game().await;
+    let mut players = full_game(&mut client).await;
+    assert_eq!(
+        map[&((players[0].game_id % 64) as i64)],
+        "home",
+        "joins go where this server can seat them"
+    );
+    for player in &mut players {
+        let req = player.act_request(action(player.next_seq));
+        client.act(req).await.expect("home's game is served");
+    }
+    wait::until(
+        "the server to say it cannot open c1",
+        Duration::from_secs(20),
+        || async {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("names database clusters this server cannot open")
+                .then_some(())
+        },
+    )
+    .await;
+    drop(client);
+    drop(server);
+    std::fs::remove_file(&log).ok();
+}

@@ -466,7 +466,18 @@ impl Store {
                     .port(primary.address.port)
             }
         };
-        let mut conn = PgConnection::connect_with(&target).await?;
+        let mut conn =
+            tokio::time::timeout(MIGRATE_CONNECT_WAIT, PgConnection::connect_with(&target))
+                .await
+                .map_err(|_| {
+                    sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "no answer from the database within {} s",
+                            MIGRATE_CONNECT_WAIT.as_secs()
+                        ),
+                    ))
+                })??;
         let result = MIGRATOR.run(&mut conn).await;
         let _ = conn.close().await;
         result

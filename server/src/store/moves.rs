@@ -77,7 +77,7 @@ impl Store {
                 return Err(moved(game_id));
             }
             tokio::time::sleep(MOVED_POLL).await;
-            self.load_map().await?;
+            self.reload_map().await?;
             if self.route(game_id)?.cluster == from.cluster && from.writable(game_id).await? {
                 return Ok(());
             }

@@ -558,6 +558,20 @@ impl Store {
     /// error is logged; the map is read again, and the cluster opened
     /// again, at the next look).
     pub(super) async fn load_map(&self) -> Result<(), Error> {
+        self.read_map(true).await
+    }
+
+    /// [`Store::load_map`] without opening any cluster: for a call waiting
+    /// out a move ([`Store::await_move`], every few milliseconds), which
+    /// must not wait for a cluster that cannot be reached (a connection,
+    /// or Patroni naming a primary, can take a second). A move cuts over
+    /// only to a cluster every live server has opened; a partition on one
+    /// this server has not is answered "database unavailable" meanwhile.
+    pub(super) async fn reload_map(&self) -> Result<(), Error> {
+        self.read_map(false).await
+    }
+
+    async fn read_map(&self, open: bool) -> Result<(), Error> {
         let Some(partitions) = &self.partitions else {
             return Ok(());
         };
@@ -579,7 +593,7 @@ impl Store {
             rows.iter().all(|r| opened.iter().any(|c| c.name == r.name))
         };
         let mut open_error = None;
-        if !known(&rows) {
+        if open && !known(&rows) {
             if let Err(err) = Box::pin(self.open_new_clusters()).await {
                 open_error = Some(err);
             }
@@ -618,7 +632,7 @@ impl Store {
                     "every database cluster the partition map names is open"
                 );
             }
-        } else if let Some(failing_for) = partitions.say_unopened() {
+        } else if open && let Some(failing_for) = partitions.say_unopened() {
             // Tried again at every look; said at the first failure and
             // then every UNOPENED_SAID_EVERY.
             tracing::error!(

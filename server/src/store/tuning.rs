@@ -29,6 +29,12 @@ pub(crate) const MAX_CAS_PAUSE: Duration = Duration::from_millis(2);
 /// How long `Store::migrate` waits for Patroni to name the primary.
 pub(crate) const PRIMARY_WAIT: Duration = Duration::from_secs(1);
 
+/// How long `Store::migrate` waits for its connection: a database that
+/// takes the connection and never answers (a host gone, its address kept
+/// by something silent) would otherwise hold a server's start, or its map
+/// following, for good.
+pub(crate) const MIGRATE_CONNECT_WAIT: Duration = Duration::from_secs(2);
+
 // Start-up and names.
 
 /// Default of [`StoreOptions::warm_up_pace`](super::StoreOptions::warm_up_pace): 8 standing connections are
