@@ -227,6 +227,13 @@ pub(crate) struct Partitions {
     /// Since when a cluster the map names could not be opened, and when
     /// that was last said (see [`Unopened`]).
     unopened: std::sync::Mutex<Option<Unopened>>,
+    /// Held while a read of the map is turned into the map this server
+    /// routes by: two reads at once (the background look, a call waiting
+    /// out a move) write in turn, and an older read never over a newer.
+    writing: std::sync::Mutex<()>,
+    /// The map last written names a cluster this server has not opened:
+    /// the background opener tries it ([`Store::follow_map`]).
+    missing: std::sync::atomic::AtomicBool,
 }
 
 /// How often a cluster the map names and this server cannot open is
@@ -491,6 +498,8 @@ impl Store {
             }),
             opts: opts.clone(),
             unopened: std::sync::Mutex::new(None),
+            writing: std::sync::Mutex::new(()),
+            missing: std::sync::atomic::AtomicBool::new(false),
         });
         let mut home = self;
         home.partitions = Some(partitions);
@@ -599,6 +608,11 @@ impl Store {
             }
             rows = self.clusters().await?;
         }
+        // No await from here to the map written.
+        let _writing = partitions.writing.lock().expect("map writing");
+        if partitions.map.read().expect("map lock").version > version {
+            return Ok(());
+        }
         let opened: Vec<Arc<Cluster>> = partitions.clusters.read().expect("clusters").clone();
         let (old_version, mut owner) = {
             let map = partitions.map.read().expect("map lock");
@@ -652,11 +666,14 @@ impl Store {
             owner,
             serving,
         };
+        partitions
+            .missing
+            .store(!complete, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
-    /// Connects to cluster `row` (migrated already), sets its fence the
-    /// first time, moves its id sequences into its range and opens its
+    /// Connects to cluster `row`, applies its migrations, sets its fence
+    /// the first time, moves its id sequences into its range and opens its
     /// standing connections.
     async fn open_cluster(
         &self,
@@ -716,11 +733,15 @@ impl Store {
 
     /// Reloads the map within [`MAP_POLL`] of a change, and folds the
     /// results outboxes, until `shutdown`. Does nothing on a store that
-    /// never opened the clusters ([`Store::open_clusters`]).
+    /// never opened the clusters ([`Store::open_clusters`]). The clusters
+    /// the map names and this server has not opened are opened apart
+    /// ([`Store::open_missing`]): a try can wait seconds for one that does
+    /// not answer, and the map's reads and the folds go on meanwhile.
     pub async fn follow_map(self, mut shutdown: Shutdown) {
         if self.partitions.is_none() {
             return;
         }
+        tokio::spawn(self.clone().open_missing(shutdown.clone()));
         let mut poll = tokio::time::interval(map_poll());
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut fold = tokio::time::interval(FOLD_EVERY);
@@ -729,12 +750,35 @@ impl Store {
             tokio::select! {
                 _ = shutdown.recv() => return,
                 _ = poll.tick() => {
-                    if let Err(err) = self.load_map().await {
+                    if let Err(err) = self.reload_map().await {
                         tracing::warn!(error = %err, "could not reload the partition map");
                     }
                 }
                 _ = fold.tick() => self.fold_all().await,
                 _ = self.finished.notified() => self.fold_all().await,
+            }
+        }
+    }
+
+    /// Every [`MAP_POLL`] while the map names a cluster this server has
+    /// not opened, tries to open it (and says so, see
+    /// [`Store::load_map`]), until `shutdown`.
+    async fn open_missing(self, mut shutdown: Shutdown) {
+        let Some(partitions) = self.partitions.clone() else {
+            return;
+        };
+        let mut poll = tokio::time::interval(map_poll());
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.recv() => return,
+                _ = poll.tick() => {
+                    if partitions.missing.load(std::sync::atomic::Ordering::Relaxed)
+                        && let Err(err) = self.load_map().await
+                    {
+                        tracing::warn!(error = %err, "could not open the database clusters");
+                    }
+                }
             }
         }
     }
