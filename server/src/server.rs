@@ -328,9 +328,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         stopped.clone(),
     ));
     let metrics_addr = serve_metrics(config.metrics_listen, &census, &stopped).await?;
-    for cluster in store.every_cluster() {
-        tokio::spawn(cluster.retention_task(config.retention.clone(), stopped.clone()));
-    }
+    let (retention, retention_stop) = (config.retention.clone(), stopped.clone());
+    store.each_cluster(move |cluster| {
+        tokio::spawn(
+            cluster
+                .clone()
+                .retention_task(retention.clone(), retention_stop.clone()),
+        );
+    });
     tokio::spawn(store.clone().follow_map(stopped.clone()));
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -346,10 +351,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let admission = Admission::new(config.admission);
     let admission_stats = admission.clone();
     let line = admission.clone();
-    for cluster in store.every_cluster() {
+    store.each_cluster(move |cluster| {
         let line = line.clone();
         cluster.not_lingering_when(move || line.has_line());
-    }
+    });
     let status = Observed::new(
         pb::status_server::StatusServer::new(StatusService::new(
             server_id.clone(),

@@ -567,7 +567,8 @@ async fn a_cluster_a_server_could_not_open_is_opened_once_it_can_be_without_a_ma
 /// games of the clusters it reaches, answers the calls of the down
 /// cluster's games "database unavailable" (what sends a client to a server
 /// that reaches it, never a wrong answer), and serves them once the
-/// cluster is back, its map unchanged.
+/// cluster is back, its map unchanged; and it runs that cluster's
+/// retention job from then on, as for the clusters open at its start.
 #[tokio::test]
 async fn a_server_started_while_a_cluster_is_down_serves_the_others_then_that_one_once_back() {
     let (home_pg, mut c1_pg) = (start_db(), start_db());
@@ -592,7 +593,8 @@ async fn a_server_started_while_a_cluster_is_down_serves_the_others_then_that_on
 
     c1_pg.stop().expect("stop c1");
     let log = log_path("c1-down");
-    let server = ServerProcess::start_logged(&home_pg.url(), &[&cluster], &log);
+    let server =
+        ServerProcess::start_logged(&home_pg.url(), &[&cluster, "--retention", "1s"], &log);
     let client = server.game().await;
     let act = |player: &mut Player| {
         let req = player.act_request(action(player.next_seq));
@@ -629,6 +631,36 @@ async fn a_server_started_while_a_cluster_is_down_serves_the_others_then_that_on
             let req = on_c1.act_request(action(on_c1.next_seq));
             let mut client = client.clone();
             async move { client.act(req).await.ok().map(|_| ()) }
+        },
+    )
+    .await;
+
+    // Its players leave; the finished game goes from c1 with the
+    // retention job this server runs there (the only server).
+    let players = games.remove("c1").unwrap();
+    let game_id = players[0].game_id;
+    for player in &players {
+        client
+            .clone()
+            .leave(pb::LeaveRequest {
+                token: player.token.clone(),
+                game_id,
+                seat: player.seat,
+                seq: player.next_seq,
+            })
+            .await
+            .expect("leave");
+    }
+    let c1 = sql(&c1_pg.url()).await;
+    wait::until(
+        "c1's finished game deleted by retention",
+        Duration::from_secs(30),
+        || {
+            let c1 = c1.clone();
+            async move {
+                (count(&c1, "SELECT count(*) FROM games WHERE id = $1", game_id).await == 0)
+                    .then_some(())
+            }
         },
     )
     .await;

@@ -217,6 +217,19 @@ struct Cluster {
     store: Option<Arc<Store>>,
 }
 
+/// What runs on each cluster's store as it is opened (see
+/// [`Store::each_cluster`]).
+type OnOpen = Arc<dyn Fn(&Store) + Send + Sync>;
+
+#[derive(Default)]
+struct OpenHooks(Vec<OnOpen>);
+
+impl std::fmt::Debug for OpenHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} hooks", self.0.len())
+    }
+}
+
 /// The clusters a home store routes to, and the map.
 #[derive(Debug)]
 pub(crate) struct Partitions {
@@ -234,6 +247,9 @@ pub(crate) struct Partitions {
     /// The map last written names a cluster this server has not opened:
     /// the background opener tries it ([`Store::follow_map`]).
     missing: std::sync::atomic::AtomicBool,
+    /// Run on each cluster opened from now on; taken before `clusters`
+    /// when both are.
+    on_open: std::sync::Mutex<OpenHooks>,
 }
 
 /// How often a cluster the map names and this server cannot open is
@@ -500,6 +516,7 @@ impl Store {
             unopened: std::sync::Mutex::new(None),
             writing: std::sync::Mutex::new(()),
             missing: std::sync::atomic::AtomicBool::new(false),
+            on_open: std::sync::Mutex::new(OpenHooks::default()),
         });
         let mut home = self;
         home.partitions = Some(partitions);
@@ -519,6 +536,7 @@ impl Store {
         // Each on its own: one that cannot be opened does not keep the
         // others closed; the first failure is returned once the rest are in.
         let mut failed = None;
+        let mut new = Vec::new();
         for row in &rows {
             if opened.iter().any(|c| c.name == row.name) {
                 continue;
@@ -526,7 +544,11 @@ impl Store {
             let store = match &row.url {
                 None => None,
                 Some(url) => match self.open_cluster(partitions, row, url).await {
-                    Ok(store) => Some(Arc::new(store)),
+                    Ok(store) => {
+                        let store = Arc::new(store);
+                        new.push(store.clone());
+                        Some(store)
+                    }
                     Err(err) => {
                         failed.get_or_insert(Error::Unavailable(format!(
                             "cannot open database cluster {}: {err}",
@@ -541,8 +563,34 @@ impl Store {
                 store,
             }));
         }
+        // Published and handed to the hooks under the hooks' lock: a hook
+        // added meanwhile sees each cluster once, here or in the list.
+        let hooks = partitions.on_open.lock().expect("open hooks");
         *partitions.clusters.write().expect("clusters") = opened;
+        for store in &new {
+            for hook in &hooks.0 {
+                hook(store);
+            }
+        }
+        drop(hooks);
         failed.map_or(Ok(()), Err)
+    }
+
+    /// Runs `f` on every cluster's store: home's and those open now at
+    /// once, each opened later (added to the map, or down when this
+    /// server started) as it is opened. How a server gives every cluster
+    /// it serves its retention job and its admission hook.
+    pub fn each_cluster(&self, f: impl Fn(&Store) + Send + Sync + 'static) {
+        let Some(partitions) = &self.partitions else {
+            f(self);
+            return;
+        };
+        let mut hooks = partitions.on_open.lock().expect("open hooks");
+        f(self);
+        for store in self.other_clusters() {
+            f(&store);
+        }
+        hooks.0.push(Arc::new(f));
     }
 
     /// The names of the database clusters this server has opened (home's
