@@ -89,22 +89,61 @@ async fn assert_applied_once(db: &PgPool, game_id: u64, players: &[GameSession],
     );
 }
 
+/// Two clusters, two servers, and a game of four seated on it: what the
+/// movers' tests move.
+struct Moving {
+    _cluster: LocalCluster,
+    /// Home's database first.
+    urls: Vec<String>,
+    home: PgPool,
+    c1: PgPool,
+    _pool: borbaman_client::pool::ServerPool,
+    players: Vec<GameSession>,
+    game_id: u64,
+    /// The game's partition.
+    p: i16,
+}
+
+impl Moving {
+    async fn start(prefix: &str) -> Moving {
+        let cluster = LocalCluster::start(
+            ClusterConfig {
+                db_clusters: 2,
+                ..common::config(2, &[])
+            },
+            |_| {},
+        )
+        .expect("start a local cluster");
+        let urls = cluster.database_urls();
+        let home = PgPool::connect(&urls[0]).await.unwrap();
+        let c1 = PgPool::connect(&urls[1]).await.unwrap();
+        let (pool, players) = common::pool_and_game(&cluster, prefix).await;
+        let game_id = players[0].game_id();
+        Moving {
+            _cluster: cluster,
+            urls,
+            home,
+            c1,
+            _pool: pool,
+            players,
+            game_id,
+            p: (game_id % 64) as i16,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mover_killed_at_any_step_leaves_one_writer_at_most_and_running_it_again_finishes() {
-    let cluster = LocalCluster::start(
-        ClusterConfig {
-            db_clusters: 2,
-            ..common::config(2, &[])
-        },
-        |_| {},
-    )
-    .expect("start a local cluster");
-    let urls = cluster.database_urls();
-    let home = PgPool::connect(&urls[0]).await.unwrap();
-    let c1 = PgPool::connect(&urls[1]).await.unwrap();
-    let (_pool, mut players) = common::pool_and_game(&cluster, "mover").await;
-    let game_id = players[0].game_id();
-    let p = (game_id % 64) as i16;
+    let Moving {
+        _cluster,
+        urls,
+        home,
+        c1,
+        _pool,
+        mut players,
+        game_id,
+        p,
+    } = Moving::start("mover").await;
     let mut sent = 0u64;
     let mut on = owner(&home, p).await;
     for point in [
@@ -194,20 +233,16 @@ async fn lose_slot(pool: &PgPool, p: i16) {
 /// game plays on with every input applied once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_whose_source_lost_its_slot_copies_again_and_loses_nothing() {
-    let cluster = LocalCluster::start(
-        ClusterConfig {
-            db_clusters: 2,
-            ..common::config(2, &[])
-        },
-        |_| {},
-    )
-    .expect("start a local cluster");
-    let urls = cluster.database_urls();
-    let home = PgPool::connect(&urls[0]).await.unwrap();
-    let c1 = PgPool::connect(&urls[1]).await.unwrap();
-    let (_pool, mut players) = common::pool_and_game(&cluster, "slot").await;
-    let game_id = players[0].game_id();
-    let p = (game_id % 64) as i16;
+    let Moving {
+        _cluster,
+        urls,
+        home,
+        c1,
+        _pool,
+        mut players,
+        game_id,
+        p,
+    } = Moving::start("slot").await;
     let mut sent = 0u64;
     let mut on = owner(&home, p).await;
     for point in ["move-copied", "move-fenced"] {

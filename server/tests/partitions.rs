@@ -376,7 +376,13 @@ async fn remap(home: &PgPool, partition: i64, cluster: &str) {
         .execute(&mut *tx)
         .await
         .unwrap();
-    sqlx::query("UPDATE partition_map_version SET version = version + 1")
+    next_map_version(tx).await;
+}
+
+/// Bumps the map's version with what `tx` changed, as the servers' and
+/// the mover's changes of the map do: every server reads the map again.
+async fn next_map_version(mut tx: sqlx::Transaction<'_, sqlx::Postgres>) {
+    sqlx::query("UPDATE partition_map_version SET version = version + 1 WHERE id = 1")
         .execute(&mut *tx)
         .await
         .unwrap();
@@ -525,11 +531,7 @@ async fn a_cluster_a_server_could_not_open_is_opened_once_it_can_be_without_a_ma
         .execute(&mut *tx)
         .await
         .unwrap();
-    sqlx::query("UPDATE partition_map_version SET version = version + 1 WHERE id = 1")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    next_map_version(tx).await;
     let said = || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
@@ -642,12 +644,7 @@ async fn a_server_started_while_a_cluster_is_down_serves_the_others_then_that_on
     for player in &players {
         client
             .clone()
-            .leave(pb::LeaveRequest {
-                token: player.token.clone(),
-                game_id,
-                seat: player.seat,
-                seq: player.next_seq,
-            })
+            .leave(player.leave_request())
             .await
             .expect("leave");
     }

@@ -237,16 +237,15 @@ pub(crate) struct Partitions {
     map: RwLock<Map>,
     /// How the clusters are opened (home's options, followed per cluster).
     opts: StoreOptions,
-    /// Since when a cluster the map names could not be opened, and when
-    /// that was last said (see [`Unopened`]).
+    /// Since when the map last written names a cluster this server has
+    /// not opened (the background opener tries it while there is one,
+    /// [`Store::open_missing`]), and when that was last said (see
+    /// [`Unopened`]).
     unopened: std::sync::Mutex<Option<Unopened>>,
     /// Held while a read of the map is turned into the map this server
     /// routes by: two reads at once (the background look, a call waiting
     /// out a move) write in turn, and an older read never over a newer.
     writing: std::sync::Mutex<()>,
-    /// The map last written names a cluster this server has not opened:
-    /// the background opener tries it ([`Store::follow_map`]).
-    missing: std::sync::atomic::AtomicBool,
     /// Run on each cluster opened from now on; taken before `clusters`
     /// when both are.
     on_open: std::sync::Mutex<OpenHooks>,
@@ -261,39 +260,55 @@ const UNOPENED_SAID_EVERY: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct Unopened {
     since: Instant,
-    said: Instant,
+    /// When the failure to open it was last said, if it was.
+    said: Option<Instant>,
 }
 
 impl Partitions {
+    /// The map written names a cluster this server has not opened.
+    fn note_unopened(&self) {
+        self.unopened
+            .lock()
+            .expect("unopened")
+            .get_or_insert_with(|| Unopened {
+                since: Instant::now(),
+                said: None,
+            });
+    }
+
+    /// Whether the map last written names a cluster this server has not
+    /// opened.
+    fn any_unopened(&self) -> bool {
+        self.unopened.lock().expect("unopened").is_some()
+    }
+
     /// Whether to log that a cluster the map names cannot be opened now
     /// (the first failure, then every [`UNOPENED_SAID_EVERY`]); how long
     /// it has been failing.
     fn say_unopened(&self) -> Option<Duration> {
         let mut unopened = self.unopened.lock().expect("unopened");
         let now = Instant::now();
-        match unopened.as_mut() {
-            None => {
-                *unopened = Some(Unopened {
-                    since: now,
-                    said: now,
-                });
-                Some(Duration::ZERO)
-            }
-            Some(u) if now.duration_since(u.said) >= UNOPENED_SAID_EVERY => {
-                u.said = now;
-                Some(now.duration_since(u.since))
-            }
-            Some(_) => None,
+        let u = unopened.get_or_insert_with(|| Unopened {
+            since: now,
+            said: None,
+        });
+        if u.said
+            .is_some_and(|said| now.duration_since(said) < UNOPENED_SAID_EVERY)
+        {
+            return None;
         }
+        u.said = Some(now);
+        Some(now.duration_since(u.since))
     }
 
-    /// Every cluster the map names is open: how long one was not, if it
-    /// was.
+    /// Every cluster the map names is open: how long one was not, if its
+    /// failure was said.
     fn all_opened(&self) -> Option<Duration> {
         self.unopened
             .lock()
             .expect("unopened")
             .take()
+            .filter(|u| u.said.is_some())
             .map(|u| u.since.elapsed())
     }
 }
@@ -515,7 +530,6 @@ impl Store {
             opts: opts.clone(),
             unopened: std::sync::Mutex::new(None),
             writing: std::sync::Mutex::new(()),
-            missing: std::sync::atomic::AtomicBool::new(false),
             on_open: std::sync::Mutex::new(OpenHooks::default()),
         });
         let mut home = self;
@@ -694,7 +708,9 @@ impl Store {
                     "every database cluster the partition map names is open"
                 );
             }
-        } else if open && let Some(failing_for) = partitions.say_unopened() {
+        } else if !open {
+            partitions.note_unopened();
+        } else if let Some(failing_for) = partitions.say_unopened() {
             // Tried again at every look; said at the first failure and
             // then every UNOPENED_SAID_EVERY.
             tracing::error!(
@@ -714,9 +730,6 @@ impl Store {
             owner,
             serving,
         };
-        partitions
-            .missing
-            .store(!complete, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -821,7 +834,7 @@ impl Store {
             tokio::select! {
                 _ = shutdown.recv() => return,
                 _ = poll.tick() => {
-                    if partitions.missing.load(std::sync::atomic::Ordering::Relaxed)
+                    if partitions.any_unopened()
                         && let Err(err) = self.load_map().await
                     {
                         tracing::warn!(error = %err, "could not open the database clusters");

@@ -231,6 +231,16 @@ impl Player {
             inputs: Vec::new(),
         }
     }
+
+    /// Its Leave, after the inputs it sent.
+    pub fn leave_request(&self) -> pb::LeaveRequest {
+        pb::LeaveRequest {
+            token: self.token.clone(),
+            game_id: self.game_id,
+            seat: self.seat,
+            seq: self.next_seq,
+        }
+    }
 }
 
 /// The actions a player sends, by sequence number (1-based): a walk that

@@ -296,8 +296,7 @@ impl ClientRun {
                 Some(session)
             }
             Err(e) => {
-                self.record_error(CallKind::Join, 0, 0, 0, started, &e);
-                if let Some(refusal) = driver::refusal(&e) {
+                if let Some(refusal) = self.record_error(CallKind::Join, 0, 0, 0, started, &e) {
                     self.pause = Some(self.join_backoff.refused(&refusal));
                 }
                 None
@@ -450,14 +449,16 @@ impl ClientRun {
                 self.acknowledge(session, seq);
                 self.record(CallKind::Leave, session, seq, &info, started, 0, false);
             }
-            Err(e) => self.record_error(
-                CallKind::Leave,
-                session.game_id(),
-                session.seat(),
-                seq,
-                started,
-                &e,
-            ),
+            Err(e) => {
+                self.record_error(
+                    CallKind::Leave,
+                    session.game_id(),
+                    session.seat(),
+                    seq,
+                    started,
+                    &e,
+                );
+            }
         }
     }
 
@@ -553,6 +554,8 @@ impl ClientRun {
         });
     }
 
+    /// Records a failed call; the refusal it was, if one (its wait is
+    /// already the next pause).
     fn record_error(
         &mut self,
         call: CallKind,
@@ -561,7 +564,7 @@ impl ClientRun {
         seq: u64,
         started: Instant,
         error: &PoolError,
-    ) {
+    ) -> Option<driver::Refusal> {
         let start_us = self.clock.us(started);
         self.progress.calls.fetch_add(1, Ordering::Relaxed);
         let refusal = driver::refusal(error);
@@ -610,6 +613,7 @@ impl ClientRun {
             moved: String::new(),
             first_server: String::new(),
         });
+        refusal
     }
 }
 
